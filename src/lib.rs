@@ -1,0 +1,5 @@
+//! tablescan: distributed scans of huge Azure Storage tables, run as an Azure Functions custom
+//! handler. See `docs/architecture.md` for the layers; each is a module here, and lower layers
+//! never use higher ones.
+
+pub mod storage;

@@ -1,0 +1,22 @@
+//! The Azure Storage REST client: connection strings, Shared Key and SAS authorization, the
+//! Table and Queue operations tablescan needs, typed entities, OData filters and retries.
+//!
+//! This layer knows HTTP and the Storage wire format, and nothing of scans or Functions.
+
+pub mod connection_string;
+pub mod credential;
+pub mod encoding;
+pub mod error;
+pub mod names;
+mod pipeline;
+pub mod queue;
+pub mod retry;
+pub mod sas;
+pub mod signing;
+pub mod table;
+
+pub use connection_string::{ConnectionStringError, StorageAccount};
+pub use error::{ErrorKind, ServiceError, StorageError};
+pub use pipeline::{ClientOptions, TableAuthScheme, SERVICE_VERSION};
+pub use queue::{QueueClient, QueueServiceClient};
+pub use table::{TableClient, TableServiceClient};

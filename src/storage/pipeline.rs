@@ -1,0 +1,463 @@
+//! Sends one storage request: builds the URL, signs every attempt, retries transient failures,
+//! and turns failures into [`StorageError`]s that carry no URL and no secret.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::{Method, Url};
+
+use super::connection_string::{Endpoint, StorageAccount};
+use super::credential::Credential;
+use super::encoding::encode_component;
+use super::error::{ErrorKind, ServiceError, StorageError};
+use super::retry::{
+    parse_retry_after, should_retry, AttemptOutcome, RandomSource, RetryPolicy, SystemRandomSource,
+};
+use super::signing::{self, QueueRequestParts, TableRequestParts};
+
+/// The service version we speak: the one the official Table SDKs send, and new enough for
+/// queue messages that never expire (`messagettl=-1`).
+pub const SERVICE_VERSION: &str = "2019-02-02";
+
+/// Which Shared Key scheme signs Table requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TableAuthScheme {
+    /// Shared Key: verb, content headers, date and resource.
+    #[default]
+    SharedKey,
+    /// Shared Key Lite: date and resource only.
+    SharedKeyLite,
+}
+
+/// Knobs of a storage client.
+#[derive(Clone)]
+pub struct ClientOptions {
+    /// How transient failures are retried.
+    pub retry: RetryPolicy,
+    /// The longest one attempt may take, connection and full body included.
+    pub attempt_timeout: Duration,
+    /// How long an idle pooled connection is kept. It must be shorter than the server's
+    /// keep-alive (Azurite closes idle sockets after 5 s by default), or a request can be
+    /// written onto a socket the server already closed.
+    pub pool_idle_timeout: Duration,
+    /// The signature scheme for Table requests.
+    pub table_auth: TableAuthScheme,
+    /// The random source for backoff jitter.
+    pub random: Arc<dyn RandomSource>,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            retry: RetryPolicy::default(),
+            attempt_timeout: Duration::from_secs(30),
+            pool_idle_timeout: Duration::from_secs(4),
+            table_auth: TableAuthScheme::default(),
+            random: Arc::new(SystemRandomSource::default()),
+        }
+    }
+}
+
+impl std::fmt::Debug for ClientOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientOptions")
+            .field("retry", &self.retry)
+            .field("attempt_timeout", &self.attempt_timeout)
+            .field("pool_idle_timeout", &self.pool_idle_timeout)
+            .field("table_auth", &self.table_auth)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Which service a pipeline talks to; the signature layout depends on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Service {
+    Table,
+    Queue,
+}
+
+/// One request, described before it is signed.
+pub(crate) struct Request {
+    pub operation: &'static str,
+    pub resource: String,
+    pub method: Method,
+    /// Path below the endpoint, already percent-encoded.
+    pub path: String,
+    /// Query parameters with raw (not yet encoded) values.
+    pub query: Vec<(&'static str, String)>,
+    pub headers: Vec<(HeaderName, String)>,
+    pub content_type: Option<String>,
+    pub body: Vec<u8>,
+    /// Whether repeating the request after it may have been applied is harmless.
+    pub idempotent: bool,
+}
+
+impl Request {
+    pub fn new(operation: &'static str, resource: String, method: Method, path: String) -> Self {
+        let idempotent = !matches!(method.as_str(), "POST");
+        Request {
+            operation,
+            resource,
+            method,
+            path,
+            query: Vec::new(),
+            headers: Vec::new(),
+            content_type: None,
+            body: Vec::new(),
+            idempotent,
+        }
+    }
+
+    pub fn query(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.query.push((name, value.into()));
+        self
+    }
+
+    pub fn header(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.headers
+            .push((HeaderName::from_static(name), value.into()));
+        self
+    }
+
+    pub fn body(mut self, content_type: impl Into<String>, body: Vec<u8>) -> Self {
+        self.content_type = Some(content_type.into());
+        self.body = body;
+        self
+    }
+
+    pub fn idempotent(mut self, idempotent: bool) -> Self {
+        self.idempotent = idempotent;
+        self
+    }
+}
+
+/// A successful answer, fully read.
+pub(crate) struct Response {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+/// The shared machinery of one service client.
+pub(crate) struct Pipeline {
+    http: reqwest::Client,
+    credential: Credential,
+    endpoint: Endpoint,
+    service: Service,
+    options: ClientOptions,
+}
+
+impl Pipeline {
+    pub fn new(
+        account: &StorageAccount,
+        endpoint: Endpoint,
+        service: Service,
+        options: ClientOptions,
+    ) -> Result<Self, StorageError> {
+        let http = reqwest::Client::builder()
+            .pool_idle_timeout(options.pool_idle_timeout)
+            .timeout(options.attempt_timeout)
+            .connect_timeout(options.attempt_timeout.min(Duration::from_secs(10)))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| {
+                StorageError::invalid_request(
+                    "create client",
+                    "storage account",
+                    transport_message(&e),
+                )
+            })?;
+        Ok(Pipeline {
+            http,
+            credential: account.credential().clone(),
+            endpoint,
+            service,
+            options,
+        })
+    }
+
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// Sends the request, retrying as the policy allows; any non-2xx answer is an error.
+    pub async fn send(&self, request: Request) -> Result<Response, StorageError> {
+        let url = self.url(&request)?;
+        let mut retry = 0;
+        loop {
+            let (outcome, error, retry_after) = match self.attempt(&request, &url).await {
+                Ok(response) if (200..300).contains(&response.status) => return Ok(response),
+                Ok(response) => {
+                    let retry_after = response.header("retry-after").and_then(parse_retry_after);
+                    let error = service_error(&response);
+                    (
+                        AttemptOutcome::Status(error.status),
+                        ErrorKind::Service(error),
+                        retry_after,
+                    )
+                }
+                Err((outcome, message)) => (
+                    outcome,
+                    ErrorKind::Transport {
+                        message,
+                        maybe_sent: outcome == AttemptOutcome::MaybeSent,
+                    },
+                    None,
+                ),
+            };
+            if retry >= self.options.retry.max_retries || !should_retry(outcome, request.idempotent)
+            {
+                return Err(StorageError::new(
+                    request.operation,
+                    request.resource.clone(),
+                    error,
+                ));
+            }
+            retry += 1;
+            let delay =
+                self.options
+                    .retry
+                    .delay(retry, self.options.random.next_unit(), retry_after);
+            tracing::debug!(
+                operation = request.operation,
+                resource = %request.resource,
+                retry,
+                delay_ms = delay.as_millis() as u64,
+                failure = ?outcome,
+                "retrying storage request"
+            );
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    fn url(&self, request: &Request) -> Result<Url, StorageError> {
+        let mut text = self.endpoint.join(&request.path);
+        let mut separator = '?';
+        for (name, value) in &request.query {
+            text.push(separator);
+            text.push_str(name);
+            text.push('=');
+            text.push_str(&encode_component(value));
+            separator = '&';
+        }
+        if let Credential::Sas(token) = &self.credential {
+            text.push(separator);
+            text.push_str(token.query());
+        }
+        Url::parse(&text).map_err(|_| {
+            StorageError::invalid_request(
+                request.operation,
+                request.resource.clone(),
+                "the request URL is not valid",
+            )
+        })
+    }
+
+    async fn attempt(
+        &self,
+        request: &Request,
+        url: &Url,
+    ) -> Result<Response, (AttemptOutcome, String)> {
+        let headers = self.headers(request, url);
+        let built = self
+            .http
+            .request(request.method.clone(), url.clone())
+            .headers(headers)
+            .body(request.body.clone());
+        let response = built.send().await.map_err(classify)?;
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let body = response.bytes().await.map_err(classify)?.to_vec();
+        Ok(Response {
+            status,
+            headers,
+            body,
+        })
+    }
+
+    /// Every header of one attempt, including a fresh date and signature.
+    fn headers(&self, request: &Request, url: &Url) -> HeaderMap {
+        let date = signing::rfc1123(time::OffsetDateTime::now_utc());
+        let mut ms_headers: Vec<(&str, &str)> =
+            vec![("x-ms-date", &date), ("x-ms-version", SERVICE_VERSION)];
+        for (name, value) in &request.headers {
+            if name.as_str().starts_with("x-ms-") {
+                ms_headers.push((name.as_str(), value));
+            }
+        }
+        let content_type = request.content_type.as_deref().unwrap_or("");
+        let mut map = HeaderMap::new();
+        let mut put = |name: HeaderName, value: &str| {
+            if let Ok(value) = HeaderValue::from_str(value) {
+                map.insert(name, value);
+            }
+        };
+        put(HeaderName::from_static("x-ms-date"), &date);
+        put(HeaderName::from_static("x-ms-version"), SERVICE_VERSION);
+        if !content_type.is_empty() {
+            put(reqwest::header::CONTENT_TYPE, content_type);
+        }
+        for (name, value) in &request.headers {
+            put(name.clone(), value);
+        }
+        if let Credential::SharedKey { account, key } = &self.credential {
+            let authorization = match self.service {
+                Service::Table => {
+                    let comp = url
+                        .query_pairs()
+                        .find(|(k, _)| k == "comp")
+                        .map(|(_, v)| v.into_owned());
+                    let parts = TableRequestParts {
+                        method: request.method.as_str(),
+                        content_md5: "",
+                        content_type,
+                        date: &date,
+                        path: url.path(),
+                        comp: comp.as_deref(),
+                    };
+                    match self.options.table_auth {
+                        TableAuthScheme::SharedKey => format!(
+                            "SharedKey {account}:{}",
+                            signing::sign(key, &signing::table_shared_key_string(account, &parts))
+                        ),
+                        TableAuthScheme::SharedKeyLite => format!(
+                            "SharedKeyLite {account}:{}",
+                            signing::sign(
+                                key,
+                                &signing::table_shared_key_lite_string(account, &parts)
+                            )
+                        ),
+                    }
+                }
+                Service::Queue => {
+                    let query: Vec<(String, String)> = url
+                        .query_pairs()
+                        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                        .collect();
+                    let parts = QueueRequestParts {
+                        method: request.method.as_str(),
+                        content_length: request.body.len(),
+                        content_type,
+                        ms_headers: &ms_headers,
+                        path: url.path(),
+                        query: &query,
+                    };
+                    format!(
+                        "SharedKey {account}:{}",
+                        signing::sign(key, &signing::queue_shared_key_string(account, &parts))
+                    )
+                }
+            };
+            put(reqwest::header::AUTHORIZATION, &authorization);
+        }
+        map
+    }
+}
+
+/// Sorts a transport failure into "nothing was sent" and "it may have been applied".
+fn classify(error: reqwest::Error) -> (AttemptOutcome, String) {
+    let outcome = if error.is_connect() {
+        AttemptOutcome::NotConnected
+    } else {
+        AttemptOutcome::MaybeSent
+    };
+    (outcome, transport_message(&error))
+}
+
+/// The error's message and causes, with the URL (which may hold a SAS) removed.
+fn transport_message(error: &reqwest::Error) -> String {
+    let mut parts = Vec::new();
+    if error.is_timeout() {
+        parts.push("timed out".to_string());
+    } else if error.is_connect() {
+        parts.push("could not connect".to_string());
+    } else {
+        parts.push("connection failed".to_string());
+    }
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !text.contains("://") && !parts.contains(&text) {
+            parts.push(text);
+        }
+        source = cause.source();
+    }
+    parts.join(": ")
+}
+
+/// Reads the service's error from a failed answer: JSON (`odata.error`) from the Table service,
+/// XML (`<Error>`) from the Queue service and from Azurite's authentication layer.
+pub(crate) fn service_error(response: &Response) -> ServiceError {
+    let (code, message) = parse_error_body(&response.body);
+    ServiceError {
+        status: response.status,
+        code: response
+            .header("x-ms-error-code")
+            .map(str::to_string)
+            .or(code),
+        message,
+        request_id: response.header("x-ms-request-id").map(str::to_string),
+    }
+}
+
+/// Extracts (code, first line of message) from a JSON or XML error body.
+pub(crate) fn parse_error_body(body: &[u8]) -> (Option<String>, String) {
+    let first_line = |text: &str| text.lines().next().unwrap_or("").trim().to_string();
+    if let Ok(json) = serde_json::from_slice::<serde_json::Value>(body) {
+        let error = &json["odata.error"];
+        let code = error["code"].as_str().map(str::to_string);
+        let message = error["message"]["value"]
+            .as_str()
+            .map(first_line)
+            .unwrap_or_default();
+        return (code, message);
+    }
+    let text = String::from_utf8_lossy(body);
+    let element = |name: &str| -> Option<String> {
+        let start = text.find(&format!("<{name}>"))? + name.len() + 2;
+        let end = text[start..].find(&format!("</{name}>"))? + start;
+        Some(
+            quick_xml::escape::unescape(&text[start..end])
+                .map_or_else(|_| text[start..end].to_string(), |s| s.into_owned()),
+        )
+    };
+    (
+        element("Code"),
+        element("Message")
+            .map(|m| first_line(&m))
+            .unwrap_or_default(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_error_bodies_give_code_and_first_message_line() {
+        let body = br#"{"odata.error":{"code":"EntityAlreadyExists","message":{"lang":"en-US","value":"The specified entity already exists.\nRequestId:abc\nTime:2026"}}}"#;
+        let (code, message) = parse_error_body(body);
+        assert_eq!(code.as_deref(), Some("EntityAlreadyExists"));
+        assert_eq!(message, "The specified entity already exists.");
+    }
+
+    #[test]
+    fn xml_error_bodies_give_code_and_message() {
+        let body = b"<?xml version=\"1.0\"?><Error><Code>QueueNotFound</Code><Message>The specified queue does not exist.\nRequestId:x</Message></Error>";
+        let (code, message) = parse_error_body(body);
+        assert_eq!(code.as_deref(), Some("QueueNotFound"));
+        assert_eq!(message, "The specified queue does not exist.");
+    }
+
+    #[test]
+    fn empty_error_bodies_are_fine() {
+        assert_eq!(parse_error_body(b""), (None, String::new()));
+    }
+}

@@ -1,0 +1,144 @@
+//! Retries against Azurite through a proxy that injects failures.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::fault_proxy::{Fault, FaultProxy};
+use common::{fast_retry_options, fresh_table, unique_name};
+use tablescan::storage::connection_string::{EMULATOR_ACCOUNT, EMULATOR_KEY};
+use tablescan::storage::table::entity::Entity;
+use tablescan::storage::table::query::Query;
+use tablescan::storage::{
+    ErrorKind, QueueServiceClient, StorageAccount, TableClient, TableServiceClient,
+};
+
+/// A table client that reaches the table through a new fault proxy.
+async fn through_proxy(table: &TableClient) -> (FaultProxy, TableClient) {
+    let endpoint = common::account().table_endpoint().unwrap().to_string();
+    let origin = endpoint
+        .trim_end_matches(&format!("/{EMULATOR_ACCOUNT}"))
+        .to_string();
+    let proxy = FaultProxy::start(origin).await;
+    let account = StorageAccount::from_connection_string(&format!(
+        "AccountName={EMULATOR_ACCOUNT};AccountKey={EMULATOR_KEY};TableEndpoint=http://{}/{EMULATOR_ACCOUNT}",
+        proxy.address
+    ))
+    .unwrap();
+    let client = TableServiceClient::new(&account, fast_retry_options())
+        .unwrap()
+        .table(table.name())
+        .unwrap();
+    (proxy, client)
+}
+
+#[tokio::test]
+async fn a_503_is_retried_until_the_query_succeeds() {
+    let table = fresh_table("retry").await;
+    table.insert(&Entity::new("p", "r")).await.unwrap();
+    let (proxy, client) = through_proxy(&table).await;
+    proxy.plan([
+        Fault::Status(503, "ServerBusy"),
+        Fault::Status(503, "ServerBusy"),
+    ]);
+    let rows = client.query_all(&Query::default()).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        proxy.seen().len(),
+        3,
+        "two failed attempts and one that got through"
+    );
+}
+
+#[tokio::test]
+async fn inserts_are_retried_on_503_but_not_on_408() {
+    let table = fresh_table("retrypost").await;
+    let (proxy, client) = through_proxy(&table).await;
+    proxy.plan([Fault::Status(503, "ServerBusy")]);
+    client.insert(&Entity::new("p", "1")).await.unwrap();
+    assert_eq!(proxy.seen().len(), 2);
+
+    // A 408 may come after the service applied the insert: repeating it is not safe.
+    proxy.plan([Fault::Status(408, "OperationTimedOut")]);
+    let err = client.insert(&Entity::new("p", "2")).await.unwrap_err();
+    assert_eq!(err.status(), Some(408));
+    assert!(err.is_transient(), "{err}");
+    assert_eq!(proxy.seen().len(), 3);
+}
+
+#[tokio::test]
+async fn permanent_errors_are_not_retried() {
+    let table = fresh_table("noretry").await;
+    table.insert(&Entity::new("p", "r")).await.unwrap();
+    let (proxy, client) = through_proxy(&table).await;
+    let err = client.insert(&Entity::new("p", "r")).await.unwrap_err();
+    assert_eq!(err.status(), Some(409));
+    assert!(!err.is_transient());
+    assert_eq!(proxy.seen().len(), 1);
+}
+
+#[tokio::test]
+async fn retries_stop_after_the_policy_limit_with_a_transient_error() {
+    let table = fresh_table("giveup").await;
+    let (proxy, client) = through_proxy(&table).await;
+    proxy.plan(std::iter::repeat_n(Fault::Status(500, "InternalError"), 10));
+    let err = client
+        .query_page(&Query::default(), None)
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(500));
+    assert!(err.is_transient());
+    assert_eq!(proxy.seen().len(), 5, "one attempt and four retries");
+    assert!(err.to_string().contains("InternalError"), "{err}");
+}
+
+#[tokio::test]
+async fn retry_after_sets_a_floor_on_the_delay() {
+    let table = fresh_table("after").await;
+    let (proxy, client) = through_proxy(&table).await;
+    let mut options = fast_retry_options();
+    options.retry.max_backoff = Duration::from_secs(5);
+    let account = StorageAccount::from_connection_string(&format!(
+        "AccountName={EMULATOR_ACCOUNT};AccountKey={EMULATOR_KEY};TableEndpoint=http://{}/{EMULATOR_ACCOUNT}",
+        proxy.address
+    ))
+    .unwrap();
+    let patient = TableServiceClient::new(&account, options)
+        .unwrap()
+        .table(client.name())
+        .unwrap();
+    proxy.plan([Fault::StatusWithRetryAfter(503, "ServerBusy", 1)]);
+    let started = Instant::now();
+    patient.query_page(&Query::default(), None).await.unwrap();
+    // A lower bound only: the client waited at least as long as the service asked.
+    assert!(started.elapsed() >= Duration::from_secs(1));
+}
+
+#[tokio::test]
+async fn an_unreachable_endpoint_is_a_transient_transport_error() {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let account = StorageAccount::from_connection_string(&format!(
+        "AccountName={EMULATOR_ACCOUNT};AccountKey={EMULATOR_KEY};QueueEndpoint=http://127.0.0.1:{port}/{EMULATOR_ACCOUNT}"
+    ))
+    .unwrap();
+    let queue = QueueServiceClient::new(&account, fast_retry_options())
+        .unwrap()
+        .queue(&unique_name("gone-"))
+        .unwrap();
+    let err = queue.create().await.unwrap_err();
+    assert!(
+        matches!(
+            err.kind(),
+            ErrorKind::Transport {
+                maybe_sent: false,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.is_transient());
+    assert!(!err.to_string().contains(EMULATOR_KEY));
+}
