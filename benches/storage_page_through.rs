@@ -21,9 +21,13 @@ const TABLE: &str = "benchpagethrough";
 
 #[tokio::main]
 async fn main() {
-    let connection_string = std::env::var("TABLESCAN_BENCH_STORAGE").expect("run this through scripts/bench");
+    let connection_string =
+        std::env::var("TABLESCAN_BENCH_STORAGE").expect("run this through scripts/bench");
     let python = std::env::var("TABLESCAN_BENCH_PYTHON").expect("run this through scripts/bench");
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/python/page_through.py");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/benches/python/page_through.py"
+    );
 
     let account = StorageAccount::from_connection_string(&connection_string).unwrap();
     let service = TableServiceClient::new(&account, ClientOptions::default()).unwrap();
@@ -42,11 +46,19 @@ async fn main() {
             .args([script, &connection_string, TABLE])
             .output()
             .expect("the Python interpreter runs");
-        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-        let result: serde_json::Value = serde_json::from_slice(&output.stdout).expect("the script prints JSON");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let result: serde_json::Value =
+            serde_json::from_slice(&output.stdout).expect("the script prints JSON");
         assert_eq!(result["rows"].as_u64(), Some(ROWS as u64));
         let seconds = result["seconds"].as_f64().unwrap();
-        eprintln!("round {round}: azure-data-tables {} rows, {} pages, {seconds:.3} s", result["rows"], result["pages"]);
+        eprintln!(
+            "round {round}: azure-data-tables {} rows, {} pages, {seconds:.3} s",
+            result["rows"], result["pages"]
+        );
         theirs.push(seconds);
     }
 
@@ -77,7 +89,10 @@ async fn page_through(table: &TableClient) -> (usize, usize, f64) {
     let started = Instant::now();
     let (mut rows, mut pages, mut continuation) = (0, 0, None);
     loop {
-        let page = table.query_page(&query, continuation.as_ref()).await.unwrap();
+        let page = table
+            .query_page(&query, continuation.as_ref())
+            .await
+            .unwrap();
         rows += page.entities.len();
         pages += 1;
         match page.continuation {
@@ -105,16 +120,24 @@ async fn load(service: &TableServiceClient, table: &TableClient) {
         let operations: Vec<Operation> = (0..ROWS_PER_PARTITION)
             .map(|r| {
                 Operation::Insert(
-                    Entity::new(format!("package.{p:05}"), format!("{}.{}.{r}", p % 7, r % 13))
-                        .with("n", Value::Int32(r as i32))
-                        .with("size", Value::Int64((p * r) as i64))
-                        .with("published", Value::DateTime(when))
-                        .with("title", Value::String(format!("A package description of some length {p}"))),
+                    Entity::new(
+                        format!("package.{p:05}"),
+                        format!("{}.{}.{r}", p % 7, r % 13),
+                    )
+                    .with("n", Value::Int32(r as i32))
+                    .with("size", Value::Int64((p * r) as i64))
+                    .with("published", Value::DateTime(when))
+                    .with(
+                        "title",
+                        Value::String(format!("A package description of some length {p}")),
+                    ),
                 )
             })
             .collect();
         let table = table.clone();
-        pending.push(tokio::spawn(async move { table.submit_transaction(&operations).await.map(drop) }));
+        pending.push(tokio::spawn(async move {
+            table.submit_transaction(&operations).await.map(drop)
+        }));
         if pending.len() == 4 {
             for task in pending.drain(..) {
                 task.await.unwrap().unwrap();
@@ -124,5 +147,8 @@ async fn load(service: &TableServiceClient, table: &TableClient) {
     for task in pending {
         task.await.unwrap().unwrap();
     }
-    eprintln!("loaded {ROWS} rows in {:.1} s", started.elapsed().as_secs_f64());
+    eprintln!(
+        "loaded {ROWS} rows in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
 }

@@ -2,4 +2,5 @@
 //! handler. See `docs/architecture.md` for the layers; each is a module here, and lower layers
 //! never use higher ones.
 
+pub mod scan;
 pub mod storage;

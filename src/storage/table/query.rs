@@ -43,7 +43,7 @@ impl Query {
 }
 
 /// Where the next page of a query starts. The values are opaque tokens of the service.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Continuation {
     #[serde(rename = "npk")]
     pub next_partition_key: String,

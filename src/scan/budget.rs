@@ -1,0 +1,49 @@
+//! How much one step may do before it hands the rest of its range on.
+
+use std::time::{Duration, Instant};
+
+/// The limits of one step. A step always issues at least one query; after that it stops as soon
+/// as either limit is reached. Time spent applying the scan's action counts too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    pub max_queries: u32,
+    pub max_duration: Duration,
+}
+
+impl Default for Budget {
+    /// 20 queries or 15 seconds: at 100 ms a query, a step reads up to 20,000 rows in about two
+    /// seconds, and even a slow storage account or a slow action keeps the step below 30 s
+    /// (15 s of budget plus one last query and its action), far inside Functions' 10 minutes.
+    fn default() -> Self {
+        Budget {
+            max_queries: 20,
+            max_duration: Duration::from_secs(15),
+        }
+    }
+}
+
+/// A monotonic clock; injected so that tests and the simulator can run on virtual time.
+pub trait Clock: Sync {
+    /// Time since an arbitrary fixed origin.
+    fn now(&self) -> Duration;
+}
+
+/// The real clock.
+#[derive(Debug, Clone, Copy)]
+pub struct SystemClock {
+    origin: Instant,
+}
+
+impl Default for SystemClock {
+    fn default() -> Self {
+        SystemClock {
+            origin: Instant::now(),
+        }
+    }
+}
+
+impl Clock for SystemClock {
+    fn now(&self) -> Duration {
+        self.origin.elapsed()
+    }
+}

@@ -1,0 +1,374 @@
+//! An in-memory table that answers page requests the way the Table service does, for tests,
+//! benchmarks and the simulator.
+//!
+//! It is deliberately independent of the engine's key code: it orders keys by their UTF-16 code
+//! units itself. It can also misbehave the way the real service may and Azurite never does:
+//! short pages and empty pages that still carry a continuation, and a continuation on the last
+//! page. It refuses a continuation used with another query than the one that produced it.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+
+use super::keys::{partition_filter, range_filter, KeyRange, Lower, Upper};
+use super::reader::{PageRequest, ReadScope, TableReader};
+use crate::storage::error::{ErrorKind, StorageError};
+use crate::storage::table::entity::Entity;
+use crate::storage::table::query::{Continuation, Page};
+
+/// Marks the continuation that points past the last row.
+const END_TOKEN: &str = "\u{1}end";
+
+struct Row {
+    pk: Vec<u16>,
+    rk: Vec<u16>,
+    entity: Entity,
+}
+
+/// A table held in memory, sorted as the service sorts.
+pub struct MemoryTable {
+    rows: Vec<Row>,
+}
+
+impl MemoryTable {
+    /// A table of these entities; duplicates (same keys) keep the last one.
+    pub fn new(entities: impl IntoIterator<Item = Entity>) -> Self {
+        let mut rows: Vec<Row> = entities
+            .into_iter()
+            .map(|entity| Row {
+                pk: entity.partition_key.encode_utf16().collect(),
+                rk: entity.row_key.encode_utf16().collect(),
+                entity,
+            })
+            .collect();
+        rows.sort_by(|a, b| (&a.pk, &a.rk).cmp(&(&b.pk, &b.rk)));
+        rows.dedup_by(|later, earlier| later.pk == earlier.pk && later.rk == earlier.rk);
+        MemoryTable { rows }
+    }
+
+    /// A table of bare keys.
+    pub fn from_keys<'a>(keys: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        Self::new(keys.into_iter().map(|(pk, rk)| Entity::new(pk, rk)))
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// Every entity in table order.
+    pub fn entities(&self) -> impl Iterator<Item = &Entity> {
+        self.rows.iter().map(|r| &r.entity)
+    }
+}
+
+/// How often the model answers as the real service sometimes does (percent of page requests).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Quirks {
+    /// A page with no rows but a continuation.
+    pub empty_pages: u8,
+    /// A page with fewer rows than asked although more match.
+    pub short_pages: u8,
+    /// A continuation on the page that already holds the last matching row.
+    pub trailing_tokens: u8,
+    /// Seeds the model's choices, so a failing case replays exactly.
+    pub seed: u64,
+}
+
+/// Reads a [`MemoryTable`]; counts and logs every request.
+pub struct MemoryReader<'a> {
+    table: &'a MemoryTable,
+    quirks: Quirks,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    random: u64,
+    log: Vec<String>,
+    /// Positions at which an empty page was already returned, so the model always progresses.
+    emptied: HashSet<(Vec<u16>, Vec<u16>)>,
+    /// Which query each continuation belongs to.
+    issued: HashMap<Continuation, String>,
+}
+
+impl<'a> MemoryReader<'a> {
+    pub fn new(table: &'a MemoryTable, quirks: Quirks) -> Self {
+        MemoryReader {
+            table,
+            quirks,
+            state: Mutex::new(State {
+                random: quirks.seed ^ 0x9E37_79B9_7F4A_7C15,
+                ..State::default()
+            }),
+        }
+    }
+
+    /// Every request so far: its filter, and `+cursor` when it resumed a query.
+    pub fn log(&self) -> Vec<String> {
+        self.state.lock().expect("model state").log.clone()
+    }
+
+    /// How many page requests were answered.
+    pub fn queries(&self) -> usize {
+        self.state.lock().expect("model state").log.len()
+    }
+
+    fn answer(&self, request: &PageRequest<'_>) -> Result<Page, String> {
+        let mut state = self.state.lock().expect("model state");
+        let query = describe(request.scope);
+        state.log.push(match request.cursor {
+            Some(_) => format!("{query} +cursor"),
+            None => query.clone(),
+        });
+        let rows = &self.table.rows;
+        let mut start = match request.scope {
+            ReadScope::Range(range) => rows.partition_point(|r| !above_lower(&r.pk, &range.lower)),
+            ReadScope::Partition {
+                partition_key,
+                row_keys,
+            } => {
+                let pk: Vec<u16> = partition_key.encode_utf16().collect();
+                rows.partition_point(|r| {
+                    r.pk < pk || (r.pk == pk && !above_lower(&r.rk, &row_keys.lower))
+                })
+            }
+        };
+        if let Some(cursor) = request.cursor {
+            match state.issued.get(cursor) {
+                Some(owner) if *owner == query => {}
+                _ => {
+                    return Err(format!(
+                        "continuation used with another query than its own: {query}"
+                    ))
+                }
+            }
+            if cursor.next_partition_key == END_TOKEN {
+                return Ok(Page {
+                    entities: Vec::new(),
+                    continuation: None,
+                });
+            }
+            let pk: Vec<u16> = cursor.next_partition_key.encode_utf16().collect();
+            let rk: Vec<u16> = cursor
+                .next_row_key
+                .as_deref()
+                .unwrap_or("")
+                .encode_utf16()
+                .collect();
+            start = start.max(rows.partition_point(|r| (&r.pk, &r.rk) < (&pk, &rk)));
+        }
+        let in_scope = |row: &Row| match request.scope {
+            ReadScope::Range(range) => below_upper(&row.pk, &range.upper),
+            ReadScope::Partition {
+                partition_key,
+                row_keys,
+            } => {
+                row.pk.iter().copied().eq(partition_key.encode_utf16())
+                    && below_upper(&row.rk, &row_keys.upper)
+            }
+        };
+        let matching = rows[start..].iter().take_while(|r| in_scope(r)).count();
+        let mut take = matching.min(request.top as usize);
+        let roll =
+            |state: &mut State, percent: u8| next_percent(&mut state.random) < u32::from(percent);
+
+        if matching > 0 {
+            let position = (rows[start].pk.clone(), rows[start].rk.clone());
+            if roll(&mut state, self.quirks.empty_pages) && state.emptied.insert(position) {
+                take = 0;
+            } else if take > 1 && roll(&mut state, self.quirks.short_pages) {
+                take = 1 + (next_percent(&mut state.random) as usize) % (take - 1);
+            }
+        }
+        let entities: Vec<Entity> = rows[start..start + take]
+            .iter()
+            .map(|r| select(&r.entity, request.columns))
+            .collect();
+        let continuation = if take < matching {
+            let next = &rows[start + take].entity;
+            Some(Continuation {
+                next_partition_key: next.partition_key.clone(),
+                next_row_key: Some(next.row_key.clone()),
+            })
+        } else if matching > 0 && roll(&mut state, self.quirks.trailing_tokens) {
+            Some(Continuation {
+                next_partition_key: END_TOKEN.into(),
+                next_row_key: None,
+            })
+        } else {
+            None
+        };
+        if let Some(token) = &continuation {
+            state.issued.insert(token.clone(), query);
+        }
+        Ok(Page {
+            entities,
+            continuation,
+        })
+    }
+}
+
+impl TableReader for MemoryReader<'_> {
+    async fn read_page(&self, request: &PageRequest<'_>) -> Result<Page, StorageError> {
+        self.answer(request).map_err(|why| {
+            StorageError::new(
+                "query entities",
+                "memory table",
+                ErrorKind::InvalidRequest(why),
+            )
+        })
+    }
+}
+
+fn describe(scope: ReadScope<'_>) -> String {
+    let filter = match scope {
+        ReadScope::Range(range) => range_filter(range),
+        ReadScope::Partition {
+            partition_key,
+            row_keys,
+        } => Some(partition_filter(partition_key, row_keys)),
+    };
+    filter.map_or_else(|| "(all)".to_string(), |f| f.as_str().to_string())
+}
+
+fn above_lower(key: &[u16], lower: &Lower) -> bool {
+    match lower {
+        Lower::Unbounded => true,
+        Lower::Included(lo) => key.iter().copied().cmp(lo.encode_utf16()).is_ge(),
+        Lower::Excluded(lo) => key.iter().copied().cmp(lo.encode_utf16()).is_gt(),
+    }
+}
+
+fn below_upper(key: &[u16], upper: &Upper) -> bool {
+    match upper {
+        Upper::Unbounded => true,
+        Upper::Excluded(hi) => key.iter().copied().cmp(hi.encode_utf16()).is_lt(),
+    }
+}
+
+/// The entity as a `$select` would return it: keys, metadata and the chosen properties.
+fn select(entity: &Entity, columns: Option<&[String]>) -> Entity {
+    match columns {
+        None => entity.clone(),
+        Some(names) => {
+            let mut chosen = Entity::new(entity.partition_key.clone(), entity.row_key.clone());
+            chosen.etag = entity.etag.clone();
+            chosen.timestamp = entity.timestamp;
+            for name in names {
+                if let Some(value) = entity.properties.get(name) {
+                    chosen.properties.insert(name.clone(), value.clone());
+                }
+            }
+            chosen
+        }
+    }
+}
+
+/// A number in 0..100 from a xorshift generator: deterministic per seed.
+fn next_percent(state: &mut u64) -> u32 {
+    let mut x = *state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *state = x;
+    (x % 100) as u32
+}
+
+/// The rows of `table` whose keys fall in a scan's scope, in order (the expected answer).
+pub fn rows_in_scope(table: &MemoryTable, partition_keys: &KeyRange) -> Vec<(String, String)> {
+    table
+        .rows
+        .iter()
+        .filter(|r| {
+            above_lower(&r.pk, &partition_keys.lower) && below_upper(&r.pk, &partition_keys.upper)
+        })
+        .map(|r| (r.entity.partition_key.clone(), r.entity.row_key.clone()))
+        .collect()
+}
+
+/// A table shaped like NuGet's package catalog: package ids (dotted, mixed case, skewed towards
+/// a few popular first letters) as PartitionKey and 1 to 50 versions each as RowKey, about
+/// `rows` rows in all. Deterministic for a given seed.
+pub fn nuget_like(rows: usize, seed: u64) -> Vec<Entity> {
+    const OWNERS: [&str; 12] = [
+        "Microsoft",
+        "System",
+        "Azure",
+        "NuGet",
+        "Serilog",
+        "Newtonsoft",
+        "AWSSDK",
+        "Xamarin",
+        "Google",
+        "Akka",
+        "Humanizer",
+        "jQuery",
+    ];
+    const WORDS: [&str; 16] = [
+        "Core",
+        "Extensions",
+        "Logging",
+        "Json",
+        "Http",
+        "Data",
+        "Client",
+        "Abstractions",
+        "Runtime",
+        "Tools",
+        "Sql",
+        "Web",
+        "Identity",
+        "Storage",
+        "Text",
+        "Collections",
+    ];
+    let mut random = seed ^ 0xD1B5_4A32_D192_ED03;
+    let mut next = |n: u64| -> u64 {
+        random ^= random << 13;
+        random ^= random >> 7;
+        random ^= random << 17;
+        random % n
+    };
+    let mut entities = Vec::with_capacity(rows + 50);
+    let mut package = 0u64;
+    while entities.len() < rows {
+        package += 1;
+        // Half the packages belong to a well-known owner; the rest have their own names.
+        let id = if next(2) == 0 {
+            format!(
+                "{}.{}.{}{}",
+                OWNERS[next(12) as usize],
+                WORDS[next(16) as usize],
+                WORDS[next(16) as usize],
+                package
+            )
+        } else {
+            let first = (b'a' + next(26) as u8) as char;
+            format!(
+                "{}{}.{}{}",
+                first.to_ascii_uppercase(),
+                WORDS[next(16) as usize].to_lowercase(),
+                WORDS[next(16) as usize],
+                package
+            )
+        };
+        let versions = 1 + next(50);
+        for v in 0..versions {
+            if entities.len() == rows {
+                break;
+            }
+            let version = format!(
+                "{}.{}.{}{}",
+                v / 10,
+                v % 10,
+                next(20),
+                if next(5) == 0 { "-beta" } else { "" }
+            );
+            entities.push(Entity::new(id.clone(), format!("{version}.{v}")));
+        }
+    }
+    entities
+}

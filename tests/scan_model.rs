@@ -1,0 +1,423 @@
+//! The scan engine against the in-memory model: every row of the scope exactly once, for every
+//! strategy, mode and scope, with difficult keys and with the service's short and empty pages.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tablescan::scan::driver::run_to_completion;
+use tablescan::scan::keys::{KeyRange, Lower, Upper};
+use tablescan::scan::model::{nuget_like, rows_in_scope, MemoryReader, MemoryTable, Quirks};
+use tablescan::scan::{
+    Budget, Clock, ReadMode, ScanOptions, SplitPolicy, Strategy as ScanStrategy, WorkItem,
+};
+
+/// A clock that moves forward a fixed amount every time it is read, so time budgets trip.
+struct TickingClock {
+    nanos: AtomicU64,
+    tick: Duration,
+}
+
+impl Clock for TickingClock {
+    fn now(&self) -> Duration {
+        Duration::from_nanos(
+            self.nanos
+                .fetch_add(self.tick.as_nanos() as u64, Ordering::Relaxed),
+        )
+    }
+}
+
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(future)
+}
+
+/// Characters that break naive scanners: U+FFFF (the published sentinel), U+E000 (sorts after
+/// supplementary characters in UTF-16), a supplementary character, and plain letters.
+fn key() -> impl Strategy<Value = String> {
+    let chars = prop::sample::select(vec!['A', 'B', '\u{FFFF}', '\u{E000}', '\u{1F600}']);
+    prop::collection::vec(chars, 0..4).prop_map(|cs| cs.into_iter().collect())
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    rows: Vec<(String, String)>,
+    options: ScanOptions,
+    quirks: Quirks,
+    prefix: Option<String>,
+    lower: Option<String>,
+    upper: Option<String>,
+    tick_ms: u64,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    let options = (
+        prop::sample::select(vec![ScanStrategy::Prefix, ScanStrategy::Serial]),
+        prop::sample::select(vec![ReadMode::Rows, ReadMode::PartitionKeys]),
+        prop::sample::select(vec![SplitPolicy::AtBudget, SplitPolicy::EveryPage]),
+        1u16..=5,
+        1u32..=4,
+    )
+        .prop_map(
+            |(strategy, mode, split, page_size, max_queries)| ScanOptions {
+                strategy,
+                mode,
+                split,
+                page_size,
+                columns: None,
+                budget: Budget {
+                    max_queries,
+                    max_duration: Duration::from_millis(50),
+                },
+            },
+        );
+    let quirks = (0u8..40, 0u8..40, 0u8..40, any::<u64>()).prop_map(
+        |(empty_pages, short_pages, trailing_tokens, seed)| Quirks {
+            empty_pages,
+            short_pages,
+            trailing_tokens,
+            seed,
+        },
+    );
+    (
+        prop::collection::vec((key(), key()), 0..40),
+        options,
+        quirks,
+        prop::option::of(
+            prop::collection::vec(
+                prop::sample::select(vec!['A', '\u{FFFF}', '\u{1F600}']),
+                0..2,
+            )
+            .prop_map(|c| c.into_iter().collect::<String>()),
+        ),
+        prop::option::weighted(0.3, key()),
+        prop::option::weighted(0.3, key()),
+        prop::sample::select(vec![0u64, 7, 30]),
+    )
+        .prop_map(
+            |(rows, options, quirks, prefix, lower, upper, tick_ms)| Case {
+                rows,
+                options,
+                quirks,
+                prefix,
+                lower,
+                upper,
+                tick_ms,
+            },
+        )
+}
+
+fn scope(case: &Case) -> (KeyRange, String) {
+    let prefix = case.prefix.clone().unwrap_or_default();
+    let range = KeyRange::with_prefix(&prefix).intersect(&KeyRange::between(
+        case.lower.as_deref(),
+        case.upper.as_deref(),
+    ));
+    (range, prefix)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_row_in_scope_is_delivered_exactly_once(case in case()) {
+        let table = MemoryTable::from_keys(case.rows.iter().map(|(p, r)| (p.as_str(), r.as_str())));
+        let reader = MemoryReader::new(&table, case.quirks);
+        let (range, prefix) = scope(&case);
+        let clock = TickingClock { nanos: AtomicU64::new(0), tick: Duration::from_millis(case.tick_ms) };
+        let root = WorkItem::root("scan", range.clone(), prefix);
+        let report = block_on(run_to_completion(&reader, root, &case.options, &clock, 100_000)).unwrap();
+
+        let expected = rows_in_scope(&table, &range);
+        let mut delivered: Vec<(String, String)> =
+            report.rows.iter().map(|e| (e.partition_key.clone(), e.row_key.clone())).collect();
+        match case.options.mode {
+            ReadMode::Rows => {
+                delivered.sort();
+                let mut want = expected.clone();
+                want.sort();
+                prop_assert_eq!(delivered, want);
+            }
+            ReadMode::PartitionKeys => {
+                let mut partitions: Vec<String> = delivered.into_iter().map(|(p, _)| p).collect();
+                partitions.sort();
+                let want: Vec<String> = expected.iter().map(|(p, _)| p.clone()).collect::<BTreeSet<_>>().into_iter().collect();
+                prop_assert_eq!(partitions, want);
+            }
+        }
+        // Finite, and every query counted.
+        prop_assert_eq!(report.queries as usize, reader.queries());
+        prop_assert!(report.most_queries_in_a_step <= case.options.budget.max_queries);
+        // No query without a cursor is ever issued twice: every fresh range is new.
+        let fresh: Vec<String> = reader.log().into_iter().filter(|q| !q.ends_with("+cursor")).collect();
+        let unique: BTreeSet<&String> = fresh.iter().collect();
+        prop_assert_eq!(unique.len(), fresh.len(), "repeated query in {:?}", fresh);
+    }
+}
+
+#[test]
+fn the_blog_example_yields_the_blog_query_tree() {
+    // The ten rows of "How to run a distributed scan of Azure Table Storage", page size 2,
+    // splitting after every page as the published implementation does.
+    let rows = [
+        ("Dashner", "Cleopatra"),
+        ("Davis", "Gemma"),
+        ("Davis", "Loralee"),
+        ("Dodge", "Lowell"),
+        ("Hartlage", "Marketta"),
+        ("Nuckles", "Timmy"),
+        ("Rundle", "Coleen"),
+        ("Splawn", "Lise"),
+        ("Wedell", "Annabelle"),
+        ("Wongus", "Rosenda"),
+    ];
+    let table = MemoryTable::from_keys(rows);
+    let reader = MemoryReader::new(&table, Quirks::default());
+    let options = ScanOptions {
+        split: SplitPolicy::EveryPage,
+        page_size: 2,
+        budget: Budget {
+            max_queries: 100,
+            max_duration: Duration::from_secs(60),
+        },
+        ..ScanOptions::default()
+    };
+    let clock = TickingClock {
+        nanos: AtomicU64::new(0),
+        tick: Duration::ZERO,
+    };
+    let report = block_on(run_to_completion(
+        &reader,
+        WorkItem::root("blog", KeyRange::all(), ""),
+        &options,
+        &clock,
+        100,
+    ))
+    .unwrap();
+    assert_eq!(
+        reader.log(),
+        [
+            // The first step: four queries find the first-level prefixes D, N and S and read 8 rows.
+            "(all)",
+            "PartitionKey ge 'E'",
+            "PartitionKey ge 'O'",
+            "PartitionKey ge 'T'",
+            // Then, for each prefix: the rest of the last partition seen, and the rest of the prefix.
+            "PartitionKey eq 'Davis' and RowKey gt 'Gemma'",
+            "PartitionKey gt 'Davis' and PartitionKey lt 'E'",
+            "PartitionKey eq 'Nuckles' and RowKey gt 'Timmy'",
+            "PartitionKey gt 'Nuckles' and PartitionKey lt 'O'",
+            "PartitionKey eq 'Splawn' and RowKey gt 'Lise'",
+            "PartitionKey gt 'Splawn' and PartitionKey lt 'T'",
+        ]
+    );
+    let first_step_rows: Vec<&str> = report.rows[..8]
+        .iter()
+        .map(|e| e.partition_key.as_str())
+        .collect();
+    assert_eq!(
+        first_step_rows,
+        ["Dashner", "Davis", "Hartlage", "Nuckles", "Rundle", "Splawn", "Wedell", "Wongus"]
+    );
+    let later: Vec<(&str, &str)> = report.rows[8..]
+        .iter()
+        .map(|e| (e.partition_key.as_str(), e.row_key.as_str()))
+        .collect();
+    assert_eq!(later, [("Davis", "Loralee"), ("Dodge", "Lowell")]);
+    assert_eq!(report.steps, 7);
+    assert_eq!(report.longest_chain, 2);
+}
+
+#[test]
+fn keys_with_u_ffff_are_neither_lost_nor_looped_on() {
+    // The published scanner's failing cases: A, A+U+FFFF, AB (the middle one was lost) and
+    // A+U+FFFF+A, A+U+FFFF+B with page size 1 (read again forever).
+    for keys in [
+        vec!["A", "A\u{FFFF}", "AB"],
+        vec!["A\u{FFFF}A", "A\u{FFFF}B"],
+        vec!["A\u{FFFF}", "A\u{FFFF}B", "C"],
+        vec!["\u{FFFF}", "\u{FFFF}\u{FFFF}", ""],
+    ] {
+        let table = MemoryTable::from_keys(keys.iter().map(|k| (*k, "r")));
+        for split in [SplitPolicy::EveryPage, SplitPolicy::AtBudget] {
+            let reader = MemoryReader::new(&table, Quirks::default());
+            let options = ScanOptions {
+                split,
+                page_size: 1,
+                budget: Budget {
+                    max_queries: 1,
+                    max_duration: Duration::from_secs(1),
+                },
+                ..ScanOptions::default()
+            };
+            let clock = TickingClock {
+                nanos: AtomicU64::new(0),
+                tick: Duration::ZERO,
+            };
+            let report = block_on(run_to_completion(
+                &reader,
+                WorkItem::root("s", KeyRange::all(), ""),
+                &options,
+                &clock,
+                1000,
+            ))
+            .unwrap();
+            let mut got: Vec<&str> = report
+                .rows
+                .iter()
+                .map(|e| e.partition_key.as_str())
+                .collect();
+            got.sort();
+            let mut want = keys.clone();
+            want.sort();
+            assert_eq!(got, want, "{keys:?} {split:?}");
+        }
+    }
+}
+
+#[test]
+fn a_huge_partition_is_split_by_row_key_and_no_step_exceeds_its_budget() {
+    let rows: Vec<(String, String)> = (0..20_000)
+        .map(|i| ("big".to_string(), format!("{:08}", i * 7919 % 1_000_003)))
+        .collect();
+    let table = MemoryTable::from_keys(rows.iter().map(|(p, r)| (p.as_str(), r.as_str())));
+    let reader = MemoryReader::new(&table, Quirks::default());
+    let options = ScanOptions {
+        page_size: 100,
+        budget: Budget {
+            max_queries: 5,
+            max_duration: Duration::from_secs(60),
+        },
+        ..ScanOptions::default()
+    };
+    let clock = TickingClock {
+        nanos: AtomicU64::new(0),
+        tick: Duration::ZERO,
+    };
+    let report = block_on(run_to_completion(
+        &reader,
+        WorkItem::root("s", KeyRange::all(), ""),
+        &options,
+        &clock,
+        10_000,
+    ))
+    .unwrap();
+    assert_eq!(report.rows.len(), 20_000);
+    assert!(report.most_queries_in_a_step <= 5);
+    // Serially, 200 pages at 5 per step would be a chain of 40 steps; split by RowKey prefix
+    // the chain is much shorter because ranges of the partition are read side by side.
+    assert!(
+        report.longest_chain < 20,
+        "longest chain {}",
+        report.longest_chain
+    );
+    let serial = ScanOptions {
+        strategy: ScanStrategy::Serial,
+        ..options.clone()
+    };
+    let reader = MemoryReader::new(&table, Quirks::default());
+    let baseline = block_on(run_to_completion(
+        &reader,
+        WorkItem::root("s", KeyRange::all(), ""),
+        &serial,
+        &clock,
+        10_000,
+    ))
+    .unwrap();
+    assert_eq!(baseline.longest_chain, 40);
+    assert_eq!(baseline.rows.len(), 20_000);
+}
+
+#[test]
+fn partitions_only_mode_skips_the_rest_of_each_partition() {
+    let mut rows = Vec::new();
+    for p in 0..50 {
+        for r in 0..(if p == 7 { 5000 } else { 3 }) {
+            rows.push((format!("p{p:02}"), format!("r{r:05}")));
+        }
+    }
+    let table = MemoryTable::from_keys(rows.iter().map(|(p, r)| (p.as_str(), r.as_str())));
+    let reader = MemoryReader::new(&table, Quirks::default());
+    let options = ScanOptions {
+        mode: ReadMode::PartitionKeys,
+        page_size: 10,
+        ..ScanOptions::default()
+    };
+    let clock = TickingClock {
+        nanos: AtomicU64::new(0),
+        tick: Duration::ZERO,
+    };
+    let report = block_on(run_to_completion(
+        &reader,
+        WorkItem::root("s", KeyRange::all(), ""),
+        &options,
+        &clock,
+        1000,
+    ))
+    .unwrap();
+    assert_eq!(report.rows.len(), 50);
+    // Reading every row would take over 500 pages of 10; skipping partitions takes a few dozen.
+    assert!(report.queries < 40, "{} queries", report.queries);
+}
+
+#[test]
+fn nuget_like_scans_issue_close_to_the_serial_number_of_queries() {
+    let rows = 200_000;
+    let table = MemoryTable::new(nuget_like(rows, 7));
+    let reader = MemoryReader::new(&table, Quirks::default());
+    let clock = TickingClock {
+        nanos: AtomicU64::new(0),
+        tick: Duration::ZERO,
+    };
+    let report = block_on(run_to_completion(
+        &reader,
+        WorkItem::root("s", KeyRange::all(), ""),
+        &ScanOptions::default(),
+        &clock,
+        100_000,
+    ))
+    .unwrap();
+    assert_eq!(report.rows.len(), rows);
+    let serial_pages = rows.div_ceil(1000) as f64;
+    let ratio = report.queries as f64 / serial_pages;
+    assert!(
+        ratio <= 1.15,
+        "{} queries for {serial_pages} serial pages: ratio {ratio:.3}",
+        report.queries
+    );
+}
+
+#[test]
+fn continuation_items_respect_lower_bounds_in_scope() {
+    // A scope that starts inside a prefix: bounds are exclusive.
+    let table = MemoryTable::from_keys([("a", "1"), ("ab", "1"), ("abc", "1"), ("b", "1")]);
+    let reader = MemoryReader::new(&table, Quirks::default());
+    let range = KeyRange {
+        lower: Lower::Excluded("ab".into()),
+        upper: Upper::Excluded("b".into()),
+    };
+    let clock = TickingClock {
+        nanos: AtomicU64::new(0),
+        tick: Duration::ZERO,
+    };
+    let report = block_on(run_to_completion(
+        &reader,
+        WorkItem::root("s", range, ""),
+        &ScanOptions {
+            page_size: 1,
+            ..ScanOptions::default()
+        },
+        &clock,
+        100,
+    ))
+    .unwrap();
+    let got: Vec<&str> = report
+        .rows
+        .iter()
+        .map(|e| e.partition_key.as_str())
+        .collect();
+    assert_eq!(got, ["abc"]);
+}
