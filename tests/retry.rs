@@ -142,3 +142,64 @@ async fn an_unreachable_endpoint_is_a_transient_transport_error() {
     assert!(err.is_transient());
     assert!(!err.to_string().contains(EMULATOR_KEY));
 }
+
+/// A table client that reaches Azurite through a proxy dropping the first `drops` connections.
+async fn through_reset_proxy(
+    table: &TableClient,
+    drops: usize,
+) -> (common::reset_proxy::ResetProxy, TableClient) {
+    let endpoint = common::account().table_endpoint().unwrap().to_string();
+    let authority = endpoint
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let upstream = authority.parse().unwrap();
+    let proxy = common::reset_proxy::ResetProxy::start(upstream, drops).await;
+    let account = StorageAccount::from_connection_string(&format!(
+        "AccountName={EMULATOR_ACCOUNT};AccountKey={EMULATOR_KEY};TableEndpoint=http://{}/{EMULATOR_ACCOUNT}",
+        proxy.address
+    ))
+    .unwrap();
+    let client = TableServiceClient::new(&account, fast_retry_options())
+        .unwrap()
+        .table(table.name())
+        .unwrap();
+    (proxy, client)
+}
+
+#[tokio::test]
+async fn a_dropped_connection_is_retried_for_a_query() {
+    let table = fresh_table("reset").await;
+    table.insert(&Entity::new("p", "r")).await.unwrap();
+    let (proxy, client) = through_reset_proxy(&table, 2).await;
+    let rows = client.query_all(&Query::default()).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        proxy.connections(),
+        3,
+        "two dropped connections, then one that answered"
+    );
+}
+
+#[tokio::test]
+async fn a_dropped_connection_is_not_retried_for_an_insert() {
+    // The insert may have been applied before the connection broke: repeating it could fail
+    // with EntityAlreadyExists or double an effect, so the error goes to the caller.
+    let table = fresh_table("resetpost").await;
+    let (proxy, client) = through_reset_proxy(&table, 1).await;
+    let err = client.insert(&Entity::new("p", "r")).await.unwrap_err();
+    assert!(
+        matches!(
+            err.kind(),
+            ErrorKind::Transport {
+                maybe_sent: true,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.is_transient());
+    assert_eq!(proxy.connections(), 1);
+}
