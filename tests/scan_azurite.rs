@@ -122,6 +122,8 @@ async fn every_strategy_reads_every_row_of_its_scope_once_on_azurite() {
                 }
             }
             assert!(report.most_queries_in_a_step <= 2, "{context}");
+            let partitions: BTreeSet<&str> = expected.iter().map(|(p, _)| p.as_str()).collect();
+            assert_eq!(report.partitions, partitions.len() as u64, "{context}");
         }
     }
 }

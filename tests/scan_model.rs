@@ -148,6 +148,9 @@ proptest! {
                 prop_assert_eq!(partitions, want);
             }
         }
+        // Partition counts are exact even though partitions are split across steps.
+        let distinct: BTreeSet<&String> = expected.iter().map(|(p, _)| p).collect();
+        prop_assert_eq!(report.partitions, distinct.len() as u64);
         // Finite, and every query counted.
         prop_assert_eq!(report.queries as usize, reader.queries());
         prop_assert!(report.most_queries_in_a_step <= case.options.budget.max_queries);

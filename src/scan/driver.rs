@@ -32,6 +32,8 @@ pub struct RunReport {
     pub rows: Vec<Entity>,
     pub steps: u64,
     pub queries: u64,
+    /// Distinct PartitionKeys read, summed from the steps' counts.
+    pub partitions: u64,
     /// The longest chain of steps that each waited for the one before (the critical path).
     pub longest_chain: u32,
     /// The most queries one step issued.
@@ -65,6 +67,7 @@ pub async fn run_to_completion<R: TableReader, C: Clock>(
         let step = run_step(reader, &item, options, clock, &mut sink).await?;
         report.steps += 1;
         report.queries += u64::from(step.queries);
+        report.partitions += step.partitions_started;
         report.longest_chain = report.longest_chain.max(item.depth + 1);
         report.most_queries_in_a_step = report.most_queries_in_a_step.max(step.queries);
         report.rows.extend(sink.rows);

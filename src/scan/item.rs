@@ -42,6 +42,10 @@ pub enum Task {
         prefix: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cursor: Option<Continuation>,
+        /// With a cursor: the PartitionKey of the last row read before it, so the next step
+        /// knows whether its first row continues that partition (exact partition counts).
+        #[serde(rename = "lastpk", default, skip_serializing_if = "Option::is_none")]
+        last_partition: Option<String>,
     },
     /// The rows of one partition whose RowKey lies in `row_keys`, all starting with `prefix`.
     #[serde(rename = "partition")]
@@ -86,6 +90,7 @@ impl WorkItem {
                 partition_keys,
                 prefix: prefix.into(),
                 cursor: None,
+                last_partition: None,
             },
         }
     }

@@ -101,6 +101,9 @@ pub struct StepReport {
     /// Rows passed to the sink.
     pub rows_delivered: u64,
     pub queries: u32,
+    /// Partitions whose first row this step read: summed over a scan, the exact number of
+    /// distinct PartitionKeys in its scope.
+    pub partitions_started: u64,
     /// Work items that together cover exactly what this step did not read.
     pub follow_ups: Vec<WorkItem>,
     pub stopped: StopReason,
@@ -157,16 +160,28 @@ where
         rows_read: 0,
         rows_delivered: 0,
         queries: 0,
+        partitions_started: 0,
         follow_ups: Vec::new(),
         stopped: StopReason::Finished,
     };
     let mut current = Some(item.task.clone());
     let columns = columns_for(options);
+    // The PartitionKey of the row read just before the next one, when known.
+    let mut previous_partition = match &item.task {
+        Task::Range { last_partition, .. } => last_partition.clone(),
+        Task::Partition { partition_key, .. } => Some(partition_key.clone()),
+    };
 
     while let Some(task) = current.take() {
         let page = read(reader, &task, options, columns.as_deref()).await?;
         report.queries += 1;
         report.rows_read += page.entities.len() as u64;
+        for row in &page.entities {
+            if previous_partition.as_deref() != Some(row.partition_key.as_str()) {
+                report.partitions_started += 1;
+                previous_partition = Some(row.partition_key.clone());
+            }
+        }
         let last_keys = page
             .entities
             .last()
@@ -196,7 +211,7 @@ where
 
         let next = match last_keys {
             // An empty page with a continuation: only the token knows where to go on.
-            None => Some(with_cursor(task, token)),
+            None => Some(with_cursor(task, token, previous_partition.clone())),
             Some((pk, rk)) => advance(task, token, &pk, &rk, options.mode, wants_split, &mut |t| {
                 report.follow_ups.push(item.follow_up(t));
             }),
@@ -270,7 +285,7 @@ fn distinct_partitions(rows: Vec<Entity>) -> Vec<Entity> {
     distinct
 }
 
-fn with_cursor(task: Task, token: Continuation) -> Task {
+fn with_cursor(task: Task, token: Continuation, last_partition: Option<String>) -> Task {
     match task {
         Task::Range {
             partition_keys,
@@ -280,6 +295,7 @@ fn with_cursor(task: Task, token: Continuation) -> Task {
             partition_keys,
             prefix,
             cursor: Some(token),
+            last_partition,
         },
         Task::Partition {
             partition_key,
@@ -339,6 +355,7 @@ fn advance(
                     partition_keys,
                     prefix,
                     cursor: Some(token),
+                    last_partition: Some(pk.to_string()),
                 });
             }
             emit(Task::Partition {
@@ -413,6 +430,7 @@ fn split_range(
         partition_keys: child,
         prefix: child_prefix,
         cursor: None,
+        last_partition: None,
     });
     parent.and_then(|range| non_empty_range(range, prefix.to_string()))
 }
@@ -437,6 +455,7 @@ fn non_empty_range(partition_keys: KeyRange, prefix: String) -> Option<Task> {
         partition_keys,
         prefix,
         cursor: None,
+        last_partition: None,
     })
 }
 
