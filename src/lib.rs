@@ -2,5 +2,8 @@
 //! handler. See `docs/architecture.md` for the layers; each is a module here, and lower layers
 //! never use higher ones.
 
+pub mod actions;
+pub mod functions;
+pub mod job;
 pub mod scan;
 pub mod storage;

@@ -1,17 +1,22 @@
-//! The Azure Functions custom handler.
-//!
-//! Until the function handlers land, this serves only what the Functions host needs to see a
-//! healthy worker: it listens on 127.0.0.1 at `FUNCTIONS_CUSTOMHANDLER_PORT` and answers `GET /`.
+//! The Azure Functions custom handler: serves the function app on
+//! 127.0.0.1:$FUNCTIONS_CUSTOMHANDLER_PORT, as the Functions host (or tools/devhost) expects.
 
 use std::net::{Ipv4Addr, SocketAddr};
 
-use axum::routing::get;
-use axum::Router;
+use tablescan::functions::{router, AppState, Settings};
 
 #[tokio::main]
 async fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TABLESCAN_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_ansi(false)
+        .with_writer(std::io::stderr)
+        .init();
     let port = match std::env::var("FUNCTIONS_CUSTOMHANDLER_PORT") {
-        Ok(text) => match text.parse::<u16>() {
+        Ok(text) => match text.trim().parse::<u16>() {
             Ok(port) => port,
             Err(_) => {
                 eprintln!("handler: FUNCTIONS_CUSTOMHANDLER_PORT must be a port number");
@@ -20,7 +25,11 @@ async fn main() {
         },
         Err(_) => 8080,
     };
-    let app = Router::new().route("/", get(|| async { "tablescan handler" }));
+    let state = AppState::new(Settings::from_env());
+    if let Err(why) = &state.ledger {
+        tracing::error!("every function will fail until this is fixed: {why}");
+    }
+    // Loopback only: the host calls the handler on 127.0.0.1, and nothing else should.
     let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let listener = match tokio::net::TcpListener::bind(address).await {
         Ok(listener) => listener,
@@ -29,8 +38,14 @@ async fn main() {
             std::process::exit(1);
         }
     };
-    eprintln!("handler: listening on {address}");
-    if let Err(e) = axum::serve(listener, app).await {
+    tracing::info!("listening on {address}");
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    if let Err(e) = axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+    {
         eprintln!("handler: server stopped: {e}");
         std::process::exit(1);
     }

@@ -1,0 +1,95 @@
+//! Copy: upsert every row into a target table, in entity group transactions per partition.
+
+use super::{bounded, by_partition, ActionCounts};
+use crate::storage::table::batch::{Operation, MAX_BODY_BYTES, MAX_OPERATIONS};
+use crate::storage::table::entity::Entity;
+use crate::storage::{StorageError, TableClient};
+
+/// Transactions sent at once.
+const CONCURRENCY: usize = 8;
+/// Room per operation for the request line and headers around its JSON body.
+const OPERATION_OVERHEAD: usize = 512;
+
+/// Copies rows into `target`, replacing what is there: repeating a copy changes nothing.
+#[derive(Clone)]
+pub struct CopyRows {
+    target: TableClient,
+}
+
+impl CopyRows {
+    pub fn new(target: TableClient) -> Self {
+        CopyRows { target }
+    }
+
+    pub async fn apply(&self, rows: Vec<Entity>) -> Result<ActionCounts, StorageError> {
+        let total = rows.len() as u64;
+        let mut transactions = Vec::new();
+        for group in by_partition(rows) {
+            transactions.extend(transactions_for(group));
+        }
+        let futures: Vec<_> = transactions
+            .into_iter()
+            .map(|operations| {
+                let target = self.target.clone();
+                async move { target.submit_transaction(&operations).await.map(drop) }
+            })
+            .collect();
+        for result in bounded(futures, CONCURRENCY).await {
+            result?;
+        }
+        Ok(ActionCounts {
+            acted: total,
+            skipped: 0,
+        })
+    }
+}
+
+/// Upserts for one partition, cut at 100 operations and well under 4 MiB per transaction.
+fn transactions_for(group: Vec<Entity>) -> Vec<Vec<Operation>> {
+    let budget = MAX_BODY_BYTES - 64 * 1024;
+    let mut transactions = Vec::new();
+    let mut current: Vec<Operation> = Vec::new();
+    let mut size = 0;
+    for entity in group {
+        let cost = entity.to_json().len() + OPERATION_OVERHEAD + entity.row_key.len() * 3;
+        if !current.is_empty() && (current.len() == MAX_OPERATIONS || size + cost > budget) {
+            transactions.push(std::mem::take(&mut current));
+            size = 0;
+        }
+        size += cost;
+        current.push(Operation::UpsertReplace(entity));
+    }
+    if !current.is_empty() {
+        transactions.push(current);
+    }
+    transactions
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::table::entity::Value;
+
+    #[test]
+    fn transactions_respect_count_and_size() {
+        let many: Vec<Entity> = (0..250).map(|i| Entity::new("p", i.to_string())).collect();
+        let sizes: Vec<usize> = transactions_for(many).iter().map(Vec::len).collect();
+        assert_eq!(sizes, [100, 100, 50]);
+        let big = Value::String("x".repeat(60_000));
+        let heavy: Vec<Entity> = (0..100)
+            .map(|i| Entity::new("p", i.to_string()).with("s", big.clone()))
+            .collect();
+        let transactions = transactions_for(heavy);
+        assert!(transactions.len() >= 2);
+        for t in &transactions {
+            let bytes: usize = t
+                .iter()
+                .map(|op| match op {
+                    Operation::UpsertReplace(e) => e.to_json().len() + OPERATION_OVERHEAD,
+                    _ => 0,
+                })
+                .sum();
+            assert!(bytes < MAX_BODY_BYTES, "{bytes}");
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! Delete: remove every row read, in transactions per partition, each on the etag it was read
+//! with. A row changed (or deleted) since it was read is kept and counted as skipped.
+
+use super::{bounded, by_partition, ActionCounts};
+use crate::storage::table::batch::{IfMatch, Operation, MAX_OPERATIONS};
+use crate::storage::table::entity::Entity;
+use crate::storage::{ErrorKind, StorageError, TableClient};
+
+const CONCURRENCY: usize = 8;
+
+#[derive(Clone)]
+pub struct DeleteRows {
+    table: TableClient,
+}
+
+impl DeleteRows {
+    pub fn new(table: TableClient) -> Self {
+        DeleteRows { table }
+    }
+
+    pub async fn apply(&self, rows: Vec<Entity>) -> Result<ActionCounts, StorageError> {
+        let mut chunks = Vec::new();
+        for group in by_partition(rows) {
+            let mut group = group.into_iter().peekable();
+            while group.peek().is_some() {
+                chunks.push(group.by_ref().take(MAX_OPERATIONS).collect::<Vec<_>>());
+            }
+        }
+        let futures: Vec<_> = chunks
+            .into_iter()
+            .map(|chunk| {
+                let table = self.table.clone();
+                async move { delete_chunk(&table, chunk).await }
+            })
+            .collect();
+        let mut counts = ActionCounts::default();
+        for result in bounded(futures, CONCURRENCY).await {
+            counts += result?;
+        }
+        Ok(counts)
+    }
+}
+
+/// Deletes one partition's chunk; an operation refused because its row changed (412) or is
+/// gone (404) is dropped and the rest sent again.
+async fn delete_chunk(
+    table: &TableClient,
+    rows: Vec<Entity>,
+) -> Result<ActionCounts, StorageError> {
+    let mut operations: Vec<Operation> = rows
+        .into_iter()
+        .map(|row| Operation::Delete {
+            if_match: row.etag.map_or(IfMatch::Any, IfMatch::Etag),
+            partition_key: row.partition_key,
+            row_key: row.row_key,
+        })
+        .collect();
+    let mut skipped = 0;
+    while !operations.is_empty() {
+        match table.submit_transaction(&operations).await {
+            Ok(_) => break,
+            Err(e) => match e.kind() {
+                ErrorKind::Batch { index, error }
+                    if matches!(error.status, 404 | 412) && *index < operations.len() =>
+                {
+                    operations.remove(*index);
+                    skipped += 1;
+                }
+                _ => return Err(e),
+            },
+        }
+    }
+    Ok(ActionCounts {
+        acted: operations.len() as u64,
+        skipped,
+    })
+}

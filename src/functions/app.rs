@@ -1,0 +1,181 @@
+//! The handler's shared state and its axum router: one route per function, plus `GET /`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+
+use super::names::*;
+use super::{http, step};
+use crate::job::ledger::DEFAULT_LEDGER_TABLE;
+use crate::job::spec::SettingLookup;
+use crate::job::Ledger;
+use crate::scan::Budget;
+use crate::storage::{ClientOptions, QueueServiceClient, StorageAccount, TableServiceClient};
+
+/// The largest invocation the handler reads: scan requests are refused above 1 MiB with a 413,
+/// which needs a larger envelope to arrive first.
+const MAX_INVOCATION_BYTES: usize = 32 * 1024 * 1024;
+
+/// App settings (the environment the host gives the handler), looked up by name.
+#[derive(Clone, Default)]
+pub struct Settings(Arc<HashMap<String, String>>);
+
+impl Settings {
+    pub fn from_env() -> Self {
+        Settings(Arc::new(std::env::vars().collect()))
+    }
+
+    pub fn from_pairs(pairs: impl IntoIterator<Item = (String, String)>) -> Self {
+        Settings(Arc::new(pairs.into_iter().collect()))
+    }
+
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0.get(name).map(String::as_str)
+    }
+}
+
+impl SettingLookup for Settings {
+    fn setting(&self, name: &str) -> Option<String> {
+        self.get(name).map(str::to_string)
+    }
+}
+
+/// Clients of one storage account.
+#[derive(Clone)]
+pub struct Clients {
+    pub tables: TableServiceClient,
+    pub queues: QueueServiceClient,
+}
+
+/// Everything the functions share.
+pub struct AppState {
+    pub settings: Settings,
+    /// The ledger, or why it is unavailable (then every function fails with that reason).
+    pub ledger: Result<Ledger, String>,
+    pub budget: Budget,
+    /// How long a step's claim on its work item lasts.
+    pub lease: Duration,
+    clients: Mutex<HashMap<String, Clients>>,
+}
+
+impl AppState {
+    /// Builds the state from app settings. Never fails: a missing or bad storage setting is
+    /// reported by every invocation instead, so the host still sees a healthy worker and logs
+    /// the reason.
+    pub fn new(settings: Settings) -> Arc<AppState> {
+        let number = |name: &str, default: u64| -> u64 {
+            settings
+                .get(name)
+                .and_then(|v| v.trim().parse().ok())
+                .filter(|n| *n > 0)
+                .unwrap_or(default)
+        };
+        let budget = Budget {
+            max_queries: number(
+                "TABLESCAN_STEP_MAX_QUERIES",
+                u64::from(Budget::default().max_queries),
+            )
+            .min(1000) as u32,
+            max_duration: Duration::from_secs(
+                number(
+                    "TABLESCAN_STEP_MAX_SECONDS",
+                    Budget::default().max_duration.as_secs(),
+                )
+                .min(300),
+            ),
+        };
+        let lease = Duration::from_secs(number("TABLESCAN_STEP_LEASE_SECONDS", 120));
+        let state = AppState {
+            settings: settings.clone(),
+            ledger: Err(String::new()),
+            budget,
+            lease,
+            clients: Mutex::new(HashMap::new()),
+        };
+        let ledger_table = settings
+            .get("TABLESCAN_LEDGER_TABLE")
+            .unwrap_or(DEFAULT_LEDGER_TABLE)
+            .to_string();
+        let ledger = state
+            .clients(STORAGE_CONNECTION)
+            .and_then(|c| c.tables.table(&ledger_table).map_err(|e| e.to_string()))
+            .map(Ledger::new);
+        Arc::new(AppState { ledger, ..state })
+    }
+
+    /// The clients for the account named by an app setting (cached).
+    pub fn clients(&self, setting: &str) -> Result<Clients, String> {
+        let mut cache = self
+            .clients
+            .lock()
+            .map_err(|_| "client cache poisoned".to_string())?;
+        if let Some(clients) = cache.get(setting) {
+            return Ok(clients.clone());
+        }
+        let text = self
+            .settings
+            .get(setting)
+            .ok_or_else(|| format!("the app setting {setting:?} is not set"))?;
+        let account = StorageAccount::from_connection_string(text).map_err(|e| {
+            format!("the app setting {setting:?} is not a usable connection string: {e}")
+        })?;
+        let clients = Clients {
+            tables: TableServiceClient::new(&account, ClientOptions::default())
+                .map_err(|e| e.to_string())?,
+            queues: QueueServiceClient::new(&account, ClientOptions::default())
+                .map_err(|e| e.to_string())?,
+        };
+        cache.insert(setting.to_string(), clients.clone());
+        Ok(clients)
+    }
+
+    pub fn ledger(&self) -> Result<&Ledger, String> {
+        self.ledger
+            .as_ref()
+            .map_err(|why| format!("the scan ledger is unavailable: {why}"))
+    }
+}
+
+/// The handler's routes.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/", get(|| async { "tablescan handler" }))
+        .route(&format!("/{SCAN_RANGE}"), post(scan_range))
+        .route(&format!("/{SCAN_PARTITION}"), post(scan_partition))
+        .route(&format!("/{START_SCAN}"), post(start_scan))
+        .route(&format!("/{GET_SCAN}"), post(get_scan))
+        .route(&format!("/{LIST_SCANS}"), post(list_scans))
+        .route(&format!("/{CANCEL_SCAN}"), post(cancel_scan))
+        .layer(DefaultBodyLimit::max(MAX_INVOCATION_BYTES))
+        .with_state(state)
+}
+
+async fn scan_range(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    step::handle(&state, step::Queue::Range, &body).await
+}
+
+async fn scan_partition(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    step::handle(&state, step::Queue::Partition, &body).await
+}
+
+async fn start_scan(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    http::start_scan(&state, &body).await
+}
+
+async fn get_scan(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    http::get_scan(&state, &body).await
+}
+
+async fn list_scans(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    http::list_scans(&state, &body).await
+}
+
+async fn cancel_scan(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    http::cancel_scan(&state, &body).await
+}

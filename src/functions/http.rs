@@ -1,0 +1,318 @@
+//! The HTTP-triggered functions: start, inspect, list and cancel scans.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+use time::OffsetDateTime;
+
+use super::app::AppState;
+use super::names::{HTTP_REQUEST, HTTP_RESPONSE, RANGE_OUTPUT};
+use super::plan::scope_range;
+use super::protocol::{Failure, HttpRequest, Invocation, Outcome};
+use crate::job::ledger::{is_scan_id, new_scan_id};
+use crate::job::spec::{ActionSpec, ScanSpec, SpecError};
+use crate::job::State;
+use crate::scan::item::WorkItem;
+use crate::storage::table::query::Query;
+
+/// Scan requests larger than this are refused with 413.
+pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
+
+/// The answer to the caller, as the `res` output.
+fn answer(status: StatusCode, body: Value) -> Outcome {
+    Outcome::default().http(HTTP_RESPONSE, status, &body, &[])
+}
+
+/// A refusal to the caller: status, the request field at fault (if any), and why.
+struct HttpError {
+    status: StatusCode,
+    field: Option<String>,
+    message: String,
+}
+
+impl IntoResponse for HttpError {
+    fn into_response(self) -> Response {
+        let mut detail = json!({ "message": self.message });
+        if let Some(field) = self.field {
+            detail["field"] = Value::String(field);
+        }
+        answer(self.status, json!({ "error": detail })).into_response()
+    }
+}
+
+fn refusal(status: StatusCode, field: Option<&str>, message: impl Into<String>) -> HttpError {
+    HttpError {
+        status,
+        field: field.map(str::to_string),
+        message: message.into(),
+    }
+}
+
+fn error(status: StatusCode, field: Option<&str>, message: impl Into<String>) -> Response {
+    refusal(status, field, message).into_response()
+}
+
+fn request(body: &[u8]) -> Result<HttpRequest, Failure> {
+    Invocation::parse(body)
+        .and_then(|invocation| invocation.http_request(HTTP_REQUEST))
+        .map_err(|why| Failure::new(StatusCode::BAD_REQUEST, why))
+}
+
+/// `POST /api/scans`.
+pub async fn start_scan(state: &AppState, body: &[u8]) -> Response {
+    let req = match request(body) {
+        Ok(req) => req,
+        Err(failure) => return failure.into_response(),
+    };
+    let Some(text) = req.body.as_deref().filter(|b| !b.trim().is_empty()) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            Some("body"),
+            "the request has no body; send the scan as JSON",
+        );
+    };
+    if text.len() > MAX_REQUEST_BYTES {
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            Some("body"),
+            format!(
+                "the request is {} bytes; the limit is {MAX_REQUEST_BYTES}",
+                text.len()
+            ),
+        );
+    }
+    let spec = match ScanSpec::parse(text, &state.settings) {
+        Ok(spec) => spec,
+        Err(SpecError { field, message }) => {
+            return error(StatusCode::BAD_REQUEST, Some(&field), message)
+        }
+    };
+    let ledger = match state.ledger() {
+        Ok(ledger) => ledger,
+        Err(why) => return error(StatusCode::SERVICE_UNAVAILABLE, None, why),
+    };
+    if let Err(refused) = prepare(state, &spec).await {
+        return refused.into_response();
+    }
+    let id = new_scan_id();
+    let (range, prefix) = scope_range(&spec);
+    let root = WorkItem::root(id.clone(), range, prefix);
+    if let Err(e) = ledger
+        .create_scan(&spec, &root, OffsetDateTime::now_utc())
+        .await
+    {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            None,
+            format!("the scan could not be recorded: {e}"),
+        );
+    }
+    let location = format!("/api/scans/{id}");
+    Outcome::default()
+        .http(
+            HTTP_RESPONSE,
+            StatusCode::ACCEPTED,
+            &json!({ "id": id, "state": State::Pending, "status": location }),
+            &[("Location", location.clone())],
+        )
+        .messages(RANGE_OUTPUT, vec![root.encode()])
+        .log(format!("scan {id} started over table {}", spec.table))
+        .into_response()
+}
+
+/// Checks what a scan will touch before it starts: the ledger table exists, the source table
+/// exists, the copy target and the message queue are created.
+async fn prepare(state: &AppState, spec: &ScanSpec) -> Result<(), HttpError> {
+    let unavailable = |what: String| refusal(StatusCode::SERVICE_UNAVAILABLE, None, what);
+    let ledger = state.ledger().map_err(unavailable)?;
+    let app = state
+        .clients(super::names::STORAGE_CONNECTION)
+        .map_err(unavailable)?;
+    app.tables
+        .create_table(ledger.table().name(), true)
+        .await
+        .map_err(|e| unavailable(format!("the scan ledger table could not be created: {e}")))?;
+    let source = state
+        .clients(&spec.connection)
+        .map_err(|e| refusal(StatusCode::BAD_REQUEST, Some("connection"), e))?;
+    let table = source
+        .tables
+        .table(&spec.table)
+        .map_err(|e| refusal(StatusCode::BAD_REQUEST, Some("table"), e.to_string()))?;
+    match table
+        .query_page(&Query::default().top(1).select(Vec::<String>::new()), None)
+        .await
+    {
+        Ok(_) => {}
+        Err(e) if e.is_not_found() => {
+            return Err(refusal(
+                StatusCode::BAD_REQUEST,
+                Some("table"),
+                format!(
+                    "table {:?} does not exist in the account of {:?}",
+                    spec.table, spec.connection
+                ),
+            ))
+        }
+        Err(e) => {
+            return Err(unavailable(format!(
+                "the source table could not be read: {e}"
+            )))
+        }
+    }
+    match &spec.action {
+        ActionSpec::Copy { table, connection } => {
+            let target = state
+                .clients(connection)
+                .map_err(|e| refusal(StatusCode::BAD_REQUEST, Some("action.connection"), e))?;
+            target
+                .tables
+                .create_table(table, true)
+                .await
+                .map_err(|e| unavailable(format!("the target table could not be created: {e}")))?;
+        }
+        ActionSpec::Enqueue {
+            queue, connection, ..
+        }
+        | ActionSpec::PartitionKeys {
+            queue, connection, ..
+        } => {
+            let target = state
+                .clients(connection)
+                .map_err(|e| refusal(StatusCode::BAD_REQUEST, Some("action.connection"), e))?;
+            let queue = target.queues.queue(queue).map_err(|e| {
+                refusal(StatusCode::BAD_REQUEST, Some("action.queue"), e.to_string())
+            })?;
+            queue
+                .create()
+                .await
+                .map_err(|e| unavailable(format!("the target queue could not be created: {e}")))?;
+        }
+        ActionSpec::Count | ActionSpec::Delete => {}
+    }
+    Ok(())
+}
+
+fn scan_id(req: &HttpRequest) -> Option<&str> {
+    req.param("id").filter(|id| is_scan_id(id))
+}
+
+/// `GET /api/scans/{id}`.
+pub async fn get_scan(state: &AppState, body: &[u8]) -> Response {
+    let req = match request(body) {
+        Ok(req) => req,
+        Err(failure) => return failure.into_response(),
+    };
+    let Some(id) = scan_id(&req) else {
+        return error(StatusCode::NOT_FOUND, None, "no scan has this id");
+    };
+    let ledger = match state.ledger() {
+        Ok(ledger) => ledger,
+        Err(why) => return error(StatusCode::SERVICE_UNAVAILABLE, None, why),
+    };
+    match ledger.status(id, OffsetDateTime::now_utc()).await {
+        Ok(Some(status)) => answer(
+            StatusCode::OK,
+            serde_json::to_value(status).unwrap_or(Value::Null),
+        )
+        .into_response(),
+        Ok(None) => error(StatusCode::NOT_FOUND, None, "no scan has this id"),
+        Err(e) if e.to_string().contains("TableNotFound") => {
+            error(StatusCode::NOT_FOUND, None, "no scan has this id")
+        }
+        Err(e) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            None,
+            format!("the status could not be read: {e}"),
+        ),
+    }
+}
+
+/// `GET /api/scans`: the most recent scans and any rejected messages.
+pub async fn list_scans(state: &AppState, body: &[u8]) -> Response {
+    if let Err(failure) = request(body) {
+        return failure.into_response();
+    }
+    let ledger = match state.ledger() {
+        Ok(ledger) => ledger,
+        Err(why) => return error(StatusCode::SERVICE_UNAVAILABLE, None, why),
+    };
+    let (recent, rejected) = match (ledger.recent(50).await, ledger.rejected(50).await) {
+        (Ok(recent), Ok(rejected)) => (recent, rejected),
+        (Err(e), _) | (_, Err(e)) if e.to_string().contains("TableNotFound") => {
+            (Vec::new(), Vec::new())
+        }
+        (Err(e), _) | (_, Err(e)) => {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+                format!("the scans could not be listed: {e}"),
+            )
+        }
+    };
+    let scans: Vec<Value> = recent
+        .iter()
+        .map(|r| {
+            json!({
+                "id": r.id,
+                "table": r.spec.table,
+                "action": serde_json::to_value(&r.spec.action).ok().and_then(|a| a.get("type").cloned()),
+                "createdAt": crate::job::ledger::format_time(r.created_at),
+                "cancelled": r.cancelled_at.is_some(),
+                "status": format!("/api/scans/{}", r.id),
+            })
+        })
+        .collect();
+    answer(
+        StatusCode::OK,
+        json!({ "scans": scans, "rejectedMessages": rejected }),
+    )
+    .into_response()
+}
+
+/// `POST /api/scans/{id}/cancel`.
+pub async fn cancel_scan(state: &AppState, body: &[u8]) -> Response {
+    let req = match request(body) {
+        Ok(req) => req,
+        Err(failure) => return failure.into_response(),
+    };
+    let Some(id) = scan_id(&req) else {
+        return error(StatusCode::NOT_FOUND, None, "no scan has this id");
+    };
+    let ledger = match state.ledger() {
+        Ok(ledger) => ledger,
+        Err(why) => return error(StatusCode::SERVICE_UNAVAILABLE, None, why),
+    };
+    let now = OffsetDateTime::now_utc();
+    match ledger.status(id, now).await {
+        Ok(Some(status)) if matches!(status.state, State::Succeeded | State::Failed) => {
+            return error(
+                StatusCode::CONFLICT,
+                None,
+                format!("the scan already finished ({:?})", status.state).to_lowercase(),
+            );
+        }
+        Ok(Some(_)) => {}
+        Ok(None) => return error(StatusCode::NOT_FOUND, None, "no scan has this id"),
+        Err(e) => {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+                format!("the scan could not be read: {e}"),
+            )
+        }
+    }
+    match ledger.cancel(id, now).await {
+        Ok(Some(_)) => answer(
+            StatusCode::OK,
+            json!({ "id": id, "state": State::Cancelled }),
+        )
+        .into_response(),
+        Ok(None) => error(StatusCode::NOT_FOUND, None, "no scan has this id"),
+        Err(e) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            None,
+            format!("the scan could not be cancelled: {e}"),
+        ),
+    }
+}

@@ -1,0 +1,11 @@
+//! The Azure Functions custom handler: the invocation protocol (with the real host's quirks),
+//! one handler per function, and the router.
+
+pub mod app;
+pub mod http;
+pub mod names;
+pub mod plan;
+pub mod protocol;
+pub mod step;
+
+pub use app::{router, AppState, Settings};

@@ -1,0 +1,132 @@
+//! Every function, binding, queue and route name, in one place. `function_definitions` is what
+//! each `function_app/<Function>/function.json` must contain; a test compares them, so the code
+//! and the configuration cannot drift apart.
+
+use serde_json::{json, Value};
+
+/// Queue of `range` work items.
+pub const RANGE_QUEUE: &str = "tablescan-range";
+/// Queue of `partition` work items.
+pub const PARTITION_QUEUE: &str = "tablescan-partition";
+
+pub const SCAN_RANGE: &str = "ScanRange";
+pub const SCAN_PARTITION: &str = "ScanPartition";
+pub const START_SCAN: &str = "StartScan";
+pub const GET_SCAN: &str = "GetScan";
+pub const LIST_SCANS: &str = "ListScans";
+pub const CANCEL_SCAN: &str = "CancelScan";
+
+/// The queue trigger's binding name: the work item arrives under `Data.item`.
+pub const ITEM_BINDING: &str = "item";
+/// Output binding for follow-up `range` items.
+pub const RANGE_OUTPUT: &str = "rangeItems";
+/// Output binding for follow-up `partition` items.
+pub const PARTITION_OUTPUT: &str = "partitionItems";
+/// HTTP trigger and output bindings.
+pub const HTTP_REQUEST: &str = "req";
+pub const HTTP_RESPONSE: &str = "res";
+
+/// host.json's `maxDequeueCount`: the attempt at which a failing message goes to poison.
+pub const MAX_DEQUEUE_COUNT: u32 = 5;
+/// The storage connection of the triggers and outputs (an app setting name).
+pub const STORAGE_CONNECTION: &str = "AzureWebJobsStorage";
+
+fn queue_outputs() -> Vec<Value> {
+    vec![
+        json!({ "name": RANGE_OUTPUT, "type": "queue", "direction": "out", "queueName": RANGE_QUEUE, "connection": STORAGE_CONNECTION }),
+        json!({ "name": PARTITION_OUTPUT, "type": "queue", "direction": "out", "queueName": PARTITION_QUEUE, "connection": STORAGE_CONNECTION }),
+    ]
+}
+
+fn queue_function(queue: &str) -> Value {
+    let mut bindings = vec![json!({
+        "name": ITEM_BINDING, "type": "queueTrigger", "direction": "in",
+        "queueName": queue, "connection": STORAGE_CONNECTION
+    })];
+    bindings.extend(queue_outputs());
+    json!({ "bindings": bindings })
+}
+
+fn http_function(method: &str, route: &str, extra: Vec<Value>) -> Value {
+    let mut bindings = vec![
+        json!({ "name": HTTP_REQUEST, "type": "httpTrigger", "direction": "in", "authLevel": "function", "methods": [method], "route": route }),
+        json!({ "name": HTTP_RESPONSE, "type": "http", "direction": "out" }),
+    ];
+    bindings.extend(extra);
+    json!({ "bindings": bindings })
+}
+
+/// Each function's name and the content of its function.json.
+pub fn function_definitions() -> Vec<(&'static str, Value)> {
+    vec![
+        (SCAN_RANGE, queue_function(RANGE_QUEUE)),
+        (SCAN_PARTITION, queue_function(PARTITION_QUEUE)),
+        (
+            START_SCAN,
+            http_function("post", "scans", vec![queue_outputs().remove(0)]),
+        ),
+        (GET_SCAN, http_function("get", "scans/{id}", Vec::new())),
+        (LIST_SCANS, http_function("get", "scans", Vec::new())),
+        (
+            CANCEL_SCAN,
+            http_function("post", "scans/{id}/cancel", Vec::new()),
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The function.json files on disk are exactly what the code expects.
+    #[test]
+    fn function_json_files_match_the_code() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("function_app");
+        let mut on_disk: Vec<String> = std::fs::read_dir(&root)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().is_dir())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        on_disk.sort();
+        let mut expected: Vec<String> = function_definitions()
+            .iter()
+            .map(|(n, _)| n.to_string())
+            .collect();
+        expected.sort();
+        assert_eq!(on_disk, expected, "one folder per function, no others");
+        for (name, definition) in function_definitions() {
+            let path = root.join(name).join("function.json");
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let file: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(file, definition, "{} differs from names.rs", path.display());
+        }
+    }
+
+    #[test]
+    fn host_json_matches_the_handler() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("host.json");
+        let host: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert_eq!(
+            host["customHandler"]["description"]["defaultExecutablePath"],
+            "handler"
+        );
+        assert_eq!(host["customHandler"]["enableForwardingHttpRequest"], false);
+        assert_eq!(host["functionTimeout"], "00:10:00");
+        assert_eq!(
+            host["extensions"]["queues"]["maxDequeueCount"],
+            MAX_DEQUEUE_COUNT
+        );
+        assert_eq!(host["extensions"]["queues"]["messageEncoding"], "base64");
+        assert_eq!(host["extensions"]["http"]["routePrefix"], "api");
+    }
+
+    #[test]
+    fn queue_names_are_valid() {
+        for queue in [RANGE_QUEUE, PARTITION_QUEUE] {
+            crate::storage::names::validate_queue_name(queue).unwrap();
+            crate::storage::names::validate_queue_name(&format!("{queue}-poison")).unwrap();
+        }
+    }
+}

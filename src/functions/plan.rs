@@ -1,0 +1,110 @@
+//! From a scan's spec to what a step runs: the scan options and the action.
+
+use super::app::AppState;
+use crate::actions::{Action, CopyRows, DeleteRows, EnqueueRows, MessageBody};
+use crate::job::spec::{ActionSpec, Encoding, Per, ScanSpec};
+use crate::scan::keys::KeyRange;
+use crate::scan::{Budget, ReadMode, ScanOptions, SplitPolicy};
+use crate::storage::queue::MessageEncoding;
+
+/// The PartitionKey range and prefix a spec's scope covers.
+pub fn scope_range(spec: &ScanSpec) -> (KeyRange, String) {
+    let scope = &spec.scope;
+    let range = KeyRange::with_prefix(&scope.prefix).intersect(&KeyRange::between(
+        scope.after.as_deref(),
+        scope.before.as_deref(),
+    ));
+    (range, scope.prefix.clone())
+}
+
+/// How the scan engine reads for this spec.
+pub fn scan_options(spec: &ScanSpec, budget: Budget) -> ScanOptions {
+    let keys_only = matches!(
+        spec.action,
+        ActionSpec::PartitionKeys { .. }
+            | ActionSpec::Enqueue {
+                per: Per::Partition,
+                ..
+            }
+    );
+    let columns = match spec.action {
+        // Deleting needs the keys and the etag only.
+        ActionSpec::Delete | ActionSpec::Count => Some(Vec::new()),
+        _ => spec.select.clone(),
+    };
+    ScanOptions {
+        strategy: spec.strategy,
+        mode: if keys_only {
+            ReadMode::PartitionKeys
+        } else {
+            ReadMode::Rows
+        },
+        split: SplitPolicy::AtBudget,
+        page_size: spec.page_size,
+        columns,
+        budget,
+    }
+}
+
+fn encoding(encoding: Encoding) -> MessageEncoding {
+    match encoding {
+        Encoding::Base64 => MessageEncoding::Base64,
+        Encoding::None => MessageEncoding::Text,
+    }
+}
+
+/// The action a spec asks for, with its clients.
+pub fn action_for(state: &AppState, spec: &ScanSpec) -> Result<Action, String> {
+    Ok(match &spec.action {
+        ActionSpec::Count => Action::Count,
+        ActionSpec::Copy { table, connection } => {
+            let target = state
+                .clients(connection)?
+                .tables
+                .table(table)
+                .map_err(|e| e.to_string())?;
+            Action::Copy(CopyRows::new(target))
+        }
+        ActionSpec::Delete => {
+            let table = state
+                .clients(&spec.connection)?
+                .tables
+                .table(&spec.table)
+                .map_err(|e| e.to_string())?;
+            Action::Delete(DeleteRows::new(table))
+        }
+        ActionSpec::Enqueue {
+            queue,
+            connection,
+            per,
+            encoding: e,
+        } => {
+            let queue = state
+                .clients(connection)?
+                .queues
+                .queue(queue)
+                .map_err(|e| e.to_string())?;
+            let body = match per {
+                Per::Row => MessageBody::Row,
+                Per::Partition => MessageBody::PartitionKey,
+            };
+            Action::Enqueue(EnqueueRows::new(queue, body, encoding(*e)))
+        }
+        ActionSpec::PartitionKeys {
+            queue,
+            connection,
+            encoding: e,
+        } => {
+            let queue = state
+                .clients(connection)?
+                .queues
+                .queue(queue)
+                .map_err(|e| e.to_string())?;
+            Action::Enqueue(EnqueueRows::new(
+                queue,
+                MessageBody::PartitionKey,
+                encoding(*e),
+            ))
+        }
+    })
+}

@@ -1,0 +1,10 @@
+//! A scan's life: the validated request, the ledger of its work items, exact progress,
+//! completion and cancellation. Knows storage and the scan engine; nothing of Functions.
+
+pub mod ledger;
+pub mod spec;
+pub mod status;
+
+pub use ledger::{Begin, Claim, Finish, Ledger, LedgerError, ScanRecord, StepCounts};
+pub use spec::{ActionSpec, ScanSpec, SpecError};
+pub use status::{ScanStatus, State};

@@ -1,0 +1,561 @@
+//! A scan request, validated and normalised.
+//!
+//! Every field is checked before anything is created, and a refusal names the field
+//! (`action.table`, `scope.after`, ...). Connections are names of app settings, never raw
+//! connection strings: a request can only reach the accounts the app is configured with.
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::scan::step::Strategy;
+use crate::storage::names::{validate_key, validate_queue_name, validate_table_name, KeyKind};
+use crate::storage::table::filter::Property;
+use crate::storage::StorageAccount;
+
+/// The app setting used when a request names no connection.
+pub const DEFAULT_CONNECTION: &str = "AzureWebJobsStorage";
+/// The most properties a `select` may name (the service's limit is 255 including keys).
+pub const MAX_SELECT: usize = 252;
+
+/// A validated scan request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScanSpec {
+    pub table: String,
+    pub connection: String,
+    pub scope: Scope,
+    pub strategy: Strategy,
+    pub page_size: u16,
+    /// Properties to read besides the keys; `None` for all of them.
+    pub select: Option<Vec<String>>,
+    pub action: ActionSpec,
+}
+
+/// Which rows a scan covers.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+pub struct Scope {
+    /// Only PartitionKeys that start with this.
+    pub prefix: String,
+    /// Only PartitionKeys after this one (exclusive).
+    pub after: Option<String>,
+    /// Only PartitionKeys before this one (exclusive).
+    pub before: Option<String>,
+}
+
+/// What a scan does with each row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum ActionSpec {
+    Count,
+    Copy {
+        table: String,
+        connection: String,
+    },
+    Enqueue {
+        queue: String,
+        connection: String,
+        per: Per,
+        encoding: Encoding,
+    },
+    Delete,
+    PartitionKeys {
+        queue: String,
+        connection: String,
+        encoding: Encoding,
+    },
+}
+
+/// One message per row or per partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Per {
+    Row,
+    Partition,
+}
+
+/// How enqueued messages are encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Encoding {
+    /// Base64, what a Functions queue trigger expects by default.
+    Base64,
+    /// The JSON text as it is.
+    None,
+}
+
+/// A refused request: which field, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize)]
+#[error("{field}: {message}")]
+pub struct SpecError {
+    pub field: String,
+    pub message: String,
+}
+
+fn refuse<T>(field: &str, message: impl Into<String>) -> Result<T, SpecError> {
+    Err(SpecError {
+        field: field.to_string(),
+        message: message.into(),
+    })
+}
+
+/// Looks up app settings by name.
+pub trait SettingLookup {
+    fn setting(&self, name: &str) -> Option<String>;
+}
+
+impl<F: Fn(&str) -> Option<String>> SettingLookup for F {
+    fn setting(&self, name: &str) -> Option<String> {
+        self(name)
+    }
+}
+
+impl ScanSpec {
+    /// Parses and validates a request body.
+    pub fn parse(body: &str, settings: &dyn SettingLookup) -> Result<ScanSpec, SpecError> {
+        let value: Value = serde_json::from_str(body)
+            .or_else(|e| refuse("body", format!("not valid JSON: {e}")))?;
+        let Value::Object(object) = value else {
+            return refuse("body", "must be a JSON object");
+        };
+        let mut fields = Fields::new(object, "");
+        let table = fields.required_string("table")?;
+        validate_table_name(&table).or_else(|e| refuse("table", e.to_string()))?;
+        let connection = fields.connection("connection", settings)?;
+        let scope = match fields.take("scope") {
+            None | Some(Value::Null) => Scope::default(),
+            Some(Value::Object(scope)) => parse_scope(scope)?,
+            Some(_) => return refuse("scope", "must be an object"),
+        };
+        let strategy = match fields.optional_string("strategy")?.as_deref() {
+            None | Some("prefix") => Strategy::Prefix,
+            Some("serial") => Strategy::Serial,
+            Some(other) => {
+                return refuse(
+                    "strategy",
+                    format!("must be \"prefix\" or \"serial\", not {other:?}"),
+                )
+            }
+        };
+        let page_size = match fields.take("pageSize") {
+            None | Some(Value::Null) => 1000,
+            Some(Value::Number(n)) => match n.as_u64() {
+                Some(size @ 1..=1000) => size as u16,
+                _ => {
+                    return refuse(
+                        "pageSize",
+                        format!("must be a whole number from 1 to 1000, not {n}"),
+                    )
+                }
+            },
+            Some(_) => return refuse("pageSize", "must be a number from 1 to 1000"),
+        };
+        let select = match fields.take("select") {
+            None | Some(Value::Null) => None,
+            Some(Value::Array(items)) => Some(parse_select(items)?),
+            Some(_) => return refuse("select", "must be an array of property names"),
+        };
+        let action = match fields.take("action") {
+            None | Some(Value::Null) => {
+                return refuse("action", "is required (an object with a \"type\")")
+            }
+            Some(Value::Object(action)) => parse_action(action, settings)?,
+            Some(_) => return refuse("action", "must be an object with a \"type\""),
+        };
+        fields.finish()?;
+        Ok(ScanSpec {
+            table,
+            connection,
+            scope,
+            strategy,
+            page_size,
+            select,
+            action,
+        })
+    }
+}
+
+fn parse_scope(object: Map<String, Value>) -> Result<Scope, SpecError> {
+    let mut fields = Fields::new(object, "scope.");
+    let mut key = |name: &str| -> Result<Option<String>, SpecError> {
+        let value = fields.optional_string(name)?;
+        if let Some(key) = &value {
+            validate_key(KeyKind::PartitionKey, key)
+                .or_else(|e| refuse(&format!("scope.{name}"), e.to_string()))?;
+        }
+        Ok(value)
+    };
+    let prefix = key("prefix")?.unwrap_or_default();
+    let after = key("after")?;
+    let before = key("before")?;
+    fields.finish()?;
+    Ok(Scope {
+        prefix,
+        after,
+        before,
+    })
+}
+
+fn parse_select(items: Vec<Value>) -> Result<Vec<String>, SpecError> {
+    if items.len() > MAX_SELECT {
+        return refuse(
+            "select",
+            format!("may name at most {MAX_SELECT} properties"),
+        );
+    }
+    let mut names = Vec::with_capacity(items.len());
+    for (index, item) in items.into_iter().enumerate() {
+        let field = format!("select[{index}]");
+        let Value::String(name) = item else {
+            return refuse(&field, "must be a string");
+        };
+        Property::new(&name).or_else(|e| refuse(&field, e.to_string()))?;
+        if matches!(name.as_str(), "PartitionKey" | "RowKey") {
+            continue;
+        }
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    Ok(names)
+}
+
+fn parse_action(
+    object: Map<String, Value>,
+    settings: &dyn SettingLookup,
+) -> Result<ActionSpec, SpecError> {
+    let mut fields = Fields::new(object, "action.");
+    let kind = fields.required_string("type")?;
+    let encoding = |fields: &mut Fields| -> Result<Encoding, SpecError> {
+        match fields.optional_string("encoding")?.as_deref() {
+            None | Some("base64") => Ok(Encoding::Base64),
+            Some("none") => Ok(Encoding::None),
+            Some(other) => refuse(
+                "action.encoding",
+                format!("must be \"base64\" or \"none\", not {other:?}"),
+            ),
+        }
+    };
+    let queue = |fields: &mut Fields| -> Result<String, SpecError> {
+        let name = fields.required_string("queue")?;
+        validate_queue_name(&name).or_else(|e| refuse("action.queue", e.to_string()))?;
+        Ok(name)
+    };
+    let action = match kind.as_str() {
+        "count" => ActionSpec::Count,
+        "delete" => ActionSpec::Delete,
+        "copy" => {
+            let table = fields.required_string("table")?;
+            validate_table_name(&table).or_else(|e| refuse("action.table", e.to_string()))?;
+            let connection = fields.connection("connection", settings)?;
+            ActionSpec::Copy { table, connection }
+        }
+        "enqueue" => {
+            let queue = queue(&mut fields)?;
+            let connection = fields.connection("connection", settings)?;
+            let per = match fields.optional_string("per")?.as_deref() {
+                None | Some("row") => Per::Row,
+                Some("partition") => Per::Partition,
+                Some(other) => {
+                    return refuse(
+                        "action.per",
+                        format!("must be \"row\" or \"partition\", not {other:?}"),
+                    )
+                }
+            };
+            let encoding = encoding(&mut fields)?;
+            ActionSpec::Enqueue {
+                queue,
+                connection,
+                per,
+                encoding,
+            }
+        }
+        "partition-keys" => {
+            let queue = queue(&mut fields)?;
+            let connection = fields.connection("connection", settings)?;
+            let encoding = encoding(&mut fields)?;
+            ActionSpec::PartitionKeys {
+                queue,
+                connection,
+                encoding,
+            }
+        }
+        other => {
+            return refuse(
+                "action.type",
+                format!(
+                    "must be one of count, copy, enqueue, delete, partition-keys; not {other:?}"
+                ),
+            )
+        }
+    };
+    fields.finish()?;
+    Ok(action)
+}
+
+/// The fields of one JSON object, taken one by one; whatever is left over is an unknown field.
+struct Fields {
+    object: Map<String, Value>,
+    path: &'static str,
+}
+
+impl Fields {
+    fn new(object: Map<String, Value>, path: &'static str) -> Self {
+        Fields { object, path }
+    }
+
+    fn name(&self, field: &str) -> String {
+        format!("{}{field}", self.path)
+    }
+
+    fn take(&mut self, field: &str) -> Option<Value> {
+        self.object.remove(field)
+    }
+
+    fn optional_string(&mut self, field: &str) -> Result<Option<String>, SpecError> {
+        match self.take(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(_) => refuse(&self.name(field), "must be a string"),
+        }
+    }
+
+    fn required_string(&mut self, field: &str) -> Result<String, SpecError> {
+        self.optional_string(field)?.ok_or_else(|| SpecError {
+            field: self.name(field),
+            message: "is required".into(),
+        })
+    }
+
+    /// An app setting name that exists and holds a usable connection string.
+    fn connection(
+        &mut self,
+        field: &str,
+        settings: &dyn SettingLookup,
+    ) -> Result<String, SpecError> {
+        let name = self
+            .optional_string(field)?
+            .unwrap_or_else(|| DEFAULT_CONNECTION.to_string());
+        let full = self.name(field);
+        if name.is_empty()
+            || name.len() > 256
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_.:-".contains(c))
+        {
+            return refuse(
+                &full,
+                "must be the name of an app setting (letters, digits, '_', '.', ':', '-')",
+            );
+        }
+        let Some(value) = settings.setting(&name) else {
+            return refuse(&full, format!("no app setting named {name:?} exists"));
+        };
+        // The error names the problem only; the value is a secret.
+        StorageAccount::from_connection_string(&value).or_else(|e| {
+            refuse(
+                &full,
+                format!("app setting {name:?} is not a usable connection string: {e}"),
+            )
+        })?;
+        Ok(name)
+    }
+
+    fn finish(self) -> Result<(), SpecError> {
+        match self.object.keys().next() {
+            None => Ok(()),
+            Some(unknown) => refuse(&format!("{}{unknown}", self.path), "is not a known field"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEV: &str = "UseDevelopmentStorage=true";
+
+    fn settings(name: &str) -> Option<String> {
+        match name {
+            "AzureWebJobsStorage" | "Other" => Some(DEV.into()),
+            "Broken" => Some("AccountName=a;AccountKey=!!notbase64!!".into()),
+            _ => None,
+        }
+    }
+
+    fn parse(body: &str) -> Result<ScanSpec, SpecError> {
+        ScanSpec::parse(body, &settings)
+    }
+
+    #[test]
+    fn a_minimal_request_gets_defaults() {
+        let spec = parse(r#"{"table":"orders","action":{"type":"count"}}"#).unwrap();
+        assert_eq!(spec.connection, "AzureWebJobsStorage");
+        assert_eq!(spec.strategy, Strategy::Prefix);
+        assert_eq!(spec.page_size, 1000);
+        assert_eq!(spec.scope, Scope::default());
+        assert_eq!(spec.action, ActionSpec::Count);
+        let normalised = serde_json::to_value(&spec).unwrap();
+        assert_eq!(normalised["action"]["type"], "count");
+        assert_eq!(normalised["pageSize"], 1000);
+    }
+
+    #[test]
+    fn every_action_parses() {
+        let spec = parse(
+            r#"{"table":"orders","connection":"Other","scope":{"prefix":"a","after":"a1","before":"a9"},
+                "strategy":"serial","pageSize":5,"select":["x","PartitionKey","x"],
+                "action":{"type":"enqueue","queue":"out-q","per":"partition","encoding":"none"}}"#,
+        )
+        .unwrap();
+        assert_eq!(spec.select, Some(vec!["x".to_string()]));
+        assert_eq!(
+            spec.action,
+            ActionSpec::Enqueue {
+                queue: "out-q".into(),
+                connection: "AzureWebJobsStorage".into(),
+                per: Per::Partition,
+                encoding: Encoding::None
+            }
+        );
+        assert!(matches!(
+            parse(r#"{"table":"t12","action":{"type":"copy","table":"t13"}}"#)
+                .unwrap()
+                .action,
+            ActionSpec::Copy { .. }
+        ));
+        assert!(matches!(
+            parse(r#"{"table":"t12","action":{"type":"delete"}}"#)
+                .unwrap()
+                .action,
+            ActionSpec::Delete
+        ));
+        assert!(matches!(
+            parse(r#"{"table":"t12","action":{"type":"partition-keys","queue":"keys"}}"#)
+                .unwrap()
+                .action,
+            ActionSpec::PartitionKeys {
+                encoding: Encoding::Base64,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn each_bad_field_is_named() {
+        let cases = [
+            ("not json", "body"),
+            ("[1]", "body"),
+            (r#"{"action":{"type":"count"}}"#, "table"),
+            (r#"{"table":5,"action":{"type":"count"}}"#, "table"),
+            (r#"{"table":"no-dash","action":{"type":"count"}}"#, "table"),
+            (r#"{"table":"orders"}"#, "action"),
+            (r#"{"table":"orders","action":"count"}"#, "action"),
+            (r#"{"table":"orders","action":{}}"#, "action.type"),
+            (
+                r#"{"table":"orders","action":{"type":"explode"}}"#,
+                "action.type",
+            ),
+            (
+                r#"{"table":"orders","action":{"type":"copy"}}"#,
+                "action.table",
+            ),
+            (
+                r#"{"table":"orders","action":{"type":"copy","table":"x"}}"#,
+                "action.table",
+            ),
+            (
+                r#"{"table":"orders","action":{"type":"enqueue","queue":"Bad_Q"}}"#,
+                "action.queue",
+            ),
+            (
+                r#"{"table":"orders","action":{"type":"enqueue","queue":"q12","per":"cell"}}"#,
+                "action.per",
+            ),
+            (
+                r#"{"table":"orders","action":{"type":"enqueue","queue":"q12","encoding":"hex"}}"#,
+                "action.encoding",
+            ),
+            (
+                r#"{"table":"orders","action":{"type":"count","extra":1}}"#,
+                "action.extra",
+            ),
+            (
+                r#"{"table":"orders","connection":"Missing","action":{"type":"count"}}"#,
+                "connection",
+            ),
+            (
+                r#"{"table":"orders","connection":"Broken","action":{"type":"count"}}"#,
+                "connection",
+            ),
+            (
+                r#"{"table":"orders","connection":"DefaultEndpointsProtocol=https;AccountName=x","action":{"type":"count"}}"#,
+                "connection",
+            ),
+            (
+                r#"{"table":"orders","strategy":"fast","action":{"type":"count"}}"#,
+                "strategy",
+            ),
+            (
+                r#"{"table":"orders","pageSize":0,"action":{"type":"count"}}"#,
+                "pageSize",
+            ),
+            (
+                r#"{"table":"orders","pageSize":1001,"action":{"type":"count"}}"#,
+                "pageSize",
+            ),
+            (
+                r#"{"table":"orders","pageSize":2.5,"action":{"type":"count"}}"#,
+                "pageSize",
+            ),
+            (
+                r#"{"table":"orders","pageSize":"10","action":{"type":"count"}}"#,
+                "pageSize",
+            ),
+            (
+                r#"{"table":"orders","select":"a","action":{"type":"count"}}"#,
+                "select",
+            ),
+            (
+                r#"{"table":"orders","select":["a b"],"action":{"type":"count"}}"#,
+                "select[0]",
+            ),
+            (
+                r#"{"table":"orders","select":[1],"action":{"type":"count"}}"#,
+                "select[0]",
+            ),
+            (
+                r#"{"table":"orders","scope":"a","action":{"type":"count"}}"#,
+                "scope",
+            ),
+            (
+                r#"{"table":"orders","scope":{"prefix":"a/b"},"action":{"type":"count"}}"#,
+                "scope.prefix",
+            ),
+            (
+                r#"{"table":"orders","scope":{"after":"x","from":"y"},"action":{"type":"count"}}"#,
+                "scope.from",
+            ),
+            (
+                r#"{"table":"orders","action":{"type":"count"},"unknown":true}"#,
+                "unknown",
+            ),
+        ];
+        for (body, field) in cases {
+            let err = parse(body).unwrap_err();
+            assert_eq!(err.field, field, "{body}: {err}");
+        }
+        let too_long = format!(
+            r#"{{"table":"orders","scope":{{"before":"{}"}},"action":{{"type":"count"}}}}"#,
+            "k".repeat(513)
+        );
+        assert_eq!(parse(&too_long).unwrap_err().field, "scope.before");
+    }
+
+    #[test]
+    fn connection_errors_never_echo_the_setting_value() {
+        let err = parse(r#"{"table":"orders","connection":"Broken","action":{"type":"count"}}"#)
+            .unwrap_err();
+        assert!(!err.message.contains("notbase64"), "{err}");
+    }
+}
