@@ -151,6 +151,12 @@ impl Ledger {
         &self.table
     }
 
+    /// Creates the ledger table if it does not exist yet.
+    pub async fn ensure(&self) -> Result<(), LedgerError> {
+        self.table.create_if_missing().await?;
+        Ok(())
+    }
+
     /// Records a new scan and its first work item.
     pub async fn create_scan(
         &self,
@@ -415,7 +421,16 @@ impl Ledger {
         .with("error", Value::String(error.chars().take(2000).collect()))
         .with("sample", Value::String(sample.chars().take(200).collect()))
         .with("at", date_value(now));
-        self.table.upsert(&entity, WriteMode::Replace).await?;
+        match self.table.upsert(&entity, WriteMode::Replace).await {
+            // A message can be refused before the first scan created the ledger.
+            Err(e) if e.is_not_found() => {
+                self.ensure().await?;
+                self.table.upsert(&entity, WriteMode::Replace).await?;
+            }
+            other => {
+                other?;
+            }
+        }
         Ok(())
     }
 

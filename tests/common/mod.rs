@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod fault_proxy;
+pub mod host;
 pub mod reset_proxy;
 
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -121,6 +121,15 @@ impl TableClient {
         describe("table", &self.name)
     }
 
+    /// Creates this table if it does not exist; returns whether it was created.
+    pub async fn create_if_missing(&self) -> Result<bool, StorageError> {
+        TableServiceClient {
+            pipeline: self.pipeline.clone(),
+        }
+        .create_table(&self.name, true)
+        .await
+    }
+
     /// Reads one page of a query, starting at `continuation` when given.
     ///
     /// The page may be short, or even empty, while the query still has more: only a missing

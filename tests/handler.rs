@@ -1,0 +1,557 @@
+//! The custom handler against Azurite, called as the Functions host calls it.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::host::TestHost;
+use common::{connection_string, fresh_table, queues, tables, unique_name};
+use serde_json::{json, Value};
+use tablescan::storage::queue::MessageEncoding;
+use tablescan::storage::table::batch::Operation;
+use tablescan::storage::table::entity::{EdmDateTime, Entity, Value as Edm};
+use tablescan::storage::table::query::Query;
+use tablescan::storage::table::WriteMode;
+use tablescan::storage::TableClient;
+
+/// The real host's captured queue-trigger request for the message `aaaaa` (Azure, 2022).
+const CAPTURED_QUEUE_STRING: &str = r#"{"Data":{"inMsg":"\"aaaaa\""},"Metadata":{"DequeueCount":"1","ExpirationTime":"2022-06-20T06:00:06+00:00","Id":"\"a0004923-f050-417a-9742-6d7c7b984134\"","InsertionTime":"2022-06-13T06:00:06+00:00","NextVisibleTime":"2022-06-13T06:10:18+00:00","PopReceipt":"\"AgAAAAMAAAAAAAAA8d5gQex+2AE=\"","sys":{"MethodName":"queue","UtcNow":"2022-06-13T06:00:18.1974545Z","RandGuid":"d9ba2785-ee1a-4260-a83b-f57cb54b969e"}}}"#;
+
+/// The real host's captured payload-mode HTTP request (trimmed identities), body
+/// `{"name":"Anjana","age":12}` whose fields leak into Metadata.
+const CAPTURED_HTTP_PAYLOAD: &str = r#"{"Data":{"req":{"Url":"https://bal-dev.azurewebsites.net/api/hello","Method":"POST","Query":{},"Headers":{"Content-Type":["application/json"],"Content-Length":["41"],"Host":["bal-dev.azurewebsites.net"]},"Params":{},"Identities":[{"AuthenticationType":null,"IsAuthenticated":false,"Actor":null,"BootstrapContext":null,"Claims":[],"Label":null,"Name":null,"NameClaimType":"http://schemas.xmlsoap.org/ws/2005/05/identity/claims/name","RoleClaimType":"http://schemas.microsoft.com/ws/2008/06/identity/claims/role"}],"Body":"{\n    \"name\" : \"Anjana\",\n    \"age\" : 12\n}"}},"Metadata":{"name":"\"Anjana\"","age":"\"12\"","Query":{},"Headers":{"Content-Type":"application/json","Content-Length":"41","Host":"bal-dev.azurewebsites.net"},"sys":{"MethodName":"post-hello-payload-jsonToJson","UtcNow":"2022-06-20T07:50:50.4482488Z","RandGuid":"3e4ea15e-0000-0000-0000-000000000000"}}}"#;
+
+#[tokio::test]
+async fn the_root_path_answers_for_the_host_readiness_check() {
+    let host = TestHost::start(&[]).await;
+    let response = reqwest::get(format!("http://{}/", host.address))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test]
+async fn the_captured_http_payload_gets_an_exact_400_envelope() {
+    let host = TestHost::start(&[]).await;
+    let answer = host
+        .post_raw("StartScan", CAPTURED_HTTP_PAYLOAD.to_string())
+        .await;
+    // The host is strict here: 200, JSON content type, an object with Outputs.res whose body is
+    // a string and whose headers carry the content type.
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.content_type, "application/json; charset=utf-8");
+    assert_eq!(
+        answer.text,
+        r#"{"Logs":[],"Outputs":{"res":{"body":"{\"error\":{\"field\":\"table\",\"message\":\"is required\"}}","headers":{"Content-Type":"application/json; charset=utf-8"},"statusCode":400}},"ReturnValue":null}"#
+    );
+}
+
+#[tokio::test]
+async fn the_captured_queue_string_fails_alone_and_shows_in_the_scans_list() {
+    let host = TestHost::start(&[]).await;
+    // Bound under its real binding name the message is found but is not a work item.
+    let body = CAPTURED_QUEUE_STRING.replace("\"inMsg\"", "\"item\"");
+    let answer = host.post_raw("ScanRange", body).await;
+    assert_eq!(answer.status, 422, "{}", answer.text);
+    assert_eq!(answer.content_type, "application/json; charset=utf-8");
+    assert!(
+        answer.json["error"].as_str().unwrap().contains("not JSON"),
+        "{}",
+        answer.text
+    );
+    let list = host.http("ListScans", "GET", "/api/scans", &[], None).await;
+    let (status, body) = list.res();
+    assert_eq!(status, 200);
+    let rejected = body["rejectedMessages"].as_array().unwrap();
+    assert!(
+        rejected
+            .iter()
+            .any(|r| r["messageId"] == "a0004923-f050-417a-9742-6d7c7b984134"
+                && r["sample"] == "aaaaa"),
+        "{body}"
+    );
+
+    // Under another binding name, the handler says what is missing.
+    let missing = host
+        .post_raw("ScanRange", CAPTURED_QUEUE_STRING.to_string())
+        .await;
+    assert_eq!(missing.status, 422);
+    assert!(missing.text.contains("Data.item"), "{}", missing.text);
+}
+
+#[tokio::test]
+async fn a_json_message_with_leaking_fields_still_runs_its_step() {
+    // A real work item is a JSON object, so its fields (v, scan, depth, task) leak into
+    // Metadata exactly as the host does it; the handler must not be confused by them.
+    let source = fresh_table("leaky").await;
+    source.insert(&Entity::new("p", "r")).await.unwrap();
+    let mut host = TestHost::start(&[]).await;
+    let start = host
+        .http(
+            "StartScan",
+            "POST",
+            "/api/scans",
+            &[],
+            Some(&json!({"table": source.name(), "action": {"type": "count"}}).to_string()),
+        )
+        .await;
+    let root = start.messages("rangeItems");
+    assert_eq!(root.len(), 1);
+    let answer = host.deliver("ScanRange", &root[0], 1).await;
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    assert_eq!(answer.content_type, "application/json; charset=utf-8");
+    assert!(
+        answer.json["Logs"][0]
+            .as_str()
+            .unwrap()
+            .contains("1 rows read"),
+        "{}",
+        answer.text
+    );
+}
+
+/// Every EDM type, and keys that break naive clients.
+fn difficult_entities() -> Vec<Entity> {
+    let keys = [
+        "",
+        "a b",
+        "it's",
+        "50%",
+        "x+y",
+        "é中",
+        "😀",
+        "a😀b",
+        "\u{FFFF}",
+        "a\u{FFFF}b",
+        "\u{E000}",
+    ];
+    let when = EdmDateTime::parse("2008-07-10T01:02:03.1234567Z").unwrap();
+    let mut entities = Vec::new();
+    for (i, pk) in keys.iter().enumerate() {
+        for rk in keys.iter().take(1 + i % 4) {
+            entities.push(
+                Entity::new(*pk, *rk)
+                    .with("s", Edm::String(format!("{pk}|{rk}")))
+                    .with("i32", Edm::Int32(-(i as i32)))
+                    .with("i64", Edm::Int64(i64::MAX - i as i64))
+                    .with("d", Edm::Double(if i % 2 == 0 { 1.0 } else { f64::NAN }))
+                    .with("inf", Edm::Double(f64::NEG_INFINITY))
+                    .with("b", Edm::Boolean(i % 3 == 0))
+                    .with("dt", Edm::DateTime(when))
+                    .with("g", Edm::Guid(uuid::Uuid::from_u128(i as u128)))
+                    .with("bin", Edm::Binary(vec![0, i as u8, 255])),
+            );
+        }
+    }
+    entities.push(
+        Entity::new("k".repeat(512), "😀".repeat(256)).with("s", Edm::String("long keys".into())),
+    );
+    entities
+}
+
+async fn load(table: &TableClient, entities: &[Entity]) {
+    let mut by_partition: BTreeMap<&str, Vec<Operation>> = BTreeMap::new();
+    for e in entities {
+        by_partition
+            .entry(&e.partition_key)
+            .or_default()
+            .push(Operation::Insert(e.clone()));
+    }
+    for ops in by_partition.values() {
+        table.submit_transaction(ops).await.unwrap();
+    }
+}
+
+fn comparable(entities: Vec<Entity>) -> Vec<(String, String, String)> {
+    entities
+        .into_iter()
+        .map(|e| {
+            (
+                e.partition_key.clone(),
+                e.row_key.clone(),
+                Entity {
+                    timestamp: None,
+                    etag: None,
+                    ..e
+                }
+                .to_json(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_copy_scan_leaves_the_target_identical_to_the_source() {
+    let source = fresh_table("copysrc").await;
+    let entities = difficult_entities();
+    load(&source, &entities).await;
+    let target_name = unique_name("copydst");
+    let mut host = TestHost::start(&[("TABLESCAN_STEP_MAX_QUERIES", "2")]).await;
+    let id = host
+        .run_scan(&json!({
+            "table": source.name(),
+            "pageSize": 3,
+            "action": {"type": "copy", "table": target_name}
+        }))
+        .await;
+    let target = tables().table(&target_name).unwrap();
+    let want = comparable(source.query_all(&Query::default()).await.unwrap());
+    let got = comparable(target.query_all(&Query::default()).await.unwrap());
+    assert_eq!(got.len(), entities.len());
+    assert_eq!(
+        got, want,
+        "the copy holds the same keys, properties and types"
+    );
+
+    let (status, body) = host.status(&id).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["state"], "succeeded", "{body}");
+    assert_eq!(body["progress"]["rowsRead"], entities.len() as u64);
+    assert_eq!(body["progress"]["rowsActed"], entities.len() as u64);
+    assert_eq!(body["progress"]["stepsPending"], 0);
+    assert!(
+        body["progress"]["stepsDone"].as_u64().unwrap() > 3,
+        "several steps: {body}"
+    );
+    assert!(body["finishedAt"].is_string());
+}
+
+#[tokio::test]
+async fn a_count_scan_reports_exact_rows_and_partitions() {
+    let source = fresh_table("count").await;
+    let entities = difficult_entities();
+    load(&source, &entities).await;
+    let partitions = entities
+        .iter()
+        .map(|e| e.partition_key.as_str())
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    let mut host = TestHost::start(&[("TABLESCAN_STEP_MAX_QUERIES", "1")]).await;
+    for strategy in ["prefix", "serial"] {
+        let id = host.run_scan(&json!({"table": source.name(), "pageSize": 2, "strategy": strategy, "action": {"type": "count"}})).await;
+        let (_, body) = host.status(&id).await;
+        assert_eq!(body["state"], "succeeded", "{body}");
+        assert_eq!(
+            body["result"],
+            json!({"rows": entities.len(), "partitions": partitions}),
+            "{strategy}: {body}"
+        );
+        assert_eq!(body["spec"]["strategy"], strategy);
+    }
+}
+
+#[tokio::test]
+async fn the_same_step_delivered_twice_changes_no_count_and_writes_nothing_twice() {
+    let source = fresh_table("twice").await;
+    let rows: Vec<Entity> = (0..30)
+        .map(|i| Entity::new(format!("p{}", i % 4), format!("r{i:02}")))
+        .collect();
+    load(&source, &rows).await;
+    let queue = unique_name("out-");
+    let mut host = TestHost::start(&[("TABLESCAN_STEP_MAX_QUERIES", "1")]).await;
+    let start = host
+        .http(
+            "StartScan",
+            "POST",
+            "/api/scans",
+            &[],
+            Some(&json!({"table": source.name(), "pageSize": 4, "action": {"type": "enqueue", "queue": queue}}).to_string()),
+        )
+        .await;
+    let (_, body) = start.res();
+    let id = body["id"].as_str().unwrap().to_string();
+    let root = start.messages("rangeItems").remove(0);
+
+    let first = host.deliver("ScanRange", &root, 1).await;
+    assert_eq!(first.status, 200, "{}", first.text);
+    let second = host.deliver("ScanRange", &root, 2).await;
+    assert_eq!(second.status, 200, "{}", second.text);
+    // The redelivery re-sends the same children and does nothing else.
+    assert_eq!(second.messages("rangeItems"), first.messages("rangeItems"));
+    assert_eq!(
+        second.messages("partitionItems"),
+        first.messages("partitionItems")
+    );
+    let (_, after_two) = host.status(&id).await;
+    assert_eq!(after_two["progress"]["rowsRead"], 4, "{after_two}");
+    assert_eq!(after_two["progress"]["stepsDone"], 1);
+
+    // Deliver every message twice from here on, including the duplicates' outputs.
+    host.enqueue_outputs(&first);
+    host.enqueue_outputs(&second);
+    host.drain().await;
+    let (_, done) = host.status(&id).await;
+    assert_eq!(done["state"], "succeeded", "{done}");
+    assert_eq!(done["progress"]["rowsRead"], 30);
+    assert_eq!(done["progress"]["rowsActed"], 30);
+    let messages = queues().queue(&queue).unwrap();
+    assert_eq!(
+        messages.approximate_count().await.unwrap(),
+        30,
+        "one message per row, none twice"
+    );
+    let one = messages
+        .receive(1, Duration::from_secs(5))
+        .await
+        .unwrap()
+        .remove(0);
+    let text = String::from_utf8(MessageEncoding::Base64.decode(&one.text).unwrap()).unwrap();
+    let message: Value = serde_json::from_str(&text).unwrap();
+    assert!(
+        message["PartitionKey"].as_str().unwrap().starts_with('p'),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_cancelled_scan_stops_issuing_work() {
+    let source = fresh_table("cancel").await;
+    let rows: Vec<Entity> = (0..40)
+        .map(|i| Entity::new(format!("p{i:02}"), "r"))
+        .collect();
+    load(&source, &rows).await;
+    let mut host = TestHost::start(&[("TABLESCAN_STEP_MAX_QUERIES", "1")]).await;
+    let start = host
+        .http(
+            "StartScan",
+            "POST",
+            "/api/scans",
+            &[],
+            Some(
+                &json!({"table": source.name(), "pageSize": 2, "action": {"type": "count"}})
+                    .to_string(),
+            ),
+        )
+        .await;
+    let id = start.res().1["id"].as_str().unwrap().to_string();
+    let first = host
+        .deliver("ScanRange", &start.messages("rangeItems")[0], 1)
+        .await;
+    host.enqueue_outputs(&first);
+    assert!(!host.queued.is_empty());
+
+    let cancel = host
+        .http(
+            "CancelScan",
+            "POST",
+            &format!("/api/scans/{id}/cancel"),
+            &[("id", &id)],
+            None,
+        )
+        .await;
+    assert_eq!(cancel.res(), (200, json!({"id": id, "state": "cancelled"})));
+    while let Some((function, text)) = host.queued.pop_front() {
+        let answer = host.deliver(&function, &text, 1).await;
+        assert_eq!(answer.status, 200);
+        assert!(
+            answer.messages("rangeItems").is_empty()
+                && answer.messages("partitionItems").is_empty()
+        );
+    }
+    let (_, status) = host.status(&id).await;
+    assert_eq!(status["state"], "cancelled", "{status}");
+    assert_eq!(status["progress"]["rowsRead"], 2, "only the first step ran");
+    assert_eq!(status["progress"]["stepsPending"], 0);
+}
+
+#[tokio::test]
+async fn delete_skips_rows_changed_since_they_were_read() {
+    let source = fresh_table("delete").await;
+    let rows: Vec<Entity> = (0..10).map(|i| Entity::new("p", format!("r{i}"))).collect();
+    load(&source, &rows).await;
+    let mut host = TestHost::start(&[]).await;
+    let start = host
+        .http(
+            "StartScan",
+            "POST",
+            "/api/scans",
+            &[],
+            Some(&json!({"table": source.name(), "action": {"type": "delete"}}).to_string()),
+        )
+        .await;
+    let id = start.res().1["id"].as_str().unwrap().to_string();
+    host.enqueue_outputs(&start);
+    host.drain().await;
+    assert!(source
+        .query_all(&Query::default())
+        .await
+        .unwrap()
+        .is_empty());
+    let (_, status) = host.status(&id).await;
+    assert_eq!(status["progress"]["rowsActed"], 10, "{status}");
+
+    // A row that changes between the read and the delete is kept. Simulate it with an actions
+    // test: read, change, then delete through the action.
+    load(&source, &rows).await;
+    let read = source.query_all(&Query::default()).await.unwrap();
+    source
+        .upsert(
+            &Entity::new("p", "r3").with("changed", Edm::Boolean(true)),
+            WriteMode::Replace,
+        )
+        .await
+        .unwrap();
+    let counts =
+        tablescan::actions::Action::Delete(tablescan::actions::DeleteRows::new(source.clone()))
+            .apply(read)
+            .await
+            .unwrap();
+    assert_eq!((counts.acted, counts.skipped), (9, 1));
+    let left = source.query_all(&Query::default()).await.unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].row_key, "r3");
+}
+
+#[tokio::test]
+async fn partition_keys_sends_one_message_per_partition() {
+    let source = fresh_table("pkeys").await;
+    let rows: Vec<Entity> = (0..60)
+        .map(|i| Entity::new(format!("p{}", i % 7), format!("r{i:02}")))
+        .collect();
+    load(&source, &rows).await;
+    let queue = unique_name("keys-");
+    let mut host = TestHost::start(&[("TABLESCAN_STEP_MAX_QUERIES", "1")]).await;
+    let id = host
+        .run_scan(&json!({"table": source.name(), "pageSize": 3, "action": {"type": "partition-keys", "queue": queue, "encoding": "none"}}))
+        .await;
+    let (_, status) = host.status(&id).await;
+    assert_eq!(status["progress"]["partitions"], 7, "{status}");
+    let messages = queues()
+        .queue(&queue)
+        .unwrap()
+        .receive(32, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let mut keys: Vec<String> = messages
+        .iter()
+        .map(|m| {
+            serde_json::from_str::<Value>(&m.text).unwrap()["PartitionKey"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    keys.sort();
+    assert_eq!(keys, (0..7).map(|i| format!("p{i}")).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn every_kind_of_bad_request_is_a_400_naming_the_field() {
+    let source = fresh_table("badreq").await;
+    let host = TestHost::start(&[
+        ("Elsewhere", "UseDevelopmentStorage=true"),
+        ("Broken", "AccountName=x"),
+    ])
+    .await;
+    let table = source.name();
+    let cases: Vec<(String, &str)> = vec![
+        ("{".into(), "body"),
+        ("[]".into(), "body"),
+        (json!({"action": {"type": "count"}}).to_string(), "table"),
+        (
+            json!({"table": "bad-name", "action": {"type": "count"}}).to_string(),
+            "table",
+        ),
+        (
+            json!({"table": "missingtable1", "action": {"type": "count"}}).to_string(),
+            "table",
+        ),
+        (json!({"table": table}).to_string(), "action"),
+        (
+            json!({"table": table, "action": {"type": "shred"}}).to_string(),
+            "action.type",
+        ),
+        (
+            json!({"table": table, "action": {"type": "copy"}}).to_string(),
+            "action.table",
+        ),
+        (
+            json!({"table": table, "action": {"type": "enqueue", "queue": "UPPER"}}).to_string(),
+            "action.queue",
+        ),
+        (
+            json!({"table": table, "connection": "Nope", "action": {"type": "count"}}).to_string(),
+            "connection",
+        ),
+        (
+            json!({"table": table, "connection": "Broken", "action": {"type": "count"}})
+                .to_string(),
+            "connection",
+        ),
+        (
+            json!({"table": table, "connection": connection_string(), "action": {"type": "count"}})
+                .to_string(),
+            "connection",
+        ),
+        (
+            json!({"table": table, "pageSize": 0, "action": {"type": "count"}}).to_string(),
+            "pageSize",
+        ),
+        (
+            json!({"table": table, "strategy": "random", "action": {"type": "count"}}).to_string(),
+            "strategy",
+        ),
+        (
+            json!({"table": table, "select": ["ok", "not ok"], "action": {"type": "count"}})
+                .to_string(),
+            "select[1]",
+        ),
+        (
+            json!({"table": table, "scope": {"prefix": "a#b"}, "action": {"type": "count"}})
+                .to_string(),
+            "scope.prefix",
+        ),
+        (
+            json!({"table": table, "action": {"type": "count"}, "priority": 1}).to_string(),
+            "priority",
+        ),
+    ];
+    for (body, field) in cases {
+        let answer = host
+            .http("StartScan", "POST", "/api/scans", &[], Some(&body))
+            .await;
+        assert_eq!(answer.status, 200, "the host must get a normal answer");
+        let (status, error) = answer.res();
+        assert_eq!(status, 400, "{body}: {error}");
+        assert_eq!(error["error"]["field"], field, "{body}: {error}");
+        // A connection string pasted as a connection name is never echoed back.
+        assert!(
+            !error
+                .to_string()
+                .contains(tablescan::storage::connection_string::EMULATOR_KEY),
+            "{error}"
+        );
+    }
+    let no_body = host
+        .http("StartScan", "POST", "/api/scans", &[], None)
+        .await;
+    assert_eq!(no_body.res().0, 400);
+    let huge = format!(
+        "{{\"table\":\"{}\",\"pad\":\"{}\"}}",
+        table,
+        "x".repeat(2 * 1024 * 1024)
+    );
+    assert_eq!(
+        host.http("StartScan", "POST", "/api/scans", &[], Some(&huge))
+            .await
+            .res()
+            .0,
+        413
+    );
+    for id in ["0123456789abcdef0123456789abcdef", "../etc", "~index"] {
+        assert_eq!(host.status(id).await.0, 404, "{id}");
+        let cancel = host
+            .http("CancelScan", "POST", "/x", &[("id", id)], None)
+            .await;
+        assert_eq!(cancel.res().0, 404);
+    }
+    // The handler keeps serving after all that.
+    assert_eq!(
+        reqwest::get(format!("http://{}/", host.address))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+}
