@@ -2,18 +2,15 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::host::TestHost;
 use common::{connection_string, fresh_table, queues, tables, unique_name};
 use serde_json::{json, Value};
 use tablescan::storage::queue::MessageEncoding;
-use tablescan::storage::table::batch::Operation;
 use tablescan::storage::table::entity::{EdmDateTime, Entity, Value as Edm};
 use tablescan::storage::table::query::Query;
 use tablescan::storage::table::WriteMode;
-use tablescan::storage::TableClient;
 
 /// The real host's captured queue-trigger request for the message `aaaaa` (Azure, 2022).
 const CAPTURED_QUEUE_STRING: &str = r#"{"Data":{"inMsg":"\"aaaaa\""},"Metadata":{"DequeueCount":"1","ExpirationTime":"2022-06-20T06:00:06+00:00","Id":"\"a0004923-f050-417a-9742-6d7c7b984134\"","InsertionTime":"2022-06-13T06:00:06+00:00","NextVisibleTime":"2022-06-13T06:10:18+00:00","PopReceipt":"\"AgAAAAMAAAAAAAAA8d5gQex+2AE=\"","sys":{"MethodName":"queue","UtcNow":"2022-06-13T06:00:18.1974545Z","RandGuid":"d9ba2785-ee1a-4260-a83b-f57cb54b969e"}}}"#;
@@ -150,19 +147,6 @@ fn difficult_entities() -> Vec<Entity> {
     entities
 }
 
-async fn load(table: &TableClient, entities: &[Entity]) {
-    let mut by_partition: BTreeMap<&str, Vec<Operation>> = BTreeMap::new();
-    for e in entities {
-        by_partition
-            .entry(&e.partition_key)
-            .or_default()
-            .push(Operation::Insert(e.clone()));
-    }
-    for ops in by_partition.values() {
-        table.submit_transaction(ops).await.unwrap();
-    }
-}
-
 fn comparable(entities: Vec<Entity>) -> Vec<(String, String, String)> {
     entities
         .into_iter()
@@ -185,7 +169,7 @@ fn comparable(entities: Vec<Entity>) -> Vec<(String, String, String)> {
 async fn a_copy_scan_leaves_the_target_identical_to_the_source() {
     let source = fresh_table("copysrc").await;
     let entities = difficult_entities();
-    load(&source, &entities).await;
+    common::load(&source, &entities).await;
     let target_name = unique_name("copydst");
     let mut host = TestHost::start(&[("TABLESCAN_STEP_MAX_QUERIES", "2")]).await;
     let id = host
@@ -221,7 +205,7 @@ async fn a_copy_scan_leaves_the_target_identical_to_the_source() {
 async fn a_count_scan_reports_exact_rows_and_partitions() {
     let source = fresh_table("count").await;
     let entities = difficult_entities();
-    load(&source, &entities).await;
+    common::load(&source, &entities).await;
     let partitions = entities
         .iter()
         .map(|e| e.partition_key.as_str())
@@ -247,7 +231,7 @@ async fn the_same_step_delivered_twice_changes_no_count_and_writes_nothing_twice
     let rows: Vec<Entity> = (0..30)
         .map(|i| Entity::new(format!("p{}", i % 4), format!("r{i:02}")))
         .collect();
-    load(&source, &rows).await;
+    common::load(&source, &rows).await;
     let queue = unique_name("out-");
     let mut host = TestHost::start(&[("TABLESCAN_STEP_MAX_QUERIES", "1")]).await;
     let start = host
@@ -310,7 +294,7 @@ async fn a_cancelled_scan_stops_issuing_work() {
     let rows: Vec<Entity> = (0..40)
         .map(|i| Entity::new(format!("p{i:02}"), "r"))
         .collect();
-    load(&source, &rows).await;
+    common::load(&source, &rows).await;
     let mut host = TestHost::start(&[("TABLESCAN_STEP_MAX_QUERIES", "1")]).await;
     let start = host
         .http(
@@ -359,7 +343,7 @@ async fn a_cancelled_scan_stops_issuing_work() {
 async fn delete_skips_rows_changed_since_they_were_read() {
     let source = fresh_table("delete").await;
     let rows: Vec<Entity> = (0..10).map(|i| Entity::new("p", format!("r{i}"))).collect();
-    load(&source, &rows).await;
+    common::load(&source, &rows).await;
     let mut host = TestHost::start(&[]).await;
     let start = host
         .http(
@@ -383,7 +367,7 @@ async fn delete_skips_rows_changed_since_they_were_read() {
 
     // A row that changes between the read and the delete is kept. Simulate it with an actions
     // test: read, change, then delete through the action.
-    load(&source, &rows).await;
+    common::load(&source, &rows).await;
     let read = source.query_all(&Query::default()).await.unwrap();
     source
         .upsert(
@@ -409,7 +393,7 @@ async fn partition_keys_sends_one_message_per_partition() {
     let rows: Vec<Entity> = (0..60)
         .map(|i| Entity::new(format!("p{}", i % 7), format!("r{i:02}")))
         .collect();
-    load(&source, &rows).await;
+    common::load(&source, &rows).await;
     let queue = unique_name("keys-");
     let mut host = TestHost::start(&[("TABLESCAN_STEP_MAX_QUERIES", "1")]).await;
     let id = host

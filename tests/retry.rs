@@ -13,6 +13,22 @@ use tablescan::storage::{
     ErrorKind, QueueServiceClient, StorageAccount, TableClient, TableServiceClient,
 };
 
+/// A client for `table` whose requests go to `address` (a proxy in front of Azurite).
+fn table_at(
+    address: std::net::SocketAddr,
+    table: &str,
+    options: tablescan::storage::ClientOptions,
+) -> TableClient {
+    let account = StorageAccount::from_connection_string(&format!(
+        "AccountName={EMULATOR_ACCOUNT};AccountKey={EMULATOR_KEY};TableEndpoint=http://{address}/{EMULATOR_ACCOUNT}"
+    ))
+    .unwrap();
+    TableServiceClient::new(&account, options)
+        .unwrap()
+        .table(table)
+        .unwrap()
+}
+
 /// A table client that reaches the table through a new fault proxy.
 async fn through_proxy(table: &TableClient) -> (FaultProxy, TableClient) {
     let endpoint = common::account().table_endpoint().unwrap().to_string();
@@ -20,15 +36,7 @@ async fn through_proxy(table: &TableClient) -> (FaultProxy, TableClient) {
         .trim_end_matches(&format!("/{EMULATOR_ACCOUNT}"))
         .to_string();
     let proxy = FaultProxy::start(origin).await;
-    let account = StorageAccount::from_connection_string(&format!(
-        "AccountName={EMULATOR_ACCOUNT};AccountKey={EMULATOR_KEY};TableEndpoint=http://{}/{EMULATOR_ACCOUNT}",
-        proxy.address
-    ))
-    .unwrap();
-    let client = TableServiceClient::new(&account, fast_retry_options())
-        .unwrap()
-        .table(table.name())
-        .unwrap();
+    let client = table_at(proxy.address, table.name(), fast_retry_options());
     (proxy, client)
 }
 
@@ -98,15 +106,7 @@ async fn retry_after_sets_a_floor_on_the_delay() {
     let (proxy, client) = through_proxy(&table).await;
     let mut options = fast_retry_options();
     options.retry.max_backoff = Duration::from_secs(5);
-    let account = StorageAccount::from_connection_string(&format!(
-        "AccountName={EMULATOR_ACCOUNT};AccountKey={EMULATOR_KEY};TableEndpoint=http://{}/{EMULATOR_ACCOUNT}",
-        proxy.address
-    ))
-    .unwrap();
-    let patient = TableServiceClient::new(&account, options)
-        .unwrap()
-        .table(client.name())
-        .unwrap();
+    let patient = table_at(proxy.address, client.name(), options);
     proxy.plan([Fault::StatusWithRetryAfter(503, "ServerBusy", 1)]);
     let started = Instant::now();
     patient.query_page(&Query::default(), None).await.unwrap();
@@ -157,15 +157,7 @@ async fn through_reset_proxy(
         .to_string();
     let upstream = authority.parse().unwrap();
     let proxy = common::reset_proxy::ResetProxy::start(upstream, drops).await;
-    let account = StorageAccount::from_connection_string(&format!(
-        "AccountName={EMULATOR_ACCOUNT};AccountKey={EMULATOR_KEY};TableEndpoint=http://{}/{EMULATOR_ACCOUNT}",
-        proxy.address
-    ))
-    .unwrap();
-    let client = TableServiceClient::new(&account, fast_retry_options())
-        .unwrap()
-        .table(table.name())
-        .unwrap();
+    let client = table_at(proxy.address, table.name(), fast_retry_options());
     (proxy, client)
 }
 

@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::fresh_table;
@@ -13,8 +13,6 @@ use tablescan::scan::model::{rows_in_scope, MemoryTable};
 use tablescan::scan::{
     Budget, ReadMode, ScanOptions, SplitPolicy, Strategy, SystemClock, WorkItem,
 };
-use tablescan::storage::table::batch::Operation;
-use tablescan::storage::table::entity::{Entity, Value};
 
 /// A few hundred keys over an alphabet with the empty key, U+FFFF, U+E000 and a supplementary
 /// character, plus a 1 KiB key.
@@ -38,23 +36,11 @@ fn difficult_rows() -> Vec<(String, String)> {
     rows
 }
 
-async fn load(table: &tablescan::storage::TableClient, rows: &[(String, String)]) {
-    let mut by_partition: BTreeMap<&str, Vec<Operation>> = BTreeMap::new();
-    for (pk, rk) in rows {
-        by_partition.entry(pk).or_default().push(Operation::Insert(
-            Entity::new(pk.clone(), rk.clone()).with("n", Value::Int32(1)),
-        ));
-    }
-    for operations in by_partition.values() {
-        table.submit_transaction(operations).await.unwrap();
-    }
-}
-
 #[tokio::test]
 async fn every_strategy_reads_every_row_of_its_scope_once_on_azurite() {
     let table = fresh_table("scan").await;
     let rows = difficult_rows();
-    load(&table, &rows).await;
+    common::load_keys(&table, &rows).await;
     let model = MemoryTable::from_keys(rows.iter().map(|(p, r)| (p.as_str(), r.as_str())));
     assert!(model.len() > 250, "{} rows", model.len());
 

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tablescan::scan::driver::run_to_completion;
+use tablescan::scan::driver::{run_to_completion, RunReport};
 use tablescan::scan::keys::{KeyRange, Lower, Upper};
 use tablescan::scan::model::{nuget_like, rows_in_scope, MemoryReader, MemoryTable, Quirks};
 use tablescan::scan::{
@@ -26,6 +26,22 @@ impl Clock for TickingClock {
                 .fetch_add(self.tick.as_nanos() as u64, Ordering::Relaxed),
         )
     }
+}
+
+/// Runs a whole scan of `range` on the model, on a clock that never moves.
+fn run(reader: &MemoryReader<'_>, range: KeyRange, options: &ScanOptions) -> RunReport {
+    let clock = TickingClock {
+        nanos: AtomicU64::new(0),
+        tick: Duration::ZERO,
+    };
+    block_on(run_to_completion(
+        reader,
+        WorkItem::root("s", range, ""),
+        options,
+        &clock,
+        1_000_000,
+    ))
+    .unwrap()
 }
 
 fn block_on<F: std::future::Future>(future: F) -> F::Output {
@@ -188,18 +204,7 @@ fn the_blog_example_yields_the_blog_query_tree() {
         },
         ..ScanOptions::default()
     };
-    let clock = TickingClock {
-        nanos: AtomicU64::new(0),
-        tick: Duration::ZERO,
-    };
-    let report = block_on(run_to_completion(
-        &reader,
-        WorkItem::root("blog", KeyRange::all(), ""),
-        &options,
-        &clock,
-        100,
-    ))
-    .unwrap();
+    let report = run(&reader, KeyRange::all(), &options);
     assert_eq!(
         reader.log(),
         [
@@ -256,18 +261,7 @@ fn keys_with_u_ffff_are_neither_lost_nor_looped_on() {
                 },
                 ..ScanOptions::default()
             };
-            let clock = TickingClock {
-                nanos: AtomicU64::new(0),
-                tick: Duration::ZERO,
-            };
-            let report = block_on(run_to_completion(
-                &reader,
-                WorkItem::root("s", KeyRange::all(), ""),
-                &options,
-                &clock,
-                1000,
-            ))
-            .unwrap();
+            let report = run(&reader, KeyRange::all(), &options);
             let mut got: Vec<&str> = report
                 .rows
                 .iter()
@@ -296,18 +290,7 @@ fn a_huge_partition_is_split_by_row_key_and_no_step_exceeds_its_budget() {
         },
         ..ScanOptions::default()
     };
-    let clock = TickingClock {
-        nanos: AtomicU64::new(0),
-        tick: Duration::ZERO,
-    };
-    let report = block_on(run_to_completion(
-        &reader,
-        WorkItem::root("s", KeyRange::all(), ""),
-        &options,
-        &clock,
-        10_000,
-    ))
-    .unwrap();
+    let report = run(&reader, KeyRange::all(), &options);
     assert_eq!(report.rows.len(), 20_000);
     assert!(report.most_queries_in_a_step <= 5);
     // Serially, 200 pages at 5 per step would be a chain of 40 steps; split by RowKey prefix
@@ -322,14 +305,7 @@ fn a_huge_partition_is_split_by_row_key_and_no_step_exceeds_its_budget() {
         ..options.clone()
     };
     let reader = MemoryReader::new(&table, Quirks::default());
-    let baseline = block_on(run_to_completion(
-        &reader,
-        WorkItem::root("s", KeyRange::all(), ""),
-        &serial,
-        &clock,
-        10_000,
-    ))
-    .unwrap();
+    let baseline = run(&reader, KeyRange::all(), &serial);
     assert_eq!(baseline.longest_chain, 40);
     assert_eq!(baseline.rows.len(), 20_000);
 }
@@ -349,18 +325,7 @@ fn partitions_only_mode_skips_the_rest_of_each_partition() {
         page_size: 10,
         ..ScanOptions::default()
     };
-    let clock = TickingClock {
-        nanos: AtomicU64::new(0),
-        tick: Duration::ZERO,
-    };
-    let report = block_on(run_to_completion(
-        &reader,
-        WorkItem::root("s", KeyRange::all(), ""),
-        &options,
-        &clock,
-        1000,
-    ))
-    .unwrap();
+    let report = run(&reader, KeyRange::all(), &options);
     assert_eq!(report.rows.len(), 50);
     // Reading every row would take over 500 pages of 10; skipping partitions takes a few dozen.
     assert!(report.queries < 40, "{} queries", report.queries);
@@ -371,18 +336,7 @@ fn nuget_like_scans_issue_close_to_the_serial_number_of_queries() {
     let rows = 200_000;
     let table = MemoryTable::new(nuget_like(rows, 7));
     let reader = MemoryReader::new(&table, Quirks::default());
-    let clock = TickingClock {
-        nanos: AtomicU64::new(0),
-        tick: Duration::ZERO,
-    };
-    let report = block_on(run_to_completion(
-        &reader,
-        WorkItem::root("s", KeyRange::all(), ""),
-        &ScanOptions::default(),
-        &clock,
-        100_000,
-    ))
-    .unwrap();
+    let report = run(&reader, KeyRange::all(), &ScanOptions::default());
     assert_eq!(report.rows.len(), rows);
     let serial_pages = rows.div_ceil(1000) as f64;
     let ratio = report.queries as f64 / serial_pages;
@@ -402,21 +356,14 @@ fn continuation_items_respect_lower_bounds_in_scope() {
         lower: Lower::Excluded("ab".into()),
         upper: Upper::Excluded("b".into()),
     };
-    let clock = TickingClock {
-        nanos: AtomicU64::new(0),
-        tick: Duration::ZERO,
-    };
-    let report = block_on(run_to_completion(
+    let report = run(
         &reader,
-        WorkItem::root("s", range, ""),
+        range,
         &ScanOptions {
             page_size: 1,
             ..ScanOptions::default()
         },
-        &clock,
-        100,
-    ))
-    .unwrap();
+    );
     let got: Vec<&str> = report
         .rows
         .iter()

@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-
 use common::{account, fast_retry_options, fresh_table, tables, unique_name};
 use tablescan::storage::credential::Credential;
 use tablescan::storage::sas::AccountSas;
@@ -52,20 +50,6 @@ fn utf16_sorted(mut keys: Vec<(String, String)>) -> Vec<(String, String)> {
     keys
 }
 
-async fn load(table: &tablescan::storage::TableClient, rows: &[(String, String)]) {
-    let mut by_partition: BTreeMap<&str, Vec<Operation>> = BTreeMap::new();
-    for (pk, rk) in rows {
-        by_partition.entry(pk).or_default().push(Operation::Insert(
-            Entity::new(pk.clone(), rk.clone()).with("n", Value::Int32(1)),
-        ));
-    }
-    for operations in by_partition.values() {
-        for chunk in operations.chunks(100) {
-            table.submit_transaction(chunk).await.unwrap();
-        }
-    }
-}
-
 #[tokio::test]
 async fn continuation_chains_visit_every_row_once_in_order() {
     let table = fresh_table("paging").await;
@@ -79,7 +63,7 @@ async fn continuation_chains_visit_every_row_once_in_order() {
             ));
         }
     }
-    load(&table, &rows).await;
+    common::load_keys(&table, &rows).await;
     let expected = utf16_sorted(rows);
 
     for top in [1000u16, 1] {
@@ -163,7 +147,7 @@ async fn difficult_keys_come_back_in_utf16_order() {
         .into_iter()
         .map(|k| (k, "r".to_string()))
         .collect();
-    load(&table, &rows).await;
+    common::load_keys(&table, &rows).await;
     let read: Vec<(String, String)> = table
         .query_all(&Query::default().top(3))
         .await
@@ -178,7 +162,7 @@ async fn difficult_keys_come_back_in_utf16_order() {
 async fn a_key_cannot_change_the_meaning_of_a_filter() {
     let table = fresh_table("inject").await;
     let hostile = "x' or 'a' eq 'a";
-    load(
+    common::load_keys(
         &table,
         &[("a".into(), "1".into()), (hostile.into(), "2".into())],
     )

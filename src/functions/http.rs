@@ -193,23 +193,30 @@ async fn prepare(state: &AppState, spec: &ScanSpec) -> Result<(), HttpError> {
     Ok(())
 }
 
-fn scan_id(req: &HttpRequest) -> Option<&str> {
-    req.param("id").filter(|id| is_scan_id(id))
+/// The ledger and the scan id named by the route, or the answer that refuses the request.
+fn scan_target<'a>(
+    state: &'a AppState,
+    body: &[u8],
+) -> Result<(&'a crate::job::Ledger, String), Box<Response>> {
+    let req = request(body).map_err(|failure| Box::new(failure.into_response()))?;
+    let id = req
+        .param("id")
+        .filter(|id| is_scan_id(id))
+        .ok_or_else(|| Box::new(error(StatusCode::NOT_FOUND, None, "no scan has this id")))?
+        .to_string();
+    let ledger = state
+        .ledger()
+        .map_err(|why| Box::new(error(StatusCode::SERVICE_UNAVAILABLE, None, why)))?;
+    Ok((ledger, id))
 }
 
 /// `GET /api/scans/{id}`.
 pub async fn get_scan(state: &AppState, body: &[u8]) -> Response {
-    let req = match request(body) {
-        Ok(req) => req,
-        Err(failure) => return failure.into_response(),
+    let (ledger, id) = match scan_target(state, body) {
+        Ok(target) => target,
+        Err(response) => return *response,
     };
-    let Some(id) = scan_id(&req) else {
-        return error(StatusCode::NOT_FOUND, None, "no scan has this id");
-    };
-    let ledger = match state.ledger() {
-        Ok(ledger) => ledger,
-        Err(why) => return error(StatusCode::SERVICE_UNAVAILABLE, None, why),
-    };
+    let id = id.as_str();
     match ledger.status(id, OffsetDateTime::now_utc()).await {
         Ok(Some(status)) => answer(
             StatusCode::OK,
@@ -272,17 +279,11 @@ pub async fn list_scans(state: &AppState, body: &[u8]) -> Response {
 
 /// `POST /api/scans/{id}/cancel`.
 pub async fn cancel_scan(state: &AppState, body: &[u8]) -> Response {
-    let req = match request(body) {
-        Ok(req) => req,
-        Err(failure) => return failure.into_response(),
+    let (ledger, id) = match scan_target(state, body) {
+        Ok(target) => target,
+        Err(response) => return *response,
     };
-    let Some(id) = scan_id(&req) else {
-        return error(StatusCode::NOT_FOUND, None, "no scan has this id");
-    };
-    let ledger = match state.ledger() {
-        Ok(ledger) => ledger,
-        Err(why) => return error(StatusCode::SERVICE_UNAVAILABLE, None, why),
-    };
+    let id = id.as_str();
     let now = OffsetDateTime::now_utc();
     match ledger.status(id, now).await {
         Ok(Some(status)) if matches!(status.state, State::Succeeded | State::Failed) => {

@@ -79,32 +79,36 @@ pub fn action_for(state: &AppState, spec: &ScanSpec) -> Result<Action, String> {
             per,
             encoding: e,
         } => {
-            let queue = state
-                .clients(connection)?
-                .queues
-                .queue(queue)
-                .map_err(|e| e.to_string())?;
             let body = match per {
                 Per::Row => MessageBody::Row,
                 Per::Partition => MessageBody::PartitionKey,
             };
-            Action::Enqueue(EnqueueRows::new(queue, body, encoding(*e)))
+            Action::Enqueue(EnqueueRows::new(
+                target_queue(state, connection, queue)?,
+                body,
+                encoding(*e),
+            ))
         }
         ActionSpec::PartitionKeys {
             queue,
             connection,
             encoding: e,
-        } => {
-            let queue = state
-                .clients(connection)?
-                .queues
-                .queue(queue)
-                .map_err(|e| e.to_string())?;
-            Action::Enqueue(EnqueueRows::new(
-                queue,
-                MessageBody::PartitionKey,
-                encoding(*e),
-            ))
-        }
+        } => Action::Enqueue(EnqueueRows::new(
+            target_queue(state, connection, queue)?,
+            MessageBody::PartitionKey,
+            encoding(*e),
+        )),
     })
+}
+
+fn target_queue(
+    state: &AppState,
+    connection: &str,
+    queue: &str,
+) -> Result<crate::storage::QueueClient, String> {
+    state
+        .clients(connection)?
+        .queues
+        .queue(queue)
+        .map_err(|e| e.to_string())
 }

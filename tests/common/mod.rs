@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use tablescan::storage::retry::RetryPolicy;
+use tablescan::storage::table::batch::Operation;
+use tablescan::storage::table::entity::Entity;
 use tablescan::storage::{
     ClientOptions, QueueServiceClient, StorageAccount, TableClient, TableServiceClient,
 };
@@ -67,4 +69,33 @@ pub async fn fresh_table(prefix: &str) -> TableClient {
     let name = unique_name(prefix);
     assert!(service.create_table(&name, false).await.unwrap());
     service.table(&name).unwrap()
+}
+
+/// Inserts entities, one transaction per partition (at most 100 rows each).
+pub async fn load(table: &TableClient, entities: &[Entity]) {
+    let mut by_partition: std::collections::BTreeMap<&str, Vec<Operation>> =
+        std::collections::BTreeMap::new();
+    for e in entities {
+        by_partition
+            .entry(&e.partition_key)
+            .or_default()
+            .push(Operation::Insert(e.clone()));
+    }
+    for operations in by_partition.values() {
+        for chunk in operations.chunks(100) {
+            table.submit_transaction(chunk).await.unwrap();
+        }
+    }
+}
+
+/// Inserts bare rows with one Int32 property.
+pub async fn load_keys(table: &TableClient, rows: &[(String, String)]) {
+    let entities: Vec<Entity> = rows
+        .iter()
+        .map(|(pk, rk)| {
+            Entity::new(pk.clone(), rk.clone())
+                .with("n", tablescan::storage::table::entity::Value::Int32(1))
+        })
+        .collect();
+    load(table, &entities).await;
 }
