@@ -84,14 +84,8 @@ async fn a_json_message_with_leaking_fields_still_runs_its_step() {
     let source = fresh_table("leaky").await;
     source.insert(&Entity::new("p", "r")).await.unwrap();
     let mut host = TestHost::start(&[]).await;
-    let start = host
-        .http(
-            "StartScan",
-            "POST",
-            "/api/scans",
-            &[],
-            Some(&json!({"table": source.name(), "action": {"type": "count"}}).to_string()),
-        )
+    let (start, _) = host
+        .start_scan(&json!({"table": source.name(), "action": {"type": "count"}}))
         .await;
     let root = start.messages("rangeItems");
     assert_eq!(root.len(), 1);
@@ -234,17 +228,7 @@ async fn the_same_step_delivered_twice_changes_no_count_and_writes_nothing_twice
     common::load(&source, &rows).await;
     let queue = unique_name("out-");
     let mut host = TestHost::start(&[("TABLESCAN_STEP_MAX_QUERIES", "1")]).await;
-    let start = host
-        .http(
-            "StartScan",
-            "POST",
-            "/api/scans",
-            &[],
-            Some(&json!({"table": source.name(), "pageSize": 4, "action": {"type": "enqueue", "queue": queue}}).to_string()),
-        )
-        .await;
-    let (_, body) = start.res();
-    let id = body["id"].as_str().unwrap().to_string();
+    let (start, id) = host.start_scan(&json!({"table": source.name(), "pageSize": 4, "action": {"type": "enqueue", "queue": queue}})).await;
     let root = start.messages("rangeItems").remove(0);
 
     let first = host.deliver("ScanRange", &root, 1).await;
@@ -296,19 +280,9 @@ async fn a_cancelled_scan_stops_issuing_work() {
         .collect();
     common::load(&source, &rows).await;
     let mut host = TestHost::start(&[("TABLESCAN_STEP_MAX_QUERIES", "1")]).await;
-    let start = host
-        .http(
-            "StartScan",
-            "POST",
-            "/api/scans",
-            &[],
-            Some(
-                &json!({"table": source.name(), "pageSize": 2, "action": {"type": "count"}})
-                    .to_string(),
-            ),
-        )
+    let (start, id) = host
+        .start_scan(&json!({"table": source.name(), "pageSize": 2, "action": {"type": "count"}}))
         .await;
-    let id = start.res().1["id"].as_str().unwrap().to_string();
     let first = host
         .deliver("ScanRange", &start.messages("rangeItems")[0], 1)
         .await;
@@ -345,16 +319,9 @@ async fn delete_skips_rows_changed_since_they_were_read() {
     let rows: Vec<Entity> = (0..10).map(|i| Entity::new("p", format!("r{i}"))).collect();
     common::load(&source, &rows).await;
     let mut host = TestHost::start(&[]).await;
-    let start = host
-        .http(
-            "StartScan",
-            "POST",
-            "/api/scans",
-            &[],
-            Some(&json!({"table": source.name(), "action": {"type": "delete"}}).to_string()),
-        )
+    let (start, id) = host
+        .start_scan(&json!({"table": source.name(), "action": {"type": "delete"}}))
         .await;
-    let id = start.res().1["id"].as_str().unwrap().to_string();
     host.enqueue_outputs(&start);
     host.drain().await;
     assert!(source

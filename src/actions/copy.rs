@@ -1,6 +1,6 @@
 //! Copy: upsert every row into a target table, in entity group transactions per partition.
 
-use super::{bounded, by_partition, ActionCounts};
+use super::{by_partition, write_all, ActionCounts};
 use crate::storage::table::batch::{Operation, MAX_BODY_BYTES, MAX_OPERATIONS};
 use crate::storage::table::entity::Entity;
 use crate::storage::{StorageError, TableClient};
@@ -34,9 +34,7 @@ impl CopyRows {
                 async move { target.submit_transaction(&operations).await.map(drop) }
             })
             .collect();
-        for result in bounded(futures, CONCURRENCY).await {
-            result?;
-        }
+        write_all(futures, CONCURRENCY).await?;
         Ok(ActionCounts {
             acted: total,
             skipped: 0,

@@ -1,6 +1,6 @@
 //! Enqueue: one message per row, or per partition, to a target queue.
 
-use super::{bounded, ActionCounts};
+use super::{write_all, ActionCounts};
 use crate::storage::queue::{MessageEncoding, PutOptions, TimeToLive};
 use crate::storage::table::entity::Entity;
 use crate::storage::{QueueClient, StorageError};
@@ -53,9 +53,7 @@ impl EnqueueRows {
                 async move { queue.put_message(text.as_bytes(), &options).await.map(drop) }
             })
             .collect();
-        for result in bounded(futures, CONCURRENCY).await {
-            result?;
-        }
+        write_all(futures, CONCURRENCY).await?;
         Ok(ActionCounts {
             acted: total,
             skipped: 0,

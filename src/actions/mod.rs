@@ -66,6 +66,14 @@ pub(crate) fn by_partition(rows: Vec<Entity>) -> Vec<Vec<Entity>> {
     groups
 }
 
+/// Runs the writes, at most `limit` at once; the first failure is the result.
+pub(crate) async fn write_all<F>(writes: Vec<F>, limit: usize) -> Result<(), StorageError>
+where
+    F: std::future::Future<Output = Result<(), StorageError>> + Send + 'static,
+{
+    bounded(writes, limit).await.into_iter().collect()
+}
+
 /// Runs at most `limit` futures at once and returns their results in order.
 pub(crate) async fn bounded<T, F>(futures: Vec<F>, limit: usize) -> Vec<T>
 where

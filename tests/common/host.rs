@@ -211,8 +211,8 @@ impl TestHost {
         steps
     }
 
-    /// Starts a scan, runs it to the end, and returns its id.
-    pub async fn run_scan(&mut self, request: &Value) -> String {
+    /// Starts a scan (it must be accepted); returns the answer and the scan id.
+    pub async fn start_scan(&self, request: &Value) -> (Answer, String) {
         let answer = self
             .http(
                 "StartScan",
@@ -224,9 +224,16 @@ impl TestHost {
             .await;
         let (status, body) = answer.res();
         assert_eq!(status, 202, "{body}");
+        let id = body["id"].as_str().unwrap().to_string();
+        (answer, id)
+    }
+
+    /// Starts a scan, runs it to the end, and returns its id.
+    pub async fn run_scan(&mut self, request: &Value) -> String {
+        let (answer, id) = self.start_scan(request).await;
         self.enqueue_outputs(&answer);
         self.drain().await;
-        body["id"].as_str().unwrap().to_string()
+        id
     }
 
     /// The status document of a scan.
