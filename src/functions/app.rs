@@ -90,7 +90,7 @@ impl AppState {
                 .min(300),
             ),
         };
-        let lease = Duration::from_secs(number("TABLESCAN_STEP_LEASE_SECONDS", 120));
+        let lease = Duration::from_secs(number("TABLESCAN_STEP_LEASE_SECONDS", 60));
         let state = AppState {
             settings: settings.clone(),
             ledger: Err(String::new()),

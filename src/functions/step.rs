@@ -42,14 +42,7 @@ pub async fn handle(state: &AppState, queue: Queue, body: &[u8]) -> Response {
         Err(why) => return reject(ledger, &message_id, &why, &text).await,
     };
     let id = item.id();
-    let begin = match ledger
-        .begin(
-            &item,
-            OffsetDateTime::now_utc(),
-            time::Duration::try_from(state.lease).unwrap_or(time::Duration::MINUTE),
-        )
-        .await
-    {
+    let begin = match begin_when_free(state, ledger, &item).await {
         Ok(begin) => begin,
         Err(e) => {
             return Failure::new(
@@ -79,7 +72,7 @@ pub async fn handle(state: &AppState, queue: Queue, body: &[u8]) -> Response {
                 ))
                 .into_response();
         }
-        Begin::Busy => {
+        Begin::Busy(_) => {
             return Failure::new(
                 StatusCode::CONFLICT,
                 format!("step {id} is being run by another delivery"),
@@ -157,6 +150,32 @@ pub async fn handle(state: &AppState, queue: Queue, body: &[u8]) -> Response {
             }
             Failure::new(StatusCode::INTERNAL_SERVER_ERROR, why).into_response()
         }
+    }
+}
+
+/// Claims the work item. If another delivery holds the claim (a duplicate message, or a retry
+/// after a crash whose claim has not run out yet), waits for the claim to run out rather than
+/// failing: failing would spend one of the message's few attempts on waiting and could send a
+/// healthy work item to the poison queue. The waiting ends early when the holder finishes.
+async fn begin_when_free(
+    state: &AppState,
+    ledger: &crate::job::Ledger,
+    item: &WorkItem,
+) -> Result<Begin, crate::job::LedgerError> {
+    let lease = time::Duration::try_from(state.lease).unwrap_or(time::Duration::MINUTE);
+    let mut waited = std::time::Duration::ZERO;
+    loop {
+        let begin = ledger.begin(item, OffsetDateTime::now_utc(), lease).await?;
+        let Begin::Busy(remaining) = begin else {
+            return Ok(begin);
+        };
+        if waited >= state.lease * 2 {
+            return Ok(Begin::Busy(remaining));
+        }
+        let pause =
+            remaining.min(std::time::Duration::from_secs(5)) + std::time::Duration::from_millis(50);
+        tokio::time::sleep(pause).await;
+        waited += pause;
     }
 }
 

@@ -70,8 +70,8 @@ pub enum Begin {
     AlreadyDone(Vec<String>),
     /// The scan was cancelled: drop the item.
     Cancelled,
-    /// Another delivery of the same item holds the lease: try again later.
-    Busy,
+    /// Another delivery of the same item holds the claim for this much longer.
+    Busy(std::time::Duration),
     /// No scan with this id exists.
     UnknownScan,
     /// The scan exists but never recorded this item (or it failed for good already).
@@ -257,7 +257,9 @@ impl Ledger {
         let lease_until = number(&pending, "leaseUntil");
         let now_ms = (now.unix_timestamp_nanos() / 1_000_000) as u64;
         if lease_until > now_ms {
-            return Ok(Begin::Busy);
+            return Ok(Begin::Busy(std::time::Duration::from_millis(
+                lease_until - now_ms,
+            )));
         }
         let attempt = number(&pending, "attempts") as u32 + 1;
         let mut claimed = pending.clone();
@@ -271,7 +273,10 @@ impl Ledger {
         let etag = IfMatch::Etag(pending.etag.clone().unwrap_or_default());
         let etag = match self.table.update(&claimed, WriteMode::Replace, &etag).await {
             Ok(etag) => etag,
-            Err(e) if matches!(e.status(), Some(412) | Some(404)) => return Ok(Begin::Busy),
+            // Another delivery claimed it between our read and our write.
+            Err(e) if matches!(e.status(), Some(412) | Some(404)) => {
+                return Ok(Begin::Busy(lease.unsigned_abs()))
+            }
             Err(e) => return Err(e.into()),
         };
         if scan.started_at.is_none() {
