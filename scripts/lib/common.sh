@@ -31,3 +31,29 @@ ensure_nextest() {
   say "installing cargo-nextest ..."
   cargo install --locked cargo-nextest >&2
 }
+
+# Assembles a function app folder: host.json, the handler binary and one folder per function,
+# the layout the Functions host (and devhost) expects under its script root, plus
+# local.settings.json for `func start` (the project's own, else the example).
+#   assemble_app DEST HANDLER_BINARY
+assemble_app() {
+  local dest=$1 handler=$2 root
+  root=$(repo_root)
+  [ -x "$handler" ] || die "no handler binary at $handler"
+  rm -rf "$dest"
+  mkdir -p "$dest"
+  cp "$root/host.json" "$dest/host.json"
+  cp "$handler" "$dest/handler"
+  chmod 755 "$dest/handler"
+  local function
+  for function in "$root"/function_app/*/; do
+    [ -f "$function/function.json" ] || continue
+    mkdir -p "$dest/$(basename "$function")"
+    cp "$function/function.json" "$dest/$(basename "$function")/function.json"
+  done
+  if [ -f "$root/local.settings.json" ]; then
+    cp "$root/local.settings.json" "$dest/local.settings.json"
+  else
+    cp "$root/local.settings.json.example" "$dest/local.settings.json"
+  fi
+}

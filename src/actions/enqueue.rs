@@ -17,6 +17,24 @@ pub enum MessageBody {
     PartitionKey,
 }
 
+/// The same JSON with every character XML cannot carry (U+FFFE, U+FFFF; control characters are
+/// escaped by the serialiser already) written as a `\uXXXX` escape: the value a consumer parses
+/// is unchanged, and the text can travel unencoded through the Queue service.
+pub fn xml_safe_json(json: &str) -> String {
+    if json.chars().all(crate::storage::queue::is_xml_char) {
+        return json.to_string();
+    }
+    let mut out = String::with_capacity(json.len() + 12);
+    for c in json.chars() {
+        if crate::storage::queue::is_xml_char(c) {
+            out.push(c);
+        } else {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        }
+    }
+    out
+}
+
 #[derive(Clone)]
 pub struct EnqueueRows {
     queue: QueueClient,
@@ -42,12 +60,13 @@ impl EnqueueRows {
         let futures: Vec<_> = rows
             .into_iter()
             .map(|row| {
-                let text = match self.body {
+                let json = match self.body {
                     MessageBody::Row => row.to_json(),
                     MessageBody::PartitionKey => {
                         serde_json::json!({ "PartitionKey": row.partition_key }).to_string()
                     }
                 };
+                let text = xml_safe_json(&json);
                 let queue = self.queue.clone();
                 let options = self.options.clone();
                 async move { queue.put_message(text.as_bytes(), &options).await.map(drop) }
@@ -58,5 +77,28 @@ impl EnqueueRows {
             acted: total,
             skipped: 0,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_is_made_xml_safe_without_changing_its_value() {
+        let json =
+            serde_json::json!({ "PartitionKey": "a\u{FFFF}b\u{FFFE}", "RowKey": "😀" }).to_string();
+        let safe = xml_safe_json(&json);
+        assert!(
+            safe.chars().all(crate::storage::queue::is_xml_char),
+            "{safe}"
+        );
+        assert!(safe.contains("\\uffff"), "{safe}");
+        let back: serde_json::Value = serde_json::from_str(&safe).unwrap();
+        assert_eq!(
+            back,
+            serde_json::from_str::<serde_json::Value>(&json).unwrap()
+        );
+        assert_eq!(xml_safe_json("{\"a\":1}"), "{\"a\":1}");
     }
 }

@@ -234,6 +234,7 @@ async fn run(
     item: &WorkItem,
     claim: &Claim,
 ) -> Result<(StepCounts, Vec<WorkItem>), String> {
+    let started = std::time::Instant::now();
     let spec = &claim.scan.spec;
     let source = state
         .clients(&spec.connection)?
@@ -255,6 +256,7 @@ async fn run(
         rows_skipped: sink.counts.skipped,
         partitions: report.partitions_started,
         queries: u64::from(report.queries),
+        duration_ms: started.elapsed().as_millis() as u64,
     };
     Ok((counts, report.follow_ups))
 }

@@ -96,6 +96,8 @@ pub struct StepCounts {
     pub rows_skipped: u64,
     pub partitions: u64,
     pub queries: u64,
+    /// How long the step took (the longest is reported, not the sum).
+    pub duration_ms: u64,
 }
 
 /// How recording a step's end went.
@@ -311,6 +313,7 @@ impl Ledger {
             .with("rowsSkipped", int(counts.rows_skipped))
             .with("partitions", int(counts.partitions))
             .with("queries", int(counts.queries))
+            .with("durationMs", int(counts.duration_ms))
             .with("depth", int(u64::from(item.depth)))
             .with("finishedAt", date_value(now));
         if stored.len() <= MAX_STORED_CHILDREN_BYTES {
@@ -568,6 +571,7 @@ pub(crate) fn tally(entries: &[Entity]) -> Tally {
             t.counts.rows_skipped += number(e, "rowsSkipped");
             t.counts.partitions += number(e, "partitions");
             t.counts.queries += number(e, "queries");
+            t.counts.duration_ms = t.counts.duration_ms.max(number(e, "durationMs"));
         } else if let Some(id) = e.row_key.strip_prefix(FAILED) {
             t.failed += 1;
             t.errors.push((

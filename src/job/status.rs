@@ -53,6 +53,8 @@ pub struct Progress {
     pub steps_retrying: u64,
     pub queries: u64,
     pub rows_per_second: f64,
+    /// The longest single step, in seconds.
+    pub longest_step_seconds: f64,
 }
 
 /// A work item that failed for good.
@@ -139,6 +141,7 @@ fn status_of(
             steps_retrying: t.retrying,
             queries: counts.queries,
             rows_per_second,
+            longest_step_seconds: counts.duration_ms as f64 / 1000.0,
         },
         errors: t
             .errors

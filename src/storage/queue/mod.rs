@@ -214,6 +214,7 @@ impl QueueClient {
         const OP: &str = "put message";
         let refuse = |why: String| StorageError::invalid_request(OP, self.resource(), why);
         let text = options.encoding.encode(payload).map_err(refuse)?;
+        check_xml_text(&text).map_err(refuse)?;
         check_text_size(&text, options.encoding).map_err(refuse)?;
         check_duration("visibility timeout", options.visibility_timeout, false).map_err(refuse)?;
         let mut request = self
@@ -345,6 +346,7 @@ impl QueueClient {
             // A retry after a lost answer would carry a receipt the first attempt replaced.
             .idempotent(false);
         if let Some(text) = new_text {
+            check_xml_text(text).map_err(refuse)?;
             check_text_size(text, MessageEncoding::Text).map_err(refuse)?;
             request = request.body("application/xml", xml::message_body(text).into_bytes());
         }
@@ -364,6 +366,23 @@ fn field(message: &[(String, String)], name: &str) -> String {
         .find(|(n, _)| n == name)
         .map(|(_, v)| v.clone())
         .unwrap_or_default()
+}
+
+/// Whether a character can travel in XML 1.0 text (a message put as text travels in XML).
+pub fn is_xml_char(c: char) -> bool {
+    matches!(c, '\t' | '\n' | '\r') || (c >= ' ' && c != '\u{FFFE}' && c != '\u{FFFF}')
+}
+
+/// Text messages must be XML-safe: otherwise the service cannot hand them back (the emulator
+/// stores such a message, then returns no messages at all from that queue).
+fn check_xml_text(text: &str) -> Result<(), String> {
+    match text.chars().find(|c| !is_xml_char(*c)) {
+        None => Ok(()),
+        Some(c) => Err(format!(
+            "the message text contains U+{:04X}, which XML (and so the Queue service) cannot carry; put it base64-encoded",
+            c as u32
+        )),
+    }
 }
 
 fn check_text_size(text: &str, encoding: MessageEncoding) -> Result<(), String> {
@@ -417,6 +436,15 @@ mod tests {
         }
         assert!(MessageEncoding::Text.encode(&[0xff, 0xfe]).is_err());
         assert!(MessageEncoding::Base64.decode("not base64!").is_err());
+    }
+
+    #[test]
+    fn text_messages_must_be_xml_safe() {
+        assert!(check_xml_text("tab\tnew\nline é 😀 \u{E000}").is_ok());
+        for bad in ["a\u{FFFF}b", "\u{FFFE}", "\u{0}", "\u{1}", "\u{1F}"] {
+            let err = check_xml_text(bad).unwrap_err();
+            assert!(err.contains("base64"), "{err}");
+        }
     }
 
     #[test]

@@ -1,0 +1,235 @@
+//! HTTP triggers: `/{routePrefix}/{route}` on 127.0.0.1, sent to the handler in payload mode
+//! (forwarding mode is not reproduced; devhost refuses to start an app that needs it), and the
+//! `res` output turned back into the HTTP answer.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::{to_bytes, Body};
+use axum::extract::{Request, State};
+use axum::http::{HeaderName, HeaderValue, Response, StatusCode};
+
+use crate::config::Function;
+use crate::dispatch::Dispatcher;
+use crate::invocation::{http_answer, http_request, Answer, IncomingHttp};
+
+pub struct HttpFront {
+    pub functions: Vec<Function>,
+    pub route_prefix: String,
+    pub dispatcher: Arc<Dispatcher>,
+    pub port: u16,
+}
+
+/// Matches a route template (`scans/{id}/cancel`) against a path; returns the parameters.
+pub fn match_route(template: &str, path: &str) -> Option<BTreeMap<String, String>> {
+    let want: Vec<&str> = template.trim_matches('/').split('/').collect();
+    let got: Vec<&str> = path.trim_matches('/').split('/').collect();
+    if want.len() != got.len() {
+        return None;
+    }
+    let mut params = BTreeMap::new();
+    for (w, g) in want.iter().zip(&got) {
+        if let Some(name) = w.strip_prefix('{').and_then(|w| w.strip_suffix('}')) {
+            if g.is_empty() {
+                return None;
+            }
+            let name = name.split(':').next().unwrap_or(name);
+            params.insert(name.to_string(), percent_decode(g));
+        } else if !w.eq_ignore_ascii_case(g) {
+            return None;
+        }
+    }
+    Some(params)
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let Ok(b) = u8::from_str_radix(&text[i + 1..i + 3], 16) {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+pub async fn handle(State(front): State<Arc<HttpFront>>, request: Request) -> Response<Body> {
+    let started = Instant::now();
+    let method = request.method().as_str().to_ascii_uppercase();
+    let path = request.uri().path().to_string();
+    let prefix = format!("/{}/", front.route_prefix.trim_matches('/'));
+    let Some(route_path) = path
+        .strip_prefix(&prefix)
+        .or_else(|| (front.route_prefix.is_empty()).then_some(path.trim_start_matches('/')))
+    else {
+        return plain(StatusCode::NOT_FOUND, "no function has this route");
+    };
+    let mut matched = None;
+    for function in &front.functions {
+        let Some(trigger) = function.trigger().filter(|t| t.kind == "httpTrigger") else {
+            continue;
+        };
+        let template = trigger
+            .route
+            .clone()
+            .unwrap_or_else(|| function.name.clone());
+        if let Some(params) = match_route(&template, route_path) {
+            if trigger.methods.is_empty() || trigger.methods.contains(&method) {
+                matched = Some((function.clone(), params));
+                break;
+            }
+        }
+    }
+    let Some((function, params)) = matched else {
+        return plain(
+            StatusCode::NOT_FOUND,
+            "no function has this route and method",
+        );
+    };
+    let query: BTreeMap<String, String> = request
+        .uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect();
+    let headers: Vec<(String, String)> = request
+        .headers()
+        .iter()
+        .map(|(k, v)| {
+            (
+                title_case(k.as_str()),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    let has_content_length = request.headers().contains_key("content-length");
+    let url = format!("http://127.0.0.1:{}{}", front.port, request.uri());
+    let body = match to_bytes(request.into_body(), 100 * 1024 * 1024).await {
+        Ok(body) => body.to_vec(),
+        Err(_) => {
+            return plain(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "the request body is too large",
+            )
+        }
+    };
+    let incoming = IncomingHttp {
+        url,
+        method: method.clone(),
+        query,
+        headers,
+        params,
+        body,
+        has_content_length,
+    };
+    let trigger = function
+        .trigger()
+        .expect("matched functions have a trigger");
+    let invocation = http_request(&function.name, &trigger.name, &incoming);
+    let handler = front.dispatcher.any_handler();
+    let response_binding = function
+        .outputs()
+        .find(|b| b.kind == "http")
+        .map(|b| b.name.clone());
+    let answer = front
+        .dispatcher
+        .invoke(&handler, &function, &invocation)
+        .await;
+    let response = match answer {
+        Answer::Success { outputs, logs } => {
+            for line in logs {
+                println!("[handler {}] {line}", handler.instance);
+            }
+            if let Err(why) = front.dispatcher.write_outputs(&function, &outputs).await {
+                eprintln!("[devhost] {}: writing outputs failed: {why}", function.name);
+                plain(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the function's outputs could not be written",
+                )
+            } else {
+                match http_answer(response_binding.as_ref().and_then(|b| outputs.get(b))) {
+                    Ok(answer) => {
+                        let mut response = Response::builder().status(answer.status);
+                        for (name, value) in answer.headers {
+                            if let (Ok(name), Ok(value)) = (
+                                HeaderName::from_bytes(name.as_bytes()),
+                                HeaderValue::from_str(&value),
+                            ) {
+                                response = response.header(name, value);
+                            }
+                        }
+                        response.body(Body::from(answer.body)).unwrap_or_else(|_| {
+                            plain(StatusCode::INTERNAL_SERVER_ERROR, "bad answer")
+                        })
+                    }
+                    Err(why) => plain(StatusCode::INTERNAL_SERVER_ERROR, &why),
+                }
+            }
+        }
+        Answer::Failure(why) => {
+            eprintln!("[devhost] {}: {why}", function.name);
+            plain(StatusCode::INTERNAL_SERVER_ERROR, "the function failed")
+        }
+        Answer::Hang => plain(StatusCode::INTERNAL_SERVER_ERROR, "the function timed out"),
+    };
+    println!(
+        "[devhost] {} {method} {path} {}ms {}",
+        function.name,
+        started.elapsed().as_millis(),
+        response.status().as_u16()
+    );
+    response
+}
+
+/// Header names as the host's request object shows them (`Content-Type`).
+fn title_case(name: &str) -> String {
+    name.split('-')
+        .map(|part| {
+            let mut chars = part.chars();
+            chars.next().map_or_else(String::new, |c| {
+                c.to_ascii_uppercase().to_string() + chars.as_str()
+            })
+        })
+        .collect::<Vec<_>>()
+        .join("-")
+}
+
+fn plain(status: StatusCode, text: &str) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header("content-type", "text/plain; charset=utf-8")
+        .body(Body::from(text.to_string()))
+        .expect("a plain response builds")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_match_with_parameters() {
+        assert_eq!(match_route("scans", "scans"), Some(BTreeMap::new()));
+        let params = match_route("scans/{id}/cancel", "scans/abc/cancel").unwrap();
+        assert_eq!(params["id"], "abc");
+        assert_eq!(match_route("scans/{id}", "scans"), None);
+        assert_eq!(match_route("scans/{id}", "scans/a/b"), None);
+        assert_eq!(
+            match_route("scans/{id:guid}", "scans/x%20y").unwrap()["id"],
+            "x y"
+        );
+        assert_eq!(title_case("content-type"), "Content-Type");
+    }
+}

@@ -1,0 +1,162 @@
+//! devhost: a local stand-in for the Azure Functions host, for machines where Azure Functions
+//! Core Tools cannot be installed. It reads the same host.json and function.json files as
+//! `func start`, runs the custom handler, serves HTTP triggers and polls Azurite queues, and
+//! calls the handler exactly as the real host does, quirks included (see docs/devhost.md).
+//!
+//!     devhost [--instances N] [--port 7071] [--script-root DIR]
+
+mod config;
+mod dispatch;
+mod http;
+mod invocation;
+mod process;
+mod queues;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+struct Args {
+    instances: usize,
+    port: u16,
+    script_root: PathBuf,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        instances: 1,
+        port: 7071,
+        script_root: PathBuf::from("target/app"),
+    };
+    let mut iter = std::env::args().skip(1);
+    while let Some(arg) = iter.next() {
+        let mut value = |name: &str| iter.next().ok_or_else(|| format!("{name} needs a value"));
+        match arg.as_str() {
+            "--instances" => args.instances = value("--instances")?.parse().map_err(|_| "--instances takes a number from 1 to 64")?,
+            "--port" => args.port = value("--port")?.parse().map_err(|_| "--port takes a port number")?,
+            "--script-root" => args.script_root = PathBuf::from(value("--script-root")?),
+            "-h" | "--help" => return Err("usage: devhost [--instances N] [--port 7071] [--script-root DIR]".into()),
+            other => return Err(format!("unknown argument {other:?}; usage: devhost [--instances N] [--port 7071] [--script-root DIR]")),
+        }
+    }
+    if !(1..=64).contains(&args.instances) {
+        return Err("--instances takes a number from 1 to 64".into());
+    }
+    Ok(args)
+}
+
+#[tokio::main]
+async fn main() {
+    if let Err(why) = run().await {
+        eprintln!("devhost: {why}");
+        std::process::exit(1);
+    }
+}
+
+async fn run() -> Result<(), String> {
+    let args = parse_args()?;
+    let root = std::fs::canonicalize(&args.script_root).map_err(|e| {
+        format!(
+            "script root {}: {e} (scripts/dev assembles target/app)",
+            args.script_root.display()
+        )
+    })?;
+    let host = config::HostConfig::load(&root)?;
+    let functions = config::load_functions(&root)?;
+    if functions.is_empty() {
+        return Err(format!(
+            "no function folders with a function.json under {}",
+            root.display()
+        ));
+    }
+    if host.forwarding && functions.iter().any(config::Function::is_http_in_and_out) {
+        return Err(
+            "enableForwardingHttpRequest is set; devhost speaks only the payload protocol".into(),
+        );
+    }
+
+    // App settings: local.settings.json (or .example), with the environment winning for
+    // AzureWebJobsStorage so tests and scripts can point at their own Azurite.
+    let mut settings: HashMap<String, String> = config::load_settings(&root).into_iter().collect();
+    if let Ok(storage) = std::env::var("AzureWebJobsStorage") {
+        settings.insert("AzureWebJobsStorage".into(), storage);
+    }
+    for (k, v) in std::env::vars() {
+        settings.entry(k).or_insert(v);
+    }
+    let executable = {
+        let relative = root.join(&host.executable);
+        if relative.is_file() {
+            relative
+        } else {
+            PathBuf::from(&host.executable)
+        }
+    };
+    let launch = process::Launch {
+        executable,
+        arguments: host.arguments.clone(),
+        working_directory: root.join(&host.working_directory),
+        app_root: root.clone(),
+        settings: settings
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        readiness_timeout: Duration::from_secs(30),
+    };
+    let fatal = Arc::new(Notify::new());
+    let handlers: Vec<_> = (0..args.instances)
+        .map(|i| process::Handler::start(i, launch.clone(), fatal.clone()))
+        .collect();
+    let dispatcher = Arc::new(dispatch::Dispatcher::new(
+        handlers.clone(),
+        host.function_timeout,
+        settings,
+        host.queues.base64,
+    ));
+
+    for handler in &handlers {
+        for function in functions
+            .iter()
+            .filter(|f| f.trigger().is_some_and(|t| t.kind == "queueTrigger"))
+        {
+            let listener = Arc::new(queues::Listener {
+                function: function.clone(),
+                handler: handler.clone(),
+                dispatcher: dispatcher.clone(),
+                settings: host.queues.clone(),
+            });
+            tokio::spawn(listener.run());
+        }
+    }
+
+    let front = Arc::new(http::HttpFront {
+        functions: functions.clone(),
+        route_prefix: host.route_prefix.clone(),
+        dispatcher: dispatcher.clone(),
+        port: args.port,
+    });
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port))
+        .await
+        .map_err(|e| format!("cannot listen on 127.0.0.1:{}: {e}", args.port))?;
+    let app = axum::Router::new().fallback(http::handle).with_state(front);
+    println!(
+        "[devhost] {} functions from {}, {} instance(s), HTTP on http://127.0.0.1:{}/{}",
+        functions.len(),
+        root.display(),
+        args.instances,
+        args.port,
+        host.route_prefix
+    );
+    for function in &functions {
+        let trigger = function.trigger().map(|t| t.kind.as_str()).unwrap_or("?");
+        println!("[devhost]   {} ({trigger})", function.name);
+    }
+    tokio::select! {
+        result = axum::serve(listener, app) => result.map_err(|e| format!("the HTTP server stopped: {e}")),
+        _ = tokio::signal::ctrl_c() => { println!("[devhost] stopping"); Ok(()) }
+        _ = fatal.notified() => Err("a handler could not be kept running".into()),
+    }
+}
