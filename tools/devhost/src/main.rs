@@ -104,7 +104,11 @@ async fn run() -> Result<(), String> {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
-        readiness_timeout: Duration::from_secs(30),
+        // The host waits 30 s; tests shorten it with DEVHOST_INITIALIZATION_TIMEOUT (hh:mm:ss).
+        readiness_timeout: std::env::var("DEVHOST_INITIALIZATION_TIMEOUT")
+            .ok()
+            .and_then(|t| config::parse_timespan(&t))
+            .unwrap_or(Duration::from_secs(30)),
     };
     let fatal = Arc::new(Notify::new());
     let handlers: Vec<_> = (0..args.instances)

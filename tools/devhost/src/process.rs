@@ -147,6 +147,7 @@ impl Handler {
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .kill_on_drop(true);
+            die_with_parent(&mut command);
             let mut child = match command.spawn() {
                 Ok(child) => child,
                 Err(e) => {
@@ -216,6 +217,34 @@ impl Handler {
         }
     }
 }
+
+/// Makes the handler die when devhost dies, however devhost ends (even by SIGKILL), so no
+/// handler is ever left running without its host.
+#[cfg(target_os = "linux")]
+fn die_with_parent(command: &mut Command) {
+    const PR_SET_PDEATHSIG: std::os::raw::c_int = 1;
+    const SIGKILL: std::os::raw::c_ulong = 9;
+    extern "C" {
+        fn prctl(
+            option: std::os::raw::c_int,
+            arg2: std::os::raw::c_ulong,
+            ...
+        ) -> std::os::raw::c_int;
+    }
+    // SAFETY: runs in the forked child before exec; prctl is async-signal-safe and touches no
+    // memory of ours.
+    unsafe {
+        command.pre_exec(|| {
+            if prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn die_with_parent(_command: &mut Command) {}
 
 fn free_port() -> std::io::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?

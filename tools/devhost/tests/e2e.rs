@@ -78,6 +78,14 @@ impl Drop for TempDir {
 
 impl Drop for Host {
     fn drop(&mut self) {
+        // Ask devhost to stop (it stops its handlers), then make sure.
+        let _ = Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
