@@ -56,6 +56,13 @@ async fn main() {
             },
         ),
         (
+            "prefix, split at budget and dense pages",
+            ScanOptions {
+                split: SplitPolicy::Dense,
+                ..ScanOptions::default()
+            },
+        ),
+        (
             "serial",
             ScanOptions {
                 strategy: Strategy::Serial,

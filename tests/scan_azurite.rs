@@ -78,6 +78,11 @@ async fn every_strategy_reads_every_row_of_its_scope_once_on_azurite() {
                     max_queries: 2,
                     max_duration: Duration::from_secs(30),
                 },
+                fan_out: if split == SplitPolicy::EveryPage {
+                    1
+                } else {
+                    4
+                },
             };
             let root = WorkItem::root("azurite", range.clone(), prefix.clone());
             let report = run_to_completion(&table, root, &options, &clock, 10_000)

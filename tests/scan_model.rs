@@ -54,7 +54,15 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
 /// Characters that break naive scanners: U+FFFF (the published sentinel), U+E000 (sorts after
 /// supplementary characters in UTF-16), a supplementary character, and plain letters.
 fn key() -> impl Strategy<Value = String> {
-    let chars = prop::sample::select(vec!['A', 'B', '\u{FFFF}', '\u{E000}', '\u{1F600}']);
+    let chars = prop::sample::select(vec![
+        'A',
+        'B',
+        'a',
+        '7',
+        '\u{FFFF}',
+        '\u{E000}',
+        '\u{1F600}',
+    ]);
     prop::collection::vec(chars, 0..4).prop_map(|cs| cs.into_iter().collect())
 }
 
@@ -73,12 +81,17 @@ fn case() -> impl Strategy<Value = Case> {
     let options = (
         prop::sample::select(vec![ScanStrategy::Prefix, ScanStrategy::Serial]),
         prop::sample::select(vec![ReadMode::Rows, ReadMode::PartitionKeys]),
-        prop::sample::select(vec![SplitPolicy::AtBudget, SplitPolicy::EveryPage]),
+        prop::sample::select(vec![
+            SplitPolicy::AtBudget,
+            SplitPolicy::EveryPage,
+            SplitPolicy::Dense,
+        ]),
         1u16..=5,
         1u32..=4,
+        1usize..=5,
     )
         .prop_map(
-            |(strategy, mode, split, page_size, max_queries)| ScanOptions {
+            |(strategy, mode, split, page_size, max_queries, fan_out)| ScanOptions {
                 strategy,
                 mode,
                 split,
@@ -88,6 +101,7 @@ fn case() -> impl Strategy<Value = Case> {
                     max_queries,
                     max_duration: Duration::from_millis(50),
                 },
+                fan_out,
             },
         );
     let quirks = (0u8..40, 0u8..40, 0u8..40, any::<u64>()).prop_map(

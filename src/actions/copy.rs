@@ -23,10 +23,7 @@ impl CopyRows {
 
     pub async fn apply(&self, rows: Vec<Entity>) -> Result<ActionCounts, StorageError> {
         let total = rows.len() as u64;
-        let mut transactions = Vec::new();
-        for group in by_partition(rows) {
-            transactions.extend(transactions_for(group));
-        }
+        let transactions = plan_transactions(rows);
         let futures: Vec<_> = transactions
             .into_iter()
             .map(|operations| {
@@ -40,6 +37,15 @@ impl CopyRows {
             skipped: 0,
         })
     }
+}
+
+/// The transactions a copy sends for rows in table order: upserts grouped by partition, cut at
+/// 100 operations and well under 4 MiB each. (The simulator plans copies with this too.)
+pub fn plan_transactions(rows: Vec<Entity>) -> Vec<Vec<Operation>> {
+    by_partition(rows)
+        .into_iter()
+        .flat_map(transactions_for)
+        .collect()
 }
 
 /// Upserts for one partition, cut at 100 operations and well under 4 MiB per transaction.

@@ -9,7 +9,7 @@ mod enqueue;
 use crate::storage::table::entity::Entity;
 use crate::storage::StorageError;
 
-pub use copy::CopyRows;
+pub use copy::{plan_transactions, CopyRows};
 pub use delete::DeleteRows;
 pub use enqueue::{EnqueueRows, MessageBody};
 

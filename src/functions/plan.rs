@@ -4,7 +4,7 @@ use super::app::AppState;
 use crate::actions::{Action, CopyRows, DeleteRows, EnqueueRows, MessageBody};
 use crate::job::spec::{ActionSpec, Encoding, Per, ScanSpec};
 use crate::scan::keys::KeyRange;
-use crate::scan::{Budget, ReadMode, ScanOptions, SplitPolicy};
+use crate::scan::{Budget, ReadMode, ScanOptions};
 use crate::storage::queue::MessageEncoding;
 
 /// The PartitionKey range and prefix a spec's scope covers.
@@ -39,10 +39,10 @@ pub fn scan_options(spec: &ScanSpec, budget: Budget) -> ScanOptions {
         } else {
             ReadMode::Rows
         },
-        split: SplitPolicy::AtBudget,
         page_size: spec.page_size,
         columns,
         budget,
+        ..ScanOptions::default()
     }
 }
 

@@ -56,6 +56,11 @@ pub enum SplitPolicy {
     AtBudget,
     /// After every page that has a continuation (the published behaviour).
     EveryPage,
+    /// When the budget is spent, and also after any page whose rows all lie under one child
+    /// prefix (the range's prefix plus one character): that child holds at least a page of
+    /// data, so reading it in parallel is worth the split's two extra queries, while pages
+    /// that span several small children keep being read serially.
+    Dense,
 }
 
 /// Everything a step needs to know about its scan.
@@ -69,6 +74,9 @@ pub struct ScanOptions {
     /// Properties to read besides the keys; `None` for all.
     pub columns: Option<Vec<String>>,
     pub budget: Budget,
+    /// When a step splits at the end of its budget, the rest of its range is handed on in up
+    /// to this many pieces, cut at fixed next characters (see `subdivide`); 1 hands it on whole.
+    pub fan_out: usize,
 }
 
 impl Default for ScanOptions {
@@ -80,6 +88,7 @@ impl Default for ScanOptions {
             page_size: MAX_PAGE_SIZE,
             columns: None,
             budget: Budget::default(),
+            fan_out: 4,
         }
     }
 }
@@ -186,6 +195,7 @@ where
             .entities
             .last()
             .map(|e| (e.partition_key.clone(), e.row_key.clone()));
+        let dense = options.split == SplitPolicy::Dense && within_one_child(&task, &page.entities);
         let rows = match options.mode {
             ReadMode::Rows => page.entities,
             ReadMode::PartitionKeys => distinct_partitions(page.entities),
@@ -207,7 +217,7 @@ where
             None
         };
         let wants_split = options.strategy == Strategy::Prefix
-            && (spent.is_some() || options.split == SplitPolicy::EveryPage);
+            && (spent.is_some() || options.split == SplitPolicy::EveryPage || dense);
 
         let next = match last_keys {
             // An empty page with a continuation: only the token knows where to go on.
@@ -219,13 +229,106 @@ where
         if let Some(reason) = spent {
             report.stopped = reason;
             if let Some(rest) = next {
-                report.follow_ups.push(item.follow_up(rest));
+                for piece in subdivide(rest, options.fan_out) {
+                    report.follow_ups.push(item.follow_up(piece));
+                }
             }
             break;
         }
         current = next;
     }
     Ok(report)
+}
+
+/// Characters at which a range's remainder may be cut: digits and ASCII letters, the usual
+/// material of keys. Pieces that turn out empty cost one query each.
+const CUT_POINTS: &str = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+
+/// Cuts a fresh range (no cursor) whose keys share `prefix` and which starts at `prefix + c`
+/// into up to `pieces` ranges at `prefix + d` for evenly chosen cut points `d` above `c`. The
+/// remainder of a range is usually most of it (the published scanner walked it one next
+/// character per step); cutting it lets the pieces be read side by side at once.
+fn subdivide(task: Task, pieces: usize) -> Vec<Task> {
+    let (range, prefix) = match &task {
+        Task::Range {
+            partition_keys,
+            prefix,
+            cursor: None,
+            ..
+        } => (partition_keys.clone(), prefix.clone()),
+        Task::Partition {
+            row_keys,
+            prefix,
+            cursor: None,
+            ..
+        } => (row_keys.clone(), prefix.clone()),
+        _ => return vec![task],
+    };
+    let Lower::Included(low) = &range.lower else {
+        return vec![task];
+    };
+    let Some(first) = low
+        .strip_prefix(prefix.as_str())
+        .and_then(|rest| rest.chars().next())
+    else {
+        return vec![task];
+    };
+    let candidates: Vec<String> = CUT_POINTS
+        .chars()
+        .filter(|c| compare(&c.to_string(), &first.to_string()) == std::cmp::Ordering::Greater)
+        .map(|c| format!("{prefix}{c}"))
+        .filter(|key| range.below_upper(key))
+        .collect();
+    let cuts = pieces.saturating_sub(1).min(candidates.len());
+    if cuts == 0 {
+        return vec![task];
+    }
+    let chosen: Vec<&String> = (1..=cuts)
+        .map(|i| &candidates[i * candidates.len() / (cuts + 1)])
+        .collect();
+    let mut lowers = vec![range.lower.clone()];
+    lowers.extend(chosen.iter().map(|k| Lower::Included((*k).clone())));
+    let mut uppers: Vec<Upper> = chosen
+        .iter()
+        .map(|k| Upper::Excluded((*k).clone()))
+        .collect();
+    uppers.push(range.upper.clone());
+    lowers
+        .into_iter()
+        .zip(uppers)
+        .map(|(lower, upper)| {
+            let keys = KeyRange { lower, upper };
+            match &task {
+                Task::Range { .. } => Task::Range {
+                    partition_keys: keys,
+                    prefix: prefix.clone(),
+                    cursor: None,
+                    last_partition: None,
+                },
+                Task::Partition { partition_key, .. } => Task::Partition {
+                    partition_key: partition_key.clone(),
+                    row_keys: keys,
+                    prefix: prefix.clone(),
+                    cursor: None,
+                },
+            }
+        })
+        .collect()
+}
+
+/// Whether every row of a full page lies under the same child prefix of the task's prefix.
+fn within_one_child(task: &Task, rows: &[Entity]) -> bool {
+    let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+        return false;
+    };
+    let (prefix, a, b) = match task {
+        Task::Range { prefix, .. } => (prefix, &first.partition_key, &last.partition_key),
+        Task::Partition { prefix, .. } => (prefix, &first.row_key, &last.row_key),
+    };
+    match (extend_prefix(prefix, a), extend_prefix(prefix, b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => false,
+    }
 }
 
 /// The page request for a task.

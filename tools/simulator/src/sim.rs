@@ -1,0 +1,315 @@
+//! The simulation: the real scan engine steps through a synthetic table on virtual time, the
+//! real copy planner decides the writes, and a model of the Functions platform decides when and
+//! where each step runs.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tablescan::actions::plan_transactions;
+use tablescan::scan::item::WorkItem;
+use tablescan::scan::keys::KeyRange;
+use tablescan::scan::reader::{PageRequest, TableReader};
+use tablescan::scan::{run_step, Budget, Clock, RowSink, ScanOptions, Strategy};
+use tablescan::storage::table::batch::Operation;
+use tablescan::storage::table::entity::Entity;
+use tablescan::storage::table::query::Page;
+use tablescan::storage::StorageError;
+
+use crate::params::Params;
+use crate::storage::Storage;
+use crate::table::SyntheticTable;
+
+/// What a scan does with its rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Count,
+    /// Copy to a table in another storage account (its own request-rate target).
+    Copy,
+}
+
+/// The outcome of one simulated scan.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub seconds: f64,
+    pub rows: u64,
+    pub steps: u64,
+    pub queries: u64,
+    pub writes: u64,
+    pub longest_step: f64,
+    pub critical_path: u32,
+    pub peak_instances: usize,
+    /// Rows read in each 5-second window.
+    pub rows_per_window: Vec<u64>,
+    /// Seconds requests waited on each limit.
+    pub waited_account: f64,
+    pub waited_target: f64,
+    pub waited_partition: f64,
+    /// Seconds during which every invocation slot was busy while work waited.
+    pub saturated_seconds: f64,
+    pub bound_by: String,
+}
+
+pub const WINDOW: f64 = 5.0;
+
+/// A step's own clock: virtual seconds, advanced by each request it makes.
+struct StepClock(Mutex<f64>);
+
+impl StepClock {
+    fn now(&self) -> f64 {
+        *self.0.lock().unwrap()
+    }
+    fn set(&self, t: f64) {
+        let mut now = self.0.lock().unwrap();
+        *now = now.max(t);
+    }
+}
+
+impl Clock for StepClock {
+    fn now(&self) -> Duration {
+        Duration::from_secs_f64(StepClock::now(self))
+    }
+}
+
+struct World<'a> {
+    table: &'a SyntheticTable,
+    storage: Mutex<Storage>,
+    windows: Mutex<Vec<u64>>,
+}
+
+struct Reader<'a> {
+    world: &'a World<'a>,
+    clock: &'a StepClock,
+}
+
+impl TableReader for Reader<'_> {
+    async fn read_page(&self, request: &PageRequest<'_>) -> Result<Page, StorageError> {
+        let server_range = self.world.storage.lock().unwrap().params.server_range_rows;
+        let raw = self
+            .world
+            .table
+            .read(request.scope, request.top, request.cursor, server_range);
+        let done = self
+            .world
+            .storage
+            .lock()
+            .unwrap()
+            .query(self.clock.now(), &raw.partitions);
+        self.clock.set(done);
+        let window = (done / WINDOW) as usize;
+        let mut windows = self.world.windows.lock().unwrap();
+        if windows.len() <= window {
+            windows.resize(window + 1, 0);
+        }
+        windows[window] += raw.rows.len() as u64;
+        Ok(Page {
+            entities: raw.rows,
+            continuation: raw.continuation,
+        })
+    }
+}
+
+struct Sink<'a> {
+    world: &'a World<'a>,
+    clock: &'a StepClock,
+    action: Action,
+    writes: u64,
+}
+
+impl RowSink for Sink<'_> {
+    type Error = String;
+
+    async fn accept(&mut self, rows: Vec<Entity>) -> Result<(), String> {
+        if self.action == Action::Count {
+            return Ok(());
+        }
+        // The copy action sends up to 8 transactions at once and waits for all of them.
+        let transactions = plan_transactions(rows);
+        let mut storage = self.world.storage.lock().unwrap();
+        for wave in transactions.chunks(8) {
+            let start = self.clock.now();
+            let mut end = start;
+            for ops in wave {
+                let pk = match &ops[0] {
+                    Operation::UpsertReplace(e) => e.partition_key.as_str(),
+                    _ => "",
+                };
+                let index = partition_hash(pk);
+                end = end.max(storage.batch(start, index, ops.len()));
+                self.writes += 1;
+            }
+            self.clock.set(end);
+        }
+        Ok(())
+    }
+}
+
+fn partition_hash(key: &str) -> usize {
+    key.bytes().fold(1469598103934665603u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(1099511628211)
+    }) as usize
+}
+
+/// Polls a future that never waits (everything here completes at once) to its end.
+fn complete<F: std::future::Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.as_mut().poll(&mut context) {
+        std::task::Poll::Ready(value) => value,
+        std::task::Poll::Pending => unreachable!("simulated I/O completes immediately"),
+    }
+}
+
+struct Running {
+    end: f64,
+    instance: usize,
+    follow_ups: Vec<WorkItem>,
+}
+
+/// Simulates one scan of `table` from start to end.
+pub fn simulate(
+    table: &SyntheticTable,
+    action: Action,
+    strategy: Strategy,
+    params: &Params,
+) -> Outcome {
+    let options = ScanOptions {
+        strategy,
+        page_size: params.page_size,
+        budget: Budget {
+            max_queries: params.max_queries,
+            max_duration: Duration::from_secs_f64(params.max_seconds),
+        },
+        columns: None,
+        ..ScanOptions::default()
+    };
+    let world = World {
+        table,
+        storage: Mutex::new(Storage::new(params.clone())),
+        windows: Mutex::new(Vec::new()),
+    };
+    let mut outcome = Outcome::default();
+    let tick = params.tick_ms / 1000.0;
+    let mut t = 0.0;
+    // (visible at, item)
+    let mut queue: VecDeque<(f64, WorkItem)> =
+        VecDeque::from([(0.0, WorkItem::root("sim", KeyRange::all(), ""))]);
+    let mut running: Vec<Running> = Vec::new();
+    // Per instance: when it is ready, and invocations in flight.
+    let mut instances: Vec<(f64, usize)> = vec![(0.0, 0); params.first_instances.max(1)];
+    let mut next_scale = params.scale_interval_ms / 1000.0;
+    while !queue.is_empty() || !running.is_empty() {
+        // Finished steps hand their follow-ups to the queue.
+        let mut finished = Vec::new();
+        running.retain_mut(|r| {
+            if r.end <= t {
+                finished.push((r.end, r.instance, std::mem::take(&mut r.follow_ups)));
+                false
+            } else {
+                true
+            }
+        });
+        for (end, instance, follow_ups) in finished {
+            instances[instance].1 -= 1;
+            let mut storage = world.storage.lock().unwrap();
+            for item in follow_ups {
+                let written = storage.put(end);
+                queue.push_back((written + params.poll_ms / 1000.0, item));
+            }
+        }
+        // The scale controller: target = queue length / per-instance concurrency.
+        if t >= next_scale {
+            let want = queue
+                .len()
+                .div_ceil(params.per_instance)
+                .min(params.max_instances);
+            let add = want.saturating_sub(instances.len()).min(params.scale_step);
+            instances.extend(std::iter::repeat_n(
+                (t + params.cold_start_ms / 1000.0, 0),
+                add,
+            ));
+            next_scale += params.scale_interval_ms / 1000.0;
+        }
+        outcome.peak_instances = outcome.peak_instances.max(instances.len());
+        // Hand visible messages to free invocation slots.
+        let mut waiting_visible = false;
+        while let Some((visible, _)) = queue.front() {
+            if *visible > t {
+                break;
+            }
+            let Some(slot) = instances
+                .iter()
+                .enumerate()
+                .filter(|(_, (ready, busy))| *ready <= t && *busy < params.per_instance)
+                .min_by_key(|(_, (_, busy))| *busy)
+                .map(|(i, _)| i)
+            else {
+                waiting_visible = true;
+                break;
+            };
+            let (_, item) = queue.pop_front().expect("a front item");
+            let clock = StepClock(Mutex::new(t));
+            let reader = Reader {
+                world: &world,
+                clock: &clock,
+            };
+            let mut sink = Sink {
+                world: &world,
+                clock: &clock,
+                action,
+                writes: 0,
+            };
+            let report = complete(run_step(&reader, &item, &options, &clock, &mut sink))
+                .expect("a simulated step succeeds");
+            let end = clock.now();
+            outcome.steps += 1;
+            outcome.queries += u64::from(report.queries);
+            outcome.writes += sink.writes;
+            outcome.rows += report.rows_read;
+            outcome.longest_step = outcome.longest_step.max(end - t);
+            outcome.critical_path = outcome.critical_path.max(item.depth + 1);
+            instances[slot].1 += 1;
+            running.push(Running {
+                end,
+                instance: slot,
+                follow_ups: report.follow_ups,
+            });
+        }
+        if waiting_visible {
+            outcome.saturated_seconds += tick;
+        }
+        t += tick;
+    }
+    let storage = world.storage.into_inner().unwrap();
+    outcome.seconds = t;
+    outcome.rows_per_window = world.windows.into_inner().unwrap();
+    outcome.waited_account = storage.source.waited;
+    outcome.waited_target = storage.target.waited;
+    outcome.waited_partition = storage.partition_wait;
+    outcome.bound_by = bound_by(&outcome, params);
+    outcome
+}
+
+/// Which limit shaped the run: the one requests waited on most, or the platform, or the chain
+/// of dependent steps when nothing waited.
+fn bound_by(o: &Outcome, params: &Params) -> String {
+    let candidates = [
+        ("source account request rate", o.waited_account),
+        ("target account request rate", o.waited_target),
+        ("partition throughput", o.waited_partition),
+    ];
+    let (name, waited) = candidates
+        .iter()
+        .cloned()
+        .fold(("", 0.0), |a, b| if b.1 > a.1 { b } else { a });
+    let total_step_seconds = o.seconds.max(1e-9);
+    if waited > total_step_seconds {
+        name.to_string()
+    } else if o.saturated_seconds > 0.25 * o.seconds && o.peak_instances >= params.max_instances {
+        format!("instances ({} at most)", params.max_instances)
+    } else if o.saturated_seconds > 0.25 * o.seconds {
+        "scale-out speed".to_string()
+    } else {
+        "chain of dependent steps (fan-out)".to_string()
+    }
+}

@@ -1,0 +1,301 @@
+//! A compact synthetic table: partitions with a row count each, RowKeys generated as
+//! zero-padded row numbers. 35 million rows take a few tens of MB instead of gigabytes.
+
+use tablescan::scan::keys::{compare, KeyRange, Lower, Upper};
+use tablescan::scan::reader::ReadScope;
+use tablescan::storage::table::entity::{Entity, Value};
+use tablescan::storage::table::query::Continuation;
+
+pub struct SyntheticTable {
+    /// PartitionKeys in the service's order.
+    keys: Vec<String>,
+    /// Rows in each partition.
+    counts: Vec<u32>,
+    /// Rows before each partition (prefix sums), for partition-server ranges.
+    before: Vec<u64>,
+    width: usize,
+}
+
+/// One page as the table returns it, before any latency is applied.
+pub struct RawPage {
+    pub rows: Vec<Entity>,
+    pub continuation: Option<Continuation>,
+    /// (partition index, rows read from it), for per-partition throughput.
+    pub partitions: Vec<(usize, u32)>,
+}
+
+impl SyntheticTable {
+    /// A NuGet-like table: package ids with 1 to 50 versions (about 25 on average).
+    pub fn nuget_like(rows: u64, seed: u64) -> Self {
+        let mut random = seed ^ 0x5DEE_CE66_D1B5_4A32;
+        let mut next = |n: u64| {
+            random ^= random << 13;
+            random ^= random >> 7;
+            random ^= random << 17;
+            random % n
+        };
+        const OWNERS: [&str; 8] = [
+            "Microsoft",
+            "System",
+            "Azure",
+            "NuGet",
+            "Serilog",
+            "AWSSDK",
+            "Google",
+            "Xamarin",
+        ];
+        const WORDS: [&str; 12] = [
+            "Core",
+            "Extensions",
+            "Logging",
+            "Json",
+            "Http",
+            "Data",
+            "Client",
+            "Runtime",
+            "Tools",
+            "Sql",
+            "Web",
+            "Text",
+        ];
+        let mut partitions: Vec<(String, u32)> = Vec::new();
+        let mut total = 0u64;
+        let mut n = 0u64;
+        while total < rows {
+            n += 1;
+            let id = if next(2) == 0 {
+                format!(
+                    "{}.{}.{}{n}",
+                    OWNERS[next(8) as usize],
+                    WORDS[next(12) as usize],
+                    WORDS[next(12) as usize]
+                )
+            } else {
+                let first = (b'A' + next(26) as u8) as char;
+                format!("{first}{}{n}", WORDS[next(12) as usize].to_lowercase())
+            };
+            let versions = (1 + next(50)).min(rows - total) as u32;
+            partitions.push((id, versions));
+            total += u64::from(versions);
+        }
+        Self::new(partitions)
+    }
+
+    /// One partition of `rows` rows.
+    pub fn one_partition(rows: u64) -> Self {
+        Self::new(vec![("huge".to_string(), rows as u32)])
+    }
+
+    fn new(mut partitions: Vec<(String, u32)>) -> Self {
+        partitions.sort_by(|a, b| compare(&a.0, &b.0));
+        partitions.dedup_by(|a, b| a.0 == b.0);
+        let width = partitions
+            .iter()
+            .map(|p| p.1)
+            .max()
+            .unwrap_or(1)
+            .max(1)
+            .saturating_sub(1)
+            .to_string()
+            .len();
+        let mut before = Vec::with_capacity(partitions.len());
+        let mut sum = 0u64;
+        for p in &partitions {
+            before.push(sum);
+            sum += u64::from(p.1);
+        }
+        let (keys, counts) = partitions.into_iter().unzip();
+        SyntheticTable {
+            keys,
+            counts,
+            before,
+            width,
+        }
+    }
+
+    pub fn rows(&self) -> u64 {
+        self.before.last().copied().unwrap_or(0) + self.counts.last().copied().map_or(0, u64::from)
+    }
+
+    pub fn partitions(&self) -> usize {
+        self.keys.len()
+    }
+
+    fn row_key(&self, row: u32) -> String {
+        format!("{row:0width$}", width = self.width)
+    }
+
+    /// The first row index of partition `p` that lies in `range` (a RowKey range).
+    fn first_row(&self, p: usize, range: &KeyRange) -> u32 {
+        let count = self.counts[p];
+        // RowKeys are zero-padded numbers: their order is numeric order.
+        let (mut lo, mut hi) = (0u32, count);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if range.above_lower(&self.row_key(mid)) {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        lo
+    }
+
+    fn partition_index(&self, key: &str) -> Result<usize, usize> {
+        self.keys.binary_search_by(|k| compare(k, key))
+    }
+
+    /// Reads one page.
+    pub fn read(
+        &self,
+        scope: ReadScope<'_>,
+        top: u16,
+        cursor: Option<&Continuation>,
+        server_range_rows: u64,
+    ) -> RawPage {
+        let all_rows = KeyRange::all();
+        // Where to start: (partition, row).
+        let (mut p, mut r, pk_range, rk_range, single) = match scope {
+            ReadScope::Range(range) => {
+                let p = match &range.lower {
+                    Lower::Unbounded => 0,
+                    Lower::Included(k) => self.partition_index(k).unwrap_or_else(|i| i),
+                    Lower::Excluded(k) => self.partition_index(k).map_or_else(|i| i, |i| i + 1),
+                };
+                (p, 0u32, Some(range), &all_rows, None)
+            }
+            ReadScope::Partition {
+                partition_key,
+                row_keys,
+            } => match self.partition_index(partition_key) {
+                Ok(p) => (p, self.first_row(p, row_keys), None, row_keys, Some(p)),
+                Err(_) => {
+                    return RawPage {
+                        rows: Vec::new(),
+                        continuation: None,
+                        partitions: Vec::new(),
+                    };
+                }
+            },
+        };
+        if let Some(c) = cursor {
+            let cp = self
+                .partition_index(&c.next_partition_key)
+                .unwrap_or_else(|i| i);
+            let cr: u32 = c
+                .next_row_key
+                .as_deref()
+                .and_then(|k| k.parse().ok())
+                .unwrap_or(0);
+            if (cp, cr) > (p, r) {
+                (p, r) = (cp, cr);
+            }
+        }
+        let in_pk = |p: usize| match pk_range {
+            Some(range) => range.below_upper(&self.keys[p]),
+            None => Some(p) == single,
+        };
+        let below_rk = |p: usize, r: u32| match &rk_range.upper {
+            Upper::Unbounded => true,
+            Upper::Excluded(_) => rk_range.below_upper(&self.row_key(r)) || single != Some(p),
+        };
+        let start_global = if p < self.keys.len() {
+            self.before[p] + u64::from(r)
+        } else {
+            0
+        };
+        let boundary = (start_global / server_range_rows + 1) * server_range_rows;
+        let mut rows = Vec::new();
+        let mut partitions: Vec<(usize, u32)> = Vec::new();
+        while p < self.keys.len() && in_pk(p) {
+            if r >= self.counts[p] {
+                p += 1;
+                r = 0;
+                continue;
+            }
+            if !below_rk(p, r) {
+                break;
+            }
+            if rows.len() == usize::from(top) || self.before[p] + u64::from(r) >= boundary {
+                return RawPage {
+                    rows,
+                    continuation: Some(Continuation {
+                        next_partition_key: self.keys[p].clone(),
+                        next_row_key: Some(self.row_key(r)),
+                    }),
+                    partitions,
+                };
+            }
+            rows.push(
+                Entity::new(self.keys[p].clone(), self.row_key(r))
+                    .with("Size", Value::Int64(i64::from(r) * 1024)),
+            );
+            match partitions.last_mut() {
+                Some((last, n)) if *last == p => *n += 1,
+                _ => partitions.push((p, 1)),
+            }
+            r += 1;
+        }
+        RawPage {
+            rows,
+            continuation: None,
+            partitions,
+        }
+    }
+}
+
+impl std::fmt::Debug for SyntheticTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "SyntheticTable({} rows, {} partitions)",
+            self.rows(),
+            self.partitions()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_cover_the_table_in_order_and_stop_at_server_ranges() {
+        let table = SyntheticTable::nuget_like(10_000, 3);
+        assert_eq!(table.rows(), 10_000);
+        let all = KeyRange::all();
+        let mut cursor = None;
+        let mut seen = 0;
+        let mut pages = 0;
+        loop {
+            let page = table.read(ReadScope::Range(&all), 1000, cursor.as_ref(), 2_500);
+            seen += page.rows.len();
+            pages += 1;
+            assert!(page.rows.len() <= 1000);
+            match page.continuation {
+                Some(c) => cursor = Some(c),
+                None => break,
+            }
+        }
+        assert_eq!(seen, 10_000);
+        assert!((10..=14).contains(&pages), "{pages}");
+    }
+
+    #[test]
+    fn a_partition_scope_reads_a_row_key_range() {
+        let table = SyntheticTable::one_partition(1_000);
+        let range = KeyRange::between(Some("099"), Some("200"));
+        let page = table.read(
+            ReadScope::Partition {
+                partition_key: "huge",
+                row_keys: &range,
+            },
+            1000,
+            None,
+            1_000_000,
+        );
+        assert_eq!(page.rows.len(), 100);
+        assert_eq!(page.rows[0].row_key, "100");
+        assert!(page.continuation.is_none());
+    }
+}
