@@ -168,7 +168,7 @@ mod tests {
         }
         // ... which does not delay a request arriving earlier.
         assert_eq!(limit.admit(1.0, 1.0), 1.0);
-        assert_eq!(limit.waited, 0.0);
+        assert!(limit.waited < 1e-9, "{}", limit.waited);
         // A big request spreads over consecutive slots.
         let mut partition = Limit::new(2000.0);
         assert!((partition.admit(0.0, 1000.0) - 0.49).abs() < 1e-6);
