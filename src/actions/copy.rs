@@ -55,7 +55,7 @@ fn transactions_for(group: Vec<Entity>) -> Vec<Vec<Operation>> {
     let mut current: Vec<Operation> = Vec::new();
     let mut size = 0;
     for entity in group {
-        let cost = entity.to_json().len() + OPERATION_OVERHEAD + entity.row_key.len() * 3;
+        let cost = entity.json_len_upper_bound() + OPERATION_OVERHEAD + entity.row_key.len() * 3;
         if !current.is_empty() && (current.len() == MAX_OPERATIONS || size + cost > budget) {
             transactions.push(std::mem::take(&mut current));
             size = 0;

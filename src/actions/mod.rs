@@ -11,7 +11,7 @@ use crate::storage::StorageError;
 
 pub use copy::{plan_transactions, CopyRows};
 pub use delete::DeleteRows;
-pub use enqueue::{EnqueueRows, MessageBody};
+pub use enqueue::{xml_safe_json, EnqueueRows, MessageBody};
 
 /// What an action did with one batch of rows.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -42,7 +42,11 @@ impl Limit {
                 *used += take;
                 left -= take;
                 // Served within its arrival slot: at once; in a later slot: when that slot opens.
-                served = served.max(if slot == arrival { t } else { slot as f64 * SLOT });
+                served = served.max(if slot == arrival {
+                    t
+                } else {
+                    slot as f64 * SLOT
+                });
             }
             slot += 1;
         }
