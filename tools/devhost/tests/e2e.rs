@@ -528,6 +528,11 @@ async fn a_step_that_always_fails_ends_in_poison_and_in_the_status() {
     let poison = queues()
         .queue(&format!("{}-poison", poison_queue_of(&host)))
         .unwrap();
+    // The handler records the last failure just before devhost moves the message.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while poison.approximate_count().await.unwrap_or(0) == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert_eq!(
         poison.approximate_count().await.unwrap(),
         1,
