@@ -38,6 +38,8 @@ pub struct RunReport {
     pub longest_chain: u32,
     /// The most queries one step issued.
     pub most_queries_in_a_step: u32,
+    /// Steps that failed transiently and were run again.
+    pub failed_attempts: u64,
 }
 
 /// Why a run did not finish.
@@ -64,7 +66,17 @@ pub async fn run_to_completion<R: TableReader, C: Clock>(
             return Err(RunError::TooManySteps(max_steps));
         }
         let mut sink = CollectingSink::default();
-        let step = run_step(reader, &item, options, clock, &mut sink).await?;
+        let step = match run_step(reader, &item, options, clock, &mut sink).await {
+            Ok(step) => step,
+            // As the Functions host does: the message comes back and the step runs again.
+            Err(StepError::Read(e)) if e.is_transient() => {
+                report.steps += 1;
+                report.failed_attempts += 1;
+                pending.push_back(item);
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         report.steps += 1;
         report.queries += u64::from(step.queries);
         report.partitions += step.partitions_started;

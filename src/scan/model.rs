@@ -15,6 +15,9 @@ use crate::storage::error::{ErrorKind, StorageError};
 use crate::storage::table::entity::Entity;
 use crate::storage::table::query::{Continuation, Page};
 
+/// The answer of a throttled request.
+const BUSY: &str = "\u{1}busy";
+
 /// Marks the continuation that points past the last row.
 const END_TOKEN: &str = "\u{1}end";
 
@@ -73,6 +76,8 @@ pub struct Quirks {
     pub short_pages: u8,
     /// A continuation on the page that already holds the last matching row.
     pub trailing_tokens: u8,
+    /// A 503 ServerBusy instead of a page.
+    pub busy: u8,
     /// Seeds the model's choices, so a failing case replays exactly.
     pub seed: u64,
 }
@@ -106,7 +111,8 @@ impl<'a> MemoryReader<'a> {
         }
     }
 
-    /// Every request so far: its filter, and `+cursor` when it resumed a query.
+    /// Every request so far: its filter, `+cursor` when it resumed a query, ` busy` when it was
+    /// throttled.
     pub fn log(&self) -> Vec<String> {
         self.state.lock().expect("model state").log.clone()
     }
@@ -119,6 +125,10 @@ impl<'a> MemoryReader<'a> {
     fn answer(&self, request: &PageRequest<'_>) -> Result<Page, String> {
         let mut state = self.state.lock().expect("model state");
         let query = describe(request.scope);
+        if next_percent(&mut state.random) < u32::from(self.quirks.busy) {
+            state.log.push(format!("{query} busy"));
+            return Err(BUSY.to_string());
+        }
         state.log.push(match request.cursor {
             Some(_) => format!("{query} +cursor"),
             None => query.clone(),
@@ -214,11 +224,24 @@ impl<'a> MemoryReader<'a> {
 impl TableReader for MemoryReader<'_> {
     async fn read_page(&self, request: &PageRequest<'_>) -> Result<Page, StorageError> {
         self.answer(request).map_err(|why| {
-            StorageError::new(
-                "query entities",
-                "memory table",
-                ErrorKind::InvalidRequest(why),
-            )
+            if why == BUSY {
+                StorageError::from_service(
+                    "query entities",
+                    "memory table",
+                    crate::storage::ServiceError {
+                        status: 503,
+                        code: Some("ServerBusy".into()),
+                        message: "injected by the model".into(),
+                        request_id: None,
+                    },
+                )
+            } else {
+                StorageError::new(
+                    "query entities",
+                    "memory table",
+                    ErrorKind::InvalidRequest(why),
+                )
+            }
         })
     }
 }

@@ -127,6 +127,9 @@ pub enum StopReason {
     QueryBudget,
     /// It spent its time budget.
     TimeBudget,
+    /// A read failed transiently (throttling, a timeout) after the step had made progress: the
+    /// rest was handed on rather than the step failing and its pages being read again.
+    Throttled,
 }
 
 /// Why a step failed. Nothing it produced should be kept: running it again is safe.
@@ -182,7 +185,17 @@ where
     };
 
     while let Some(task) = current.take() {
-        let page = read(reader, &task, options, columns.as_deref()).await?;
+        let page = match read(reader, &task, options, columns.as_deref()).await {
+            Ok(page) => page,
+            Err(e) if e.is_transient() && report.queries > 0 => {
+                // The queue is the back-off: whoever takes the rest tries again later.
+                report.queries += 1;
+                report.stopped = StopReason::Throttled;
+                report.follow_ups.push(item.follow_up(task));
+                break;
+            }
+            Err(e) => return Err(e.into()),
+        };
         report.queries += 1;
         report.rows_read += page.entities.len() as u64;
         for row in &page.entities {

@@ -68,6 +68,15 @@ impl StorageError {
         }
     }
 
+    /// An error the service answered (for readers and tests outside this crate that model it).
+    pub fn from_service(
+        operation: &'static str,
+        resource: impl Into<String>,
+        error: ServiceError,
+    ) -> Self {
+        Self::new(operation, resource, ErrorKind::Service(error))
+    }
+
     pub(crate) fn invalid_request(
         operation: &'static str,
         resource: impl Into<String>,

@@ -26,6 +26,11 @@ pub struct Params {
     /// Rows per partition server range: a page never crosses one (it ends early, with a
     /// continuation), as the service does at partition-server boundaries.
     pub server_range_rows: u64,
+    /// A query that would wait longer than this on a busy partition is refused with 503
+    /// ServerBusy instead (the service throttles; it does not queue), ms.
+    pub throttle_after_ms: f64,
+    /// How long a failed message stays invisible before it is retried (host.json), ms.
+    pub retry_after_ms: f64,
     // Functions (target-based scaling docs; the Queues extension's defaults).
     /// Most instances: 100 on Consumption, 1,000 on Flex Consumption.
     pub max_instances: usize,
@@ -62,6 +67,8 @@ impl Default for Params {
             queue_put_ms: 10.0,
             jitter: 0.2,
             server_range_rows: 250_000,
+            throttle_after_ms: 1_000.0,
+            retry_after_ms: 30_000.0,
             max_instances: 100,
             first_instances: 1,
             per_instance: 24,
@@ -106,6 +113,8 @@ impl Params {
                 "queue_put_ms" => self.queue_put_ms = number()?,
                 "jitter" => self.jitter = number()?,
                 "server_range_rows" => self.server_range_rows = number()? as u64,
+                "throttle_after_ms" => self.throttle_after_ms = number()?,
+                "retry_after_ms" => self.retry_after_ms = number()?,
                 "max_instances" => self.max_instances = number()? as usize,
                 "first_instances" => self.first_instances = number()? as usize,
                 "per_instance" => self.per_instance = number()? as usize,

@@ -48,6 +48,8 @@ pub struct Outcome {
     /// Seconds during which every invocation slot was busy while work waited.
     pub saturated_seconds: f64,
     pub bound_by: String,
+    pub failed_attempts: u64,
+    pub throttled: u64,
 }
 
 pub const WINDOW: f64 = 5.0;
@@ -89,12 +91,28 @@ impl TableReader for Reader<'_> {
             .world
             .table
             .read(request.scope, request.top, request.cursor, server_range);
-        let done = self
+        let answered = self
             .world
             .storage
             .lock()
             .unwrap()
             .query(self.clock.now(), &raw.partitions);
+        let done = match answered {
+            Ok(done) => done,
+            Err(refused) => {
+                self.clock.set(refused);
+                return Err(StorageError::from_service(
+                    "query entities",
+                    "simulated table",
+                    tablescan::storage::ServiceError {
+                        status: 503,
+                        code: Some("ServerBusy".into()),
+                        message: "partition over its target".into(),
+                        request_id: None,
+                    },
+                ));
+            }
+        };
         self.clock.set(done);
         let window = (done / WINDOW) as usize;
         let mut windows = self.world.windows.lock().unwrap();
@@ -233,10 +251,9 @@ pub fn simulate(
         outcome.peak_instances = outcome.peak_instances.max(instances.len());
         // Hand visible messages to free invocation slots.
         let mut waiting_visible = false;
-        while let Some((visible, _)) = queue.front() {
-            if *visible > t {
-                break;
-            }
+        // The first message that is visible now (a retried one waits out its delay without
+        // holding up those behind it).
+        while let Some(position) = queue.iter().position(|(visible, _)| *visible <= t) {
             let Some(slot) = instances
                 .iter()
                 .enumerate()
@@ -247,7 +264,7 @@ pub fn simulate(
                 waiting_visible = true;
                 break;
             };
-            let (_, item) = queue.pop_front().expect("a front item");
+            let (_, item) = queue.remove(position).expect("a visible item");
             let clock = StepClock(Mutex::new(t));
             let reader = Reader {
                 world: &world,
@@ -259,8 +276,15 @@ pub fn simulate(
                 action,
                 writes: 0,
             };
-            let report = complete(run_step(&reader, &item, &options, &clock, &mut sink))
-                .expect("a simulated step succeeds");
+            let report = match complete(run_step(&reader, &item, &options, &clock, &mut sink)) {
+                Ok(report) => report,
+                Err(_) => {
+                    // The invocation failed; the host makes the message visible again later.
+                    outcome.failed_attempts += 1;
+                    queue.push_back((clock.now() + params.retry_after_ms / 1000.0, item));
+                    continue;
+                }
+            };
             let end = clock.now();
             outcome.steps += 1;
             outcome.queries += u64::from(report.queries);
@@ -286,6 +310,7 @@ pub fn simulate(
     outcome.waited_account = storage.source.waited;
     outcome.waited_target = storage.target.waited;
     outcome.waited_partition = storage.partition_wait;
+    outcome.throttled = storage.throttled;
     outcome.bound_by = bound_by(&outcome, params);
     outcome
 }

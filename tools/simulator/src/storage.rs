@@ -28,6 +28,27 @@ impl Limit {
         }
     }
 
+    /// When `units` arriving at `t` would be served, without booking them.
+    pub fn peek(&self, t: f64, units: f64) -> f64 {
+        let arrival = (t / SLOT) as u64;
+        let mut slot = arrival;
+        let mut left = units;
+        let mut served = t;
+        while left > 1e-9 {
+            let room = self.per_slot - self.used.get(&slot).copied().unwrap_or(0.0);
+            if room > 1e-9 {
+                left -= room.min(left);
+                served = served.max(if slot == arrival {
+                    t
+                } else {
+                    slot as f64 * SLOT
+                });
+            }
+            slot += 1;
+        }
+        served
+    }
+
     /// Admits `units` arriving at time `t` (seconds); returns when the last of them is served.
     pub fn admit(&mut self, t: f64, units: f64) -> f64 {
         let arrival = (t / SLOT) as u64;
@@ -67,6 +88,8 @@ pub struct Storage {
     pub partition_wait: f64,
     pub requests: u64,
     pub target_requests: u64,
+    /// Queries refused with 503 ServerBusy.
+    pub throttled: u64,
     random: u64,
 }
 
@@ -81,6 +104,7 @@ impl Storage {
             partition_wait: 0.0,
             requests: 0,
             target_requests: 0,
+            throttled: 0,
             random: params.seed ^ 0xA076_1D64_78BD_642F,
             params,
         }
@@ -102,23 +126,35 @@ impl Storage {
             .or_insert_with(|| Limit::new(rate))
     }
 
-    /// A query page returning `partitions` (index, rows) at time `t`; returns when it completes.
-    pub fn query(&mut self, t: f64, partitions: &[(usize, u32)]) -> f64 {
+    /// A query page returning `partitions` (index, rows) at time `t`: when it completes, or
+    /// `Err(when)` if a partition was too busy and the service answered 503 ServerBusy.
+    pub fn query(&mut self, t: f64, partitions: &[(usize, u32)]) -> Result<f64, f64> {
         self.requests += 1;
         let mut start = self.source.admit(t, 1.0);
         let entities: u32 = partitions.iter().map(|p| p.1).sum();
-        for (index, rows) in partitions {
-            // Small slices of a partition never approach its target; only track the big ones.
-            if *rows >= 100 {
-                let served = self.partition(false, *index).admit(start, f64::from(*rows));
-                self.partition_wait += served - start;
-                start = start.max(served);
+        // Small slices of a partition never approach its target; only track the big ones.
+        let busy: Vec<(usize, u32)> = partitions
+            .iter()
+            .copied()
+            .filter(|(_, rows)| *rows >= 100)
+            .collect();
+        let max_wait = self.params.throttle_after_ms / 1000.0;
+        for (index, rows) in &busy {
+            if self.partition(false, *index).peek(start, f64::from(*rows)) - start > max_wait {
+                // The service refuses rather than queueing: the answer comes back quickly.
+                self.throttled += 1;
+                return Err(start + self.params.query_base_ms / 1000.0 * self.jitter());
             }
+        }
+        for (index, rows) in &busy {
+            let served = self.partition(false, *index).admit(start, f64::from(*rows));
+            self.partition_wait += served - start;
+            start = start.max(served);
         }
         let latency = (self.params.query_base_ms
             + self.params.query_ms_per_entity * f64::from(entities))
             / 1000.0;
-        start + latency * self.jitter()
+        Ok(start + latency * self.jitter())
     }
 
     /// An entity group transaction of `entities` rows into target partition `index`.
