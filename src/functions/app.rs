@@ -111,11 +111,38 @@ impl AppState {
 
     /// The clients for the account named by an app setting (cached).
     pub fn clients(&self, setting: &str) -> Result<Clients, String> {
+        self.clients_with(setting, ClientOptions::default(), "")
+    }
+
+    /// The table client a step reads its source with: short retries that fit the step's budget
+    /// (see `scan::budget::read_retry_policy`).
+    pub fn scan_source(
+        &self,
+        setting: &str,
+        table: &str,
+    ) -> Result<crate::storage::TableClient, String> {
+        let options = ClientOptions {
+            retry: crate::scan::budget::read_retry_policy(),
+            ..ClientOptions::default()
+        };
+        self.clients_with(setting, options, "#scan-reads")?
+            .tables
+            .table(table)
+            .map_err(|e| e.to_string())
+    }
+
+    fn clients_with(
+        &self,
+        setting: &str,
+        options: ClientOptions,
+        purpose: &str,
+    ) -> Result<Clients, String> {
+        let key = format!("{setting}{purpose}");
         let mut cache = self
             .clients
             .lock()
             .map_err(|_| "client cache poisoned".to_string())?;
-        if let Some(clients) = cache.get(setting) {
+        if let Some(clients) = cache.get(&key) {
             return Ok(clients.clone());
         }
         let text = self
@@ -126,12 +153,11 @@ impl AppState {
             format!("the app setting {setting:?} is not a usable connection string: {e}")
         })?;
         let clients = Clients {
-            tables: TableServiceClient::new(&account, ClientOptions::default())
+            tables: TableServiceClient::new(&account, options.clone())
                 .map_err(|e| e.to_string())?,
-            queues: QueueServiceClient::new(&account, ClientOptions::default())
-                .map_err(|e| e.to_string())?,
+            queues: QueueServiceClient::new(&account, options).map_err(|e| e.to_string())?,
         };
-        cache.insert(setting.to_string(), clients.clone());
+        cache.insert(key, clients.clone());
         Ok(clients)
     }
 

@@ -236,11 +236,7 @@ async fn run(
 ) -> Result<(StepCounts, Vec<WorkItem>), String> {
     let started = std::time::Instant::now();
     let spec = &claim.scan.spec;
-    let source = state
-        .clients(&spec.connection)?
-        .tables
-        .table(&spec.table)
-        .map_err(|e| e.to_string())?;
+    let source = state.scan_source(&spec.connection, &spec.table)?;
     let action = action_for(state, spec)?;
     let options = scan_options(spec, state.budget);
     let mut sink = ActionSink {

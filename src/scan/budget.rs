@@ -22,6 +22,19 @@ impl Default for Budget {
     }
 }
 
+/// How a step's own reads retry: briefly, so that one throttled read (a partition over its
+/// target answers 503 ServerBusy) waits about six seconds at most and the step stays within its
+/// budget. A read that still fails makes the step hand the rest of its range on
+/// (`StopReason::Throttled`); the queue is the longer back-off.
+pub fn read_retry_policy() -> crate::storage::retry::RetryPolicy {
+    crate::storage::retry::RetryPolicy {
+        max_retries: 3,
+        base_delay: Duration::from_millis(500),
+        min_backoff: Duration::from_millis(100),
+        max_backoff: Duration::from_secs(4),
+    }
+}
+
 /// A monotonic clock; injected so that tests and the simulator can run on virtual time.
 pub trait Clock: Sync {
     /// Time since an arbitrary fixed origin.

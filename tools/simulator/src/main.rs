@@ -142,9 +142,18 @@ fn write_csv(dir: &std::path::Path, case: &str, strategy: Strategy, o: &Outcome)
         format!("{strategy:?}").to_lowercase()
     ));
     if let Ok(mut file) = std::fs::File::create(path) {
-        let _ = writeln!(file, "seconds,rows_per_second");
-        for (i, rows) in o.rows_per_window.iter().enumerate() {
-            let _ = writeln!(file, "{},{:.1}", i as f64 * WINDOW, *rows as f64 / WINDOW);
+        let _ = writeln!(file, "seconds,rows_per_second,writes_per_second");
+        let windows = o.rows_per_window.len().max(o.writes_per_window.len());
+        for i in 0..windows {
+            let rows = o.rows_per_window.get(i).copied().unwrap_or(0);
+            let writes = o.writes_per_window.get(i).copied().unwrap_or(0);
+            let _ = writeln!(
+                file,
+                "{},{:.1},{:.1}",
+                i as f64 * WINDOW,
+                rows as f64 / WINDOW,
+                writes as f64 / WINDOW
+            );
         }
     }
 }

@@ -27,7 +27,8 @@ pub struct Params {
     /// continuation), as the service does at partition-server boundaries.
     pub server_range_rows: u64,
     /// A query that would wait longer than this on a busy partition is refused with 503
-    /// ServerBusy instead (the service throttles; it does not queue), ms.
+    /// ServerBusy instead (the service throttles rather than queue), ms. Not documented by
+    /// Azure: assumed 3 s, below the 5 s a query may run on the server.
     pub throttle_after_ms: f64,
     /// How long a failed message stays invisible before it is retried (host.json), ms.
     pub retry_after_ms: f64,
@@ -49,6 +50,8 @@ pub struct Params {
     pub page_size: u16,
     pub max_queries: u32,
     pub max_seconds: f64,
+    /// Pieces a step's remainder is handed on in (ScanOptions::fan_out).
+    pub fan_out: usize,
     /// Simulation tick, ms.
     pub tick_ms: f64,
     pub seed: u64,
@@ -67,7 +70,7 @@ impl Default for Params {
             queue_put_ms: 10.0,
             jitter: 0.2,
             server_range_rows: 250_000,
-            throttle_after_ms: 1_000.0,
+            throttle_after_ms: 3_000.0,
             retry_after_ms: 30_000.0,
             max_instances: 100,
             first_instances: 1,
@@ -79,6 +82,7 @@ impl Default for Params {
             page_size: 1000,
             max_queries: 20,
             max_seconds: 15.0,
+            fan_out: 4,
             tick_ms: 5.0,
             seed: 1,
         }
@@ -125,6 +129,7 @@ impl Params {
                 "page_size" => self.page_size = number()? as u16,
                 "max_queries" => self.max_queries = number()? as u32,
                 "max_seconds" => self.max_seconds = number()?,
+                "fan_out" => self.fan_out = number()? as usize,
                 "tick_ms" => self.tick_ms = number()?,
                 "seed" => self.seed = number()? as u64,
                 _ => {

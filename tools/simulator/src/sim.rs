@@ -41,6 +41,8 @@ pub struct Outcome {
     pub peak_instances: usize,
     /// Rows read in each 5-second window.
     pub rows_per_window: Vec<u64>,
+    /// Batch writes completed in each 5-second window.
+    pub writes_per_window: Vec<u64>,
     /// Seconds requests waited on each limit.
     pub waited_account: f64,
     pub waited_target: f64,
@@ -77,6 +79,8 @@ struct World<'a> {
     table: &'a SyntheticTable,
     storage: Mutex<Storage>,
     windows: Mutex<Vec<u64>>,
+    /// Batch writes completed in each window.
+    write_windows: Mutex<Vec<u64>>,
 }
 
 struct Reader<'a> {
@@ -91,26 +95,38 @@ impl TableReader for Reader<'_> {
             .world
             .table
             .read(request.scope, request.top, request.cursor, server_range);
-        let answered = self
-            .world
-            .storage
-            .lock()
-            .unwrap()
-            .query(self.clock.now(), &raw.partitions);
-        let done = match answered {
-            Ok(done) => done,
-            Err(refused) => {
-                self.clock.set(refused);
-                return Err(StorageError::from_service(
-                    "query entities",
-                    "simulated table",
-                    tablescan::storage::ServiceError {
-                        status: 503,
-                        code: Some("ServerBusy".into()),
-                        message: "partition over its target".into(),
-                        request_id: None,
-                    },
-                ));
+        // The handler's reader retries a refused read briefly (the same policy as the real
+        // step reads), then gives up and the step hands its range on.
+        let policy = tablescan::scan::budget::read_retry_policy();
+        let mut retry = 0;
+        let done = loop {
+            let answered = self
+                .world
+                .storage
+                .lock()
+                .unwrap()
+                .query(self.clock.now(), &raw.partitions);
+            match answered {
+                Ok(done) => break done,
+                Err(refused) => {
+                    self.clock.set(refused);
+                    if retry >= policy.max_retries {
+                        return Err(StorageError::from_service(
+                            "query entities",
+                            "simulated table",
+                            tablescan::storage::ServiceError {
+                                status: 503,
+                                code: Some("ServerBusy".into()),
+                                message: "partition over its target".into(),
+                                request_id: None,
+                            },
+                        ));
+                    }
+                    retry += 1;
+                    let unit = self.world.storage.lock().unwrap().unit();
+                    self.clock
+                        .set(refused + policy.delay(retry, unit, None).as_secs_f64());
+                }
             }
         };
         self.clock.set(done);
@@ -153,8 +169,15 @@ impl RowSink for Sink<'_> {
                     _ => "",
                 };
                 let index = partition_hash(pk);
-                end = end.max(storage.batch(start, index, ops.len()));
+                let done = storage.batch(start, index, ops.len());
+                end = end.max(done);
                 self.writes += 1;
+                let window = (done / WINDOW) as usize;
+                let mut windows = self.world.write_windows.lock().unwrap();
+                if windows.len() <= window {
+                    windows.resize(window + 1, 0);
+                }
+                windows[window] += 1;
             }
             self.clock.set(end);
         }
@@ -199,12 +222,14 @@ pub fn simulate(
             max_duration: Duration::from_secs_f64(params.max_seconds),
         },
         columns: None,
+        fan_out: params.fan_out,
         ..ScanOptions::default()
     };
     let world = World {
         table,
         storage: Mutex::new(Storage::new(params.clone())),
         windows: Mutex::new(Vec::new()),
+        write_windows: Mutex::new(Vec::new()),
     };
     let mut outcome = Outcome::default();
     let tick = params.tick_ms / 1000.0;
@@ -307,6 +332,7 @@ pub fn simulate(
     let storage = world.storage.into_inner().unwrap();
     outcome.seconds = t;
     outcome.rows_per_window = world.windows.into_inner().unwrap();
+    outcome.writes_per_window = world.write_windows.into_inner().unwrap();
     outcome.waited_account = storage.source.waited;
     outcome.waited_target = storage.target.waited;
     outcome.waited_partition = storage.partition_wait;

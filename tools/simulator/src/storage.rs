@@ -110,6 +110,11 @@ impl Storage {
         }
     }
 
+    /// A seeded number in [0, 1), for retry jitter.
+    pub fn unit(&mut self) -> f64 {
+        (self.jitter() - 1.0 + self.params.jitter) / (2.0 * self.params.jitter).max(1e-9)
+    }
+
     fn jitter(&mut self) -> f64 {
         self.random ^= self.random << 13;
         self.random ^= self.random >> 7;
