@@ -1,0 +1,263 @@
+//! End-to-end benchmark on Azurite, everything in one run on the same 100,000-row table:
+//! a serial page-through with the official Python SDK, then count scans through devhost with
+//! our serial strategy, and with the prefix strategy on 1 and 3 instances. Then the handler's
+//! peak resident memory while it runs 24 step invocations at once (24 copy scans started
+//! together on one instance, 10,000 rows each: the host's default concurrency per function).
+//!
+//! Run by `scripts/bench`, which passes TABLESCAN_BENCH_STORAGE, TABLESCAN_BENCH_PYTHON and
+//! TABLESCAN_BENCH_APP (an assembled function app folder).
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tablescan::scan::model::nuget_like;
+use tablescan::storage::table::batch::Operation;
+use tablescan::storage::table::entity::{Entity, Value as Edm};
+use tablescan::storage::table::query::Query;
+use tablescan::storage::{ClientOptions, StorageAccount, TableClient, TableServiceClient};
+
+const ROWS: usize = 100_000;
+const TABLE: &str = "benche2e";
+
+struct Devhost {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Devhost {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_devhost(app: &str, storage: &str, instances: usize, ledger: &str) -> Devhost {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let devhost = std::env::current_exe().unwrap().with_file_name("devhost");
+    let child = Command::new(devhost)
+        .args([
+            "--script-root",
+            app,
+            "--port",
+            &port.to_string(),
+            "--instances",
+            &instances.to_string(),
+        ])
+        .env("AzureWebJobsStorage", storage)
+        .env("TABLESCAN_LEDGER_TABLE", ledger)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("devhost starts");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "devhost did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Devhost { child, port }
+}
+
+async fn scan(host: &Devhost, request: Value) -> (f64, Value) {
+    let http = reqwest::Client::new();
+    let started = Instant::now();
+    let answer: Value = http
+        .post(format!("http://127.0.0.1:{}/api/scans", host.port))
+        .json(&request)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = answer["id"].as_str().expect("a scan id").to_string();
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let status: Value = http
+            .get(format!("http://127.0.0.1:{}/api/scans/{id}", host.port))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        match status["state"].as_str() {
+            Some("succeeded") => return (started.elapsed().as_secs_f64(), status),
+            Some("failed") | Some("cancelled") => panic!("the scan did not succeed: {status}"),
+            _ => {}
+        }
+    }
+}
+
+async fn load(tables: &TableServiceClient, name: &str, rows: usize) -> TableClient {
+    let table = tables.table(name).unwrap();
+    if !tables.create_table(name, true).await.unwrap() {
+        let existing = table
+            .query_all(&Query::default().select(Vec::<String>::new()))
+            .await
+            .unwrap()
+            .len();
+        if existing == rows {
+            return table;
+        }
+        panic!("{name} exists with {existing} rows; use a fresh Azurite");
+    }
+    let entities: Vec<Entity> = nuget_like(rows, 5)
+        .into_iter()
+        .map(|e| e.with("n", Edm::Int32(1)))
+        .collect();
+    let mut batches: Vec<Vec<Operation>> = Vec::new();
+    for e in entities {
+        match batches.last_mut() {
+            Some(b)
+                if b.len() < 100
+                    && matches!(&b[0], Operation::Insert(f) if f.partition_key == e.partition_key) =>
+            {
+                b.push(Operation::Insert(e))
+            }
+            _ => batches.push(vec![Operation::Insert(e)]),
+        }
+    }
+    for chunk in batches.chunks(4) {
+        let futures: Vec<_> = chunk.iter().map(|b| table.submit_transaction(b)).collect();
+        for f in futures {
+            f.await.unwrap();
+        }
+    }
+    table
+}
+
+fn handler_peak_kib() -> u64 {
+    // The handler processes devhost started are children of this benchmark's devhost.
+    let mut peak = 0;
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let cmdline = std::fs::read_to_string(entry.path().join("cmdline")).unwrap_or_default();
+        if cmdline
+            .split('\0')
+            .next()
+            .is_some_and(|exe| exe.ends_with("/handler"))
+        {
+            let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
+            if let Some(kib) = status
+                .lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            {
+                peak = peak.max(kib);
+            }
+        }
+    }
+    peak
+}
+
+#[tokio::main]
+async fn main() {
+    let storage = std::env::var("TABLESCAN_BENCH_STORAGE").expect("run through scripts/bench");
+    let python = std::env::var("TABLESCAN_BENCH_PYTHON").expect("run through scripts/bench");
+    let app = std::env::var("TABLESCAN_BENCH_APP").expect("run through scripts/bench");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../benches/python/page_through.py"
+    );
+    let account = StorageAccount::from_connection_string(&storage).unwrap();
+    let tables = TableServiceClient::new(&account, ClientOptions::default()).unwrap();
+    load(&tables, TABLE, ROWS).await;
+
+    let mut lines = Vec::new();
+    let started = Instant::now();
+    let output = Command::new(&python)
+        .args([script, &storage, TABLE])
+        .output()
+        .expect("python runs");
+    let sdk: Value = serde_json::from_slice(&output.stdout).expect("the script prints JSON");
+    let sdk_seconds = sdk["seconds"].as_f64().unwrap();
+    eprintln!(
+        "python SDK: {sdk_seconds:.1} s ({:.1} s with start-up)",
+        started.elapsed().as_secs_f64()
+    );
+    lines.push(format!(
+        "| azure-data-tables, serial page-through | {sdk_seconds:.1} | {:.0} | {} | {:.1} | | 1.00 |",
+        ROWS as f64 / sdk_seconds,
+        sdk["pages"],
+        sdk["pages"].as_f64().unwrap() / (ROWS as f64 / 1000.0)
+    ));
+    for (name, strategy, instances) in [
+        ("tablescan serial, devhost, 1 instance", "serial", 1),
+        ("tablescan prefix, devhost, 1 instance", "prefix", 1),
+        ("tablescan prefix, devhost, 3 instances", "prefix", 3),
+    ] {
+        let host = start_devhost(
+            &app,
+            &storage,
+            instances,
+            &format!("ledger{strategy}{instances}"),
+        );
+        let (seconds, status) = scan(
+            &host,
+            json!({ "table": TABLE, "strategy": strategy, "action": { "type": "count" } }),
+        )
+        .await;
+        let p = &status["progress"];
+        assert_eq!(p["rowsRead"].as_u64(), Some(ROWS as u64), "{status}");
+        eprintln!("{name}: {seconds:.1} s");
+        lines.push(format!(
+            "| {name} | {seconds:.1} | {:.0} | {} | {:.1} | {:.2} | {:.2} |",
+            ROWS as f64 / seconds,
+            p["queries"],
+            p["queries"].as_f64().unwrap() / (ROWS as f64 / 1000.0),
+            p["longestStepSeconds"].as_f64().unwrap_or(0.0),
+            sdk_seconds / seconds
+        ));
+    }
+
+    // Memory: 24 scans at once on one instance, each over its own 10,000-row table.
+    let host = start_devhost(&app, &storage, 1, "ledgermemory");
+    let mut names = Vec::new();
+    for i in 0..24 {
+        let name = format!("benchmem{i}");
+        load(&tables, &name, 10_000).await;
+        names.push(name);
+    }
+    let scans: Vec<_> = names
+        .iter()
+        .map(|name| scan(&host, json!({ "table": name, "action": { "type": "copy", "table": format!("{name}copy") } })))
+        .collect();
+    let sampler = tokio::spawn(async {
+        let mut peak = 0;
+        for _ in 0..1200 {
+            peak = peak.max(handler_peak_kib());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        peak
+    });
+    for s in scans {
+        s.await;
+    }
+    let peak = handler_peak_kib();
+    sampler.abort();
+    let report = format!(
+        "| run | seconds | rows/s | queries | queries per 1,000 rows | longest step (s) | speed vs the Python SDK |\n\
+         | --- | --- | --- | --- | --- | --- | --- |\n{}\n\n\
+         {ROWS} NuGet-like rows; count scans, pages of 1,000, default step budget. Seconds for the scans run\n\
+         from the start request to the status saying succeeded (status polled every 100 ms).\n\n\
+         Handler memory: peak resident set {:.1} MiB while one handler ran 24 copy scans at once\n\
+         (24 tables of 10,000 rows, pages of 1,000).\n",
+        lines.join("\n"),
+        peak as f64 / 1024.0
+    );
+    println!("{report}");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/bench");
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(format!("{dir}/end_to_end.md"), report).unwrap();
+}
