@@ -27,16 +27,9 @@ fn page_json(rows: &[Entity]) -> String {
     )
 }
 
+/// The handler's own page decoder.
 fn decode(body: &str) -> Vec<Entity> {
-    #[derive(serde::Deserialize)]
-    struct Body {
-        value: Vec<serde_json::Map<String, serde_json::Value>>,
-    }
-    let body: Body = serde_json::from_str(body).expect("valid JSON");
-    body.value
-        .into_iter()
-        .map(|m| Entity::from_json(m).expect("valid entity"))
-        .collect()
+    tablescan::storage::table::entity::decode_page(body.as_bytes()).expect("a valid page")
 }
 
 fn peak_memory_kib() -> u64 {

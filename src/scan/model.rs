@@ -206,7 +206,8 @@ impl<'a> MemoryReader<'a> {
         } else if matching > 0 && roll(&mut state, self.quirks.trailing_tokens) {
             Some(Continuation {
                 next_partition_key: END_TOKEN.into(),
-                next_row_key: None,
+                // Unique per query, as a real token (a position in that query) would be.
+                next_row_key: Some(query.clone()),
             })
         } else {
             None

@@ -200,15 +200,26 @@ impl Entity {
 
     /// Reads one entity of a minimal-metadata (or no-metadata) response.
     pub fn from_json(object: Map<String, Json>) -> Result<Self, String> {
-        let mut annotations: BTreeMap<String, String> = BTreeMap::new();
+        Self::from_fields(object.into_iter().collect())
+    }
+
+    /// Reads one entity from its JSON fields in the order they came.
+    pub fn from_fields(object: Vec<(String, Json)>) -> Result<Self, String> {
+        // Annotations may come before or after their property; a short list is quicker to
+        // search than a map is to build.
+        let mut annotations: Vec<(&str, &str)> = Vec::new();
         for (name, value) in &object {
             if let Some(property) = name.strip_suffix("@odata.type") {
                 let edm = value
                     .as_str()
                     .ok_or_else(|| format!("type annotation of {property} is not a string"))?;
-                annotations.insert(property.to_string(), edm.to_string());
+                annotations.push((property, edm));
             }
         }
+        let annotations: Vec<(String, String)> = annotations
+            .into_iter()
+            .map(|(p, e)| (p.to_string(), e.to_string()))
+            .collect();
         let mut entity = Entity::new("", "");
         let (mut has_pk, mut has_rk) = (false, false);
         for (name, value) in object {
@@ -240,7 +251,11 @@ impl Entity {
                     if value.is_null() {
                         continue;
                     }
-                    let decoded = decode_value(&value, annotations.get(&name).map(String::as_str))
+                    let edm = annotations
+                        .iter()
+                        .find(|(p, _)| *p == name)
+                        .map(|(_, e)| e.as_str());
+                    let decoded = decode_value(&value, edm)
                         .map_err(|why| format!("property {name}: {why}"))?;
                     entity.properties.insert(name, decoded);
                 }
@@ -251,6 +266,46 @@ impl Entity {
         }
         Ok(entity)
     }
+}
+
+/// The fields of one JSON object in the order they came, read without building a map.
+pub struct Fields(pub Vec<(String, Json)>);
+
+impl<'de> serde::Deserialize<'de> for Fields {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Fields;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an entity object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Fields, A::Error> {
+                let mut fields = Vec::with_capacity(map.size_hint().unwrap_or(12));
+                while let Some(entry) = map.next_entry::<String, Json>()? {
+                    fields.push(entry);
+                }
+                Ok(Fields(fields))
+            }
+        }
+        deserializer.deserialize_map(Visit)
+    }
+}
+
+/// Decodes a query page body (`{"value": [entities...]}`, minimal metadata).
+pub fn decode_page(body: &[u8]) -> Result<Vec<Entity>, String> {
+    #[derive(serde::Deserialize)]
+    struct PageBody {
+        value: Vec<Fields>,
+    }
+    let page: PageBody =
+        serde_json::from_slice(body).map_err(|e| format!("the page is not valid JSON: {e}"))?;
+    page.value
+        .into_iter()
+        .map(|f| Entity::from_fields(f.0))
+        .collect()
 }
 
 /// The JSON value of a property, and whether it needs a type annotation to keep its type.

@@ -8,7 +8,6 @@ pub mod query;
 use std::sync::Arc;
 
 use reqwest::Method;
-use serde::Deserialize;
 
 use self::batch::{IfMatch, Operation};
 use self::entity::Entity;
@@ -106,11 +105,6 @@ pub struct TableClient {
     name: String,
 }
 
-#[derive(Deserialize)]
-struct PageBody {
-    value: Vec<serde_json::Map<String, serde_json::Value>>,
-}
-
 impl TableClient {
     /// The table's name.
     pub fn name(&self) -> &str {
@@ -179,18 +173,7 @@ impl TableClient {
             }
         }
         let response = self.pipeline.send(request).await?;
-        let body: PageBody = serde_json::from_slice(&response.body).map_err(|e| {
-            StorageError::invalid_response(
-                OP,
-                self.resource(),
-                format!("the page is not valid JSON: {e}"),
-            )
-        })?;
-        let entities = body
-            .value
-            .into_iter()
-            .map(Entity::from_json)
-            .collect::<Result<Vec<_>, _>>()
+        let entities = entity::decode_page(&response.body)
             .map_err(|why| StorageError::invalid_response(OP, self.resource(), why))?;
         let continuation = response
             .header("x-ms-continuation-nextpartitionkey")
