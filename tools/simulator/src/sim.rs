@@ -260,10 +260,11 @@ pub fn simulate(
                 queue.push_back((written + params.poll_ms / 1000.0, item));
             }
         }
-        // The scale controller: target = queue length / per-instance concurrency.
+        // The scale controller (target-based scaling): queue length / per-instance concurrency.
         if t >= next_scale {
-            let want = queue
-                .len()
+            // The queue's approximate count includes messages being processed (invisible), so
+            // the target is work waiting plus work running, per instance's concurrency.
+            let want = (queue.len() + running.len())
                 .div_ceil(params.per_instance)
                 .min(params.max_instances);
             let add = want.saturating_sub(instances.len()).min(params.scale_step);
