@@ -293,12 +293,7 @@ fn select(entity: &Entity, columns: Option<&[String]>) -> Entity {
 
 /// A number in 0..100 from a xorshift generator: deterministic per seed.
 fn next_percent(state: &mut u64) -> u32 {
-    let mut x = *state;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    *state = x;
-    (x % 100) as u32
+    (xorshift(state) % 100) as u32
 }
 
 /// The rows of `table` whose keys fall in a scan's scope, in order (the expected answer).
@@ -314,9 +309,32 @@ pub fn rows_in_scope(table: &MemoryTable, partition_keys: &KeyRange) -> Vec<(Str
 }
 
 /// A table shaped like NuGet's package catalog: package ids (dotted, mixed case, skewed towards
-/// a few popular first letters) as PartitionKey and 1 to 50 versions each as RowKey, about
-/// `rows` rows in all. Deterministic for a given seed.
+/// a few popular owners) as PartitionKey and 1 to 50 versions each as RowKey, `rows` rows in
+/// all. Deterministic for a given seed.
 pub fn nuget_like(rows: usize, seed: u64) -> Vec<Entity> {
+    let mut random = seed ^ 0x2545_F491_4F6C_DD1D;
+    let mut entities = Vec::with_capacity(rows);
+    for (id, versions) in nuget_partitions(rows as u64, seed) {
+        for v in 0..versions {
+            let patch = xorshift(&mut random) % 20;
+            let beta = if xorshift(&mut random) % 5 == 0 {
+                "-beta"
+            } else {
+                ""
+            };
+            entities.push(Entity::new(
+                id.clone(),
+                format!("{}.{}.{patch}{beta}.{v}", v / 10, v % 10),
+            ));
+        }
+    }
+    entities
+}
+
+/// The partitions of a NuGet-like table: package ids with 1 to 50 versions each (the last one
+/// cut so that the counts add up to `rows`), in generation order. The simulator builds its
+/// compact tables from these too.
+pub fn nuget_partitions(rows: u64, seed: u64) -> Vec<(String, u32)> {
     const OWNERS: [&str; 12] = [
         "Microsoft",
         "System",
@@ -350,49 +368,37 @@ pub fn nuget_like(rows: usize, seed: u64) -> Vec<Entity> {
         "Collections",
     ];
     let mut random = seed ^ 0xD1B5_4A32_D192_ED03;
-    let mut next = |n: u64| -> u64 {
-        random ^= random << 13;
-        random ^= random >> 7;
-        random ^= random << 17;
-        random % n
-    };
-    let mut entities = Vec::with_capacity(rows + 50);
-    let mut package = 0u64;
-    while entities.len() < rows {
+    let mut next = |n: u64| xorshift(&mut random) % n;
+    let mut partitions = Vec::new();
+    let (mut total, mut package) = (0u64, 0u64);
+    while total < rows {
         package += 1;
         // Half the packages belong to a well-known owner; the rest have their own names.
         let id = if next(2) == 0 {
             format!(
-                "{}.{}.{}{}",
+                "{}.{}.{}{package}",
                 OWNERS[next(12) as usize],
                 WORDS[next(16) as usize],
-                WORDS[next(16) as usize],
-                package
+                WORDS[next(16) as usize]
             )
         } else {
-            let first = (b'a' + next(26) as u8) as char;
+            let first = (b'A' + next(26) as u8) as char;
             format!(
-                "{}{}.{}{}",
-                first.to_ascii_uppercase(),
+                "{first}{}.{}{package}",
                 WORDS[next(16) as usize].to_lowercase(),
-                WORDS[next(16) as usize],
-                package
+                WORDS[next(16) as usize]
             )
         };
-        let versions = 1 + next(50);
-        for v in 0..versions {
-            if entities.len() == rows {
-                break;
-            }
-            let version = format!(
-                "{}.{}.{}{}",
-                v / 10,
-                v % 10,
-                next(20),
-                if next(5) == 0 { "-beta" } else { "" }
-            );
-            entities.push(Entity::new(id.clone(), format!("{version}.{v}")));
-        }
+        let versions = (1 + next(50)).min(rows - total);
+        partitions.push((id, versions as u32));
+        total += versions;
     }
-    entities
+    partitions
+}
+
+fn xorshift(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
 }

@@ -1,6 +1,9 @@
 //! End to end: the real handler run by devhost against Azurite. Results are checked by reading
 //! the tables and queues directly, not by trusting the handler's own counts.
 
+#[path = "../src/stop.rs"]
+mod stop;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -78,16 +81,7 @@ impl Drop for TempDir {
 
 impl Drop for Host {
     fn drop(&mut self) {
-        // Ask devhost to stop (it stops its handlers), then make sure.
-        let _ = Command::new("kill")
-            .args(["-INT", &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        stop::stop_devhost(&mut self.child);
     }
 }
 

@@ -1,6 +1,9 @@
 //! Golden tests of the host behaviours that need a real handler process, run against a small
 //! fake handler written in Python (devhost starts whatever host.json names).
 
+#[path = "../src/stop.rs"]
+mod stop;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -118,16 +121,7 @@ struct Devhost {
 
 impl Drop for Devhost {
     fn drop(&mut self) {
-        // Ask devhost to stop (it stops its handlers), then make sure.
-        let _ = Command::new("kill")
-            .args(["-INT", &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        stop::stop_devhost(&mut self.child);
         let _ = std::fs::remove_file(&self.log);
     }
 }

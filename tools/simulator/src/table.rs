@@ -25,60 +25,10 @@ pub struct RawPage {
 }
 
 impl SyntheticTable {
-    /// A NuGet-like table: package ids with 1 to 50 versions (about 25 on average).
+    /// A NuGet-like table: package ids with 1 to 50 versions (about 25 on average), the same
+    /// partitions as the engine's model tables.
     pub fn nuget_like(rows: u64, seed: u64) -> Self {
-        let mut random = seed ^ 0x5DEE_CE66_D1B5_4A32;
-        let mut next = |n: u64| {
-            random ^= random << 13;
-            random ^= random >> 7;
-            random ^= random << 17;
-            random % n
-        };
-        const OWNERS: [&str; 8] = [
-            "Microsoft",
-            "System",
-            "Azure",
-            "NuGet",
-            "Serilog",
-            "AWSSDK",
-            "Google",
-            "Xamarin",
-        ];
-        const WORDS: [&str; 12] = [
-            "Core",
-            "Extensions",
-            "Logging",
-            "Json",
-            "Http",
-            "Data",
-            "Client",
-            "Runtime",
-            "Tools",
-            "Sql",
-            "Web",
-            "Text",
-        ];
-        let mut partitions: Vec<(String, u32)> = Vec::new();
-        let mut total = 0u64;
-        let mut n = 0u64;
-        while total < rows {
-            n += 1;
-            let id = if next(2) == 0 {
-                format!(
-                    "{}.{}.{}{n}",
-                    OWNERS[next(8) as usize],
-                    WORDS[next(12) as usize],
-                    WORDS[next(12) as usize]
-                )
-            } else {
-                let first = (b'A' + next(26) as u8) as char;
-                format!("{first}{}{n}", WORDS[next(12) as usize].to_lowercase())
-            };
-            let versions = (1 + next(50)).min(rows - total) as u32;
-            partitions.push((id, versions));
-            total += u64::from(versions);
-        }
-        Self::new(partitions)
+        Self::new(tablescan::scan::model::nuget_partitions(rows, seed))
     }
 
     /// One partition of `rows` rows.

@@ -7,6 +7,9 @@
 //! Run by `scripts/bench`, which passes TABLESCAN_BENCH_STORAGE, TABLESCAN_BENCH_PYTHON and
 //! TABLESCAN_BENCH_APP (an assembled function app folder).
 
+#[path = "../stop.rs"]
+mod stop;
+
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -27,15 +30,7 @@ struct Devhost {
 
 impl Drop for Devhost {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-INT", &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        stop::stop_devhost(&mut self.child);
     }
 }
 
