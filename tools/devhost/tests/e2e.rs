@@ -205,13 +205,27 @@ impl Host {
         body["id"].as_str().unwrap().to_string()
     }
 
+    /// The scan's status. A request that lands on a handler being restarted fails with 500,
+    /// as it would under the real host, so a failed read is tried again for a few seconds.
     async fn status(&self, id: &str) -> Value {
-        reqwest::get(format!("http://127.0.0.1:{}/api/scans/{id}", self.port))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let answer =
+                reqwest::get(format!("http://127.0.0.1:{}/api/scans/{id}", self.port)).await;
+            if let Ok(response) = answer {
+                if response.status() == 200 {
+                    if let Ok(status) = response.json::<Value>().await {
+                        return status;
+                    }
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no status for scan {id}:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Waits until the scan is no longer pending or running.
