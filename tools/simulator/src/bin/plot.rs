@@ -10,16 +10,24 @@ use std::path::Path;
 use plotters::prelude::*;
 use plotters::style::register_font;
 
-const CASES: [&str; 8] = [
-    "count-3.5m",
-    "copy-3.5m",
-    "count-7m",
-    "copy-7m",
-    "count-35m",
-    "copy-35m",
-    "count-5m-partition",
-    "copy-5m-partition",
-];
+/// The cases the simulator wrote CSV files for (`<case>-prefix.csv`), by name.
+fn cases(dir: &Path) -> Vec<String> {
+    let mut cases: Vec<String> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| {
+                    e.file_name()
+                        .to_str()?
+                        .strip_suffix("-prefix.csv")
+                        .map(str::to_string)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    cases.sort();
+    cases
+}
 
 fn read(path: &Path) -> Vec<(f64, f64)> {
     let Ok(text) = std::fs::read_to_string(path) else {
@@ -51,13 +59,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     register_font("sans-serif", FontStyle::Normal, bytes)
         .map_err(|_| "the font could not be read")?;
 
-    let root = BitMapBackend::new(out, (1600, 1800)).into_drawing_area();
+    let cases = cases(Path::new(dir));
+    if cases.is_empty() {
+        return Err(format!(
+            "no <case>-prefix.csv files in {dir}; run `simulator --csv {dir}` first"
+        )
+        .into());
+    }
+    let rows = cases.len().div_ceil(2);
+    let root = BitMapBackend::new(out, (1600, 450 * rows as u32)).into_drawing_area();
     root.fill(&WHITE)?;
     let root = root.titled(
         "Simulated rows/s over time: prefix (blue) and serial (red)",
         ("sans-serif", 28),
     )?;
-    for (panel, case) in root.split_evenly((4, 2)).iter().zip(CASES) {
+    for (panel, case) in root.split_evenly((rows, 2)).iter().zip(&cases) {
         let prefix = read(&Path::new(dir).join(format!("{case}-prefix.csv")));
         let serial = read(&Path::new(dir).join(format!("{case}-serial.csv")));
         // The prefix run is the short one; show it whole and the serial run over the same span.
