@@ -343,12 +343,13 @@ async fn delete_skips_rows_changed_since_they_were_read() {
         )
         .await
         .unwrap();
-    let counts =
+    let applied =
         tablescan::actions::Action::Delete(tablescan::actions::DeleteRows::new(source.clone()))
-            .apply(read)
+            .apply(read, &|| true)
             .await
             .unwrap();
-    assert_eq!((counts.acted, counts.skipped), (9, 1));
+    assert_eq!(applied.finished, 10);
+    assert_eq!((applied.counts.acted, applied.counts.skipped), (9, 1));
     let left = source.query_all(&Query::default()).await.unwrap();
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].row_key, "r3");

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tablescan::scan::driver::{run_to_completion, RunReport};
+use tablescan::scan::driver::{run_cutting_pages, run_to_completion, RunReport};
 use tablescan::scan::keys::{KeyRange, Lower, Upper};
 use tablescan::scan::model::{nuget_like, rows_in_scope, MemoryReader, MemoryTable, Quirks};
 use tablescan::scan::{
@@ -75,6 +75,8 @@ struct Case {
     lower: Option<String>,
     upper: Option<String>,
     tick_ms: u64,
+    /// Share of pages the action finishes only partly, as when its step's time runs out.
+    cut_percent: u8,
 }
 
 fn case() -> impl Strategy<Value = Case> {
@@ -89,19 +91,23 @@ fn case() -> impl Strategy<Value = Case> {
         1u16..=5,
         1u32..=4,
         1usize..=5,
+        1u32..=3,
     )
         .prop_map(
-            |(strategy, mode, split, page_size, max_queries, fan_out)| ScanOptions {
-                strategy,
-                mode,
-                split,
-                page_size,
-                columns: None,
-                budget: Budget {
-                    max_queries,
-                    max_duration: Duration::from_millis(50),
-                },
-                fan_out,
+            |(strategy, mode, split, page_size, max_queries, fan_out, first_step_queries)| {
+                ScanOptions {
+                    strategy,
+                    mode,
+                    split,
+                    page_size,
+                    columns: None,
+                    budget: Budget {
+                        max_queries,
+                        max_duration: Duration::from_millis(50),
+                    },
+                    fan_out,
+                    first_step_queries,
+                }
             },
         );
     let quirks = (0u8..40, 0u8..40, 0u8..40, 0u8..30, any::<u64>()).prop_map(
@@ -127,9 +133,10 @@ fn case() -> impl Strategy<Value = Case> {
         prop::option::weighted(0.3, key()),
         prop::option::weighted(0.3, key()),
         prop::sample::select(vec![0u64, 7, 30]),
+        prop::sample::select(vec![0u8, 0, 25, 70]),
     )
         .prop_map(
-            |(rows, options, quirks, prefix, lower, upper, tick_ms)| Case {
+            |(rows, options, quirks, prefix, lower, upper, tick_ms, cut_percent)| Case {
                 rows,
                 options,
                 quirks,
@@ -137,6 +144,7 @@ fn case() -> impl Strategy<Value = Case> {
                 lower,
                 upper,
                 tick_ms,
+                cut_percent,
             },
         )
 }
@@ -160,7 +168,10 @@ proptest! {
         let (range, prefix) = scope(&case);
         let clock = TickingClock { nanos: AtomicU64::new(0), tick: Duration::from_millis(case.tick_ms) };
         let root = WorkItem::root("scan", range.clone(), prefix);
-        let report = block_on(run_to_completion(&reader, root, &case.options, &clock, 100_000)).unwrap();
+        let report = block_on(run_cutting_pages(
+            &reader, root, &case.options, &clock, 100_000, case.cut_percent, case.quirks.seed,
+        ))
+        .unwrap();
 
         let expected = rows_in_scope(&table, &range);
         let mut delivered: Vec<(String, String)> =
@@ -186,10 +197,14 @@ proptest! {
         // step that failed before reading anything (and ran again).
         prop_assert_eq!(report.queries as usize + report.failed_attempts as usize, reader.queries());
         prop_assert!(report.most_queries_in_a_step <= case.options.budget.max_queries);
-        // No query without a cursor is ever issued twice: every fresh range is new.
+        // No query without a cursor is issued twice, except that a page cut short makes the
+        // step drop the page it was reading meanwhile, which is read again from the cut.
         let fresh: Vec<String> = reader.log().into_iter().filter(|q| !q.ends_with("+cursor") && !q.ends_with(" busy")).collect();
         let unique: BTreeSet<&String> = fresh.iter().collect();
-        prop_assert_eq!(unique.len(), fresh.len(), "repeated query in {:?}", fresh);
+        prop_assert!(
+            (fresh.len() - unique.len()) as u64 <= report.pages_cut,
+            "{} repeated queries, {} pages cut, in {:?}", fresh.len() - unique.len(), report.pages_cut, fresh
+        );
     }
 }
 
@@ -218,6 +233,7 @@ fn the_blog_example_yields_the_blog_query_tree() {
             max_queries: 100,
             max_duration: Duration::from_secs(60),
         },
+        first_step_queries: 100,
         ..ScanOptions::default()
     };
     let report = run(&reader, KeyRange::all(), &options);

@@ -1,7 +1,7 @@
 //! Delete: remove every row read, in transactions per partition, each on the etag it was read
 //! with. A row changed (or deleted) since it was read is kept and counted as skipped.
 
-use super::{bounded, by_partition, ActionCounts};
+use super::{bounded, by_partition, ActionCounts, Applied, GoOn};
 use crate::storage::table::batch::{IfMatch, Operation, MAX_OPERATIONS};
 use crate::storage::table::entity::Entity;
 use crate::storage::{ErrorKind, StorageError, TableClient};
@@ -18,7 +18,8 @@ impl DeleteRows {
         DeleteRows { table }
     }
 
-    pub async fn apply(&self, rows: Vec<Entity>) -> Result<ActionCounts, StorageError> {
+    /// Deletes `rows`, in order, a partition's chunk per transaction, until `go_on` says no.
+    pub async fn apply(&self, rows: Vec<Entity>, go_on: GoOn<'_>) -> Result<Applied, StorageError> {
         let mut chunks = Vec::new();
         for group in by_partition(rows) {
             let mut group = group.into_iter().peekable();
@@ -26,6 +27,7 @@ impl DeleteRows {
                 chunks.push(group.by_ref().take(MAX_OPERATIONS).collect::<Vec<_>>());
             }
         }
+        let sizes: Vec<usize> = chunks.iter().map(Vec::len).collect();
         let futures: Vec<_> = chunks
             .into_iter()
             .map(|chunk| {
@@ -34,10 +36,12 @@ impl DeleteRows {
             })
             .collect();
         let mut counts = ActionCounts::default();
-        for result in bounded(futures, CONCURRENCY).await {
+        let results = bounded(futures, CONCURRENCY, go_on).await;
+        let finished = sizes[..results.len()].iter().sum();
+        for result in results {
             counts += result?;
         }
-        Ok(counts)
+        Ok(Applied { counts, finished })
     }
 }
 

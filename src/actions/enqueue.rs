@@ -1,6 +1,6 @@
 //! Enqueue: one message per row, or per partition, to a target queue.
 
-use super::{write_all, ActionCounts};
+use super::{write_until, ActionCounts, Applied, GoOn};
 use crate::storage::queue::{MessageEncoding, PutOptions, TimeToLive};
 use crate::storage::table::entity::Entity;
 use crate::storage::{QueueClient, StorageError};
@@ -55,8 +55,8 @@ impl EnqueueRows {
         }
     }
 
-    pub async fn apply(&self, rows: Vec<Entity>) -> Result<ActionCounts, StorageError> {
-        let total = rows.len() as u64;
+    /// Puts one message per row, in order, until `go_on` says no.
+    pub async fn apply(&self, rows: Vec<Entity>, go_on: GoOn<'_>) -> Result<Applied, StorageError> {
         let futures: Vec<_> = rows
             .into_iter()
             .map(|row| {
@@ -72,10 +72,13 @@ impl EnqueueRows {
                 async move { queue.put_message(text.as_bytes(), &options).await.map(drop) }
             })
             .collect();
-        write_all(futures, CONCURRENCY).await?;
-        Ok(ActionCounts {
-            acted: total,
-            skipped: 0,
+        let finished = write_until(futures, CONCURRENCY, go_on).await?;
+        Ok(Applied {
+            counts: ActionCounts {
+                acted: finished as u64,
+                skipped: 0,
+            },
+            finished,
         })
     }
 }

@@ -9,7 +9,7 @@ mod enqueue;
 use crate::storage::table::entity::Entity;
 use crate::storage::StorageError;
 
-pub use copy::{plan_transactions, CopyRows};
+pub use copy::{plan_transactions, CopyRows, CONCURRENCY as COPY_CONCURRENCY};
 pub use delete::DeleteRows;
 pub use enqueue::{xml_safe_json, EnqueueRows, MessageBody};
 
@@ -21,6 +21,18 @@ pub struct ActionCounts {
     /// Rows it left alone on purpose (a delete whose row changed since it was read).
     pub skipped: u64,
 }
+
+/// What an action did with one page: its counts, and how many rows, from the first, it
+/// finished (all of them unless it was told to stop starting new writes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Applied {
+    pub counts: ActionCounts,
+    pub finished: usize,
+}
+
+/// Asked before each write is started: whether to go on. An action always starts its first
+/// write, so it finishes at least one row.
+pub type GoOn<'a> = &'a (dyn Fn() -> bool + Sync);
 
 impl std::ops::AddAssign for ActionCounts {
     fn add_assign(&mut self, other: Self) {
@@ -40,16 +52,19 @@ pub enum Action {
 }
 
 impl Action {
-    /// Applies the action to rows in table order.
-    pub async fn apply(&self, rows: Vec<Entity>) -> Result<ActionCounts, StorageError> {
+    /// Applies the action to rows in table order, starting no new write once `go_on` says no.
+    pub async fn apply(&self, rows: Vec<Entity>, go_on: GoOn<'_>) -> Result<Applied, StorageError> {
         match self {
-            Action::Count => Ok(ActionCounts {
-                acted: rows.len() as u64,
-                skipped: 0,
+            Action::Count => Ok(Applied {
+                counts: ActionCounts {
+                    acted: rows.len() as u64,
+                    skipped: 0,
+                },
+                finished: rows.len(),
             }),
-            Action::Copy(copy) => copy.apply(rows).await,
-            Action::Enqueue(enqueue) => enqueue.apply(rows).await,
-            Action::Delete(delete) => delete.apply(rows).await,
+            Action::Copy(copy) => copy.apply(rows, go_on).await,
+            Action::Enqueue(enqueue) => enqueue.apply(rows, go_on).await,
+            Action::Delete(delete) => delete.apply(rows, go_on).await,
         }
     }
 }
@@ -66,16 +81,36 @@ pub(crate) fn by_partition(rows: Vec<Entity>) -> Vec<Vec<Entity>> {
     groups
 }
 
-/// Runs the writes, at most `limit` at once; the first failure is the result.
-pub(crate) async fn write_all<F>(writes: Vec<F>, limit: usize) -> Result<(), StorageError>
+/// Runs the writes in order, at most `limit` at once, until `go_on` says no; returns how many
+/// were started (all finished), or the first failure.
+pub(crate) async fn write_until<F>(
+    writes: Vec<F>,
+    limit: usize,
+    go_on: GoOn<'_>,
+) -> Result<usize, StorageError>
 where
     F: std::future::Future<Output = Result<(), StorageError>> + Send + 'static,
 {
-    bounded(writes, limit).await.into_iter().collect()
+    let results = bounded(writes, limit, go_on).await;
+    let started = results.len();
+    results.into_iter().collect::<Result<(), _>>()?;
+    Ok(started)
 }
 
-/// Runs at most `limit` futures at once and returns their results in order.
-pub(crate) async fn bounded<T, F>(futures: Vec<F>, limit: usize) -> Vec<T>
+/// Writes one handler process keeps in flight across all its steps. On the Consumption plan an
+/// instance may hold 600 active outbound connections; 24 steps at once, each with up to
+/// [`copy::CONCURRENCY`] transactions, would ask for more. 384 leaves room for the reads, the
+/// ledger and the queue outputs, and at ~30 ms a request still allows ~12,000 writes/s per
+/// instance, more than half an account's target.
+pub const PROCESS_WRITES_IN_FLIGHT: usize = 384;
+
+static WRITES_IN_FLIGHT: tokio::sync::Semaphore =
+    tokio::sync::Semaphore::const_new(PROCESS_WRITES_IN_FLIGHT);
+
+/// Runs the futures in order, at most `limit` at once (and, with every other step of the
+/// process, at most [`PROCESS_WRITES_IN_FLIGHT`]), starting the next only while `go_on` says
+/// so (the first always starts); returns the results of those started, in order.
+pub(crate) async fn bounded<T, F>(futures: Vec<F>, limit: usize, go_on: GoOn<'_>) -> Vec<T>
 where
     F: std::future::Future<Output = T> + Send + 'static,
     T: Send + 'static,
@@ -83,11 +118,18 @@ where
     let mut results: Vec<Option<T>> = (0..futures.len()).map(|_| None).collect();
     let mut set = tokio::task::JoinSet::new();
     let mut queue = futures.into_iter().enumerate();
+    let mut started = 0;
     loop {
-        while set.len() < limit.max(1) {
+        while set.len() < limit.max(1) && (started == 0 || go_on()) {
             match queue.next() {
                 Some((index, future)) => {
-                    set.spawn(async move { (index, future.await) });
+                    started += 1;
+                    set.spawn(async move {
+                        // The semaphore is never closed, so acquiring cannot fail; without a
+                        // permit the write would still be correct, only less polite.
+                        let _permit = WRITES_IN_FLIGHT.acquire().await.ok();
+                        (index, future.await)
+                    });
                 }
                 None => break,
             }
@@ -99,10 +141,17 @@ where
             None => break,
         }
     }
+    results.truncate(started);
     results
         .into_iter()
-        .map(|r| r.expect("every task finished"))
+        .map(|r| r.expect("every started task finished"))
         .collect()
+}
+
+/// Never stops: for callers that must finish everything.
+#[cfg(test)]
+pub(crate) fn always() -> bool {
+    true
 }
 
 #[cfg(test)]
@@ -129,6 +178,70 @@ mod tests {
                 i
             })
             .collect();
-        assert_eq!(bounded(futures, 4).await, (0..20).collect::<Vec<_>>());
+        assert_eq!(
+            bounded(futures, 4, &always).await,
+            (0..20).collect::<Vec<_>>()
+        );
+    }
+
+    #[tokio::test]
+    async fn told_to_stop_it_starts_nothing_new_and_finishes_what_it_started() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+        let ran = Arc::new(AtomicUsize::new(0));
+        let futures: Vec<_> = (0..50u64)
+            .map(|i| {
+                let ran = ran.clone();
+                async move {
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                    ran.fetch_add(1, Ordering::SeqCst);
+                    i
+                }
+            })
+            .collect();
+        let asked = AtomicUsize::new(0);
+        // Says yes for the first 9 questions (the first future starts without asking).
+        let go_on = || asked.fetch_add(1, Ordering::SeqCst) < 9;
+        let results = bounded(futures, 4, &go_on).await;
+        assert_eq!(results, (0..10).collect::<Vec<_>>());
+        assert_eq!(
+            ran.load(Ordering::SeqCst),
+            10,
+            "every started write finished"
+        );
+        // Even a sink told to stop at once finishes its first row.
+        let first: Vec<_> = (0..3u64).map(|i| async move { i }).collect();
+        assert_eq!(bounded(first, 4, &|| false).await, vec![0]);
+    }
+
+    #[tokio::test]
+    async fn the_steps_of_one_process_share_a_cap_on_writes_in_flight() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+        let now = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        // 20 steps of 32 writes each would put 640 in flight without the shared cap.
+        let steps = (0..20).map(|_| {
+            let futures: Vec<_> = (0..32)
+                .map(|_| {
+                    let (now, most) = (now.clone(), most.clone());
+                    async move {
+                        let in_flight = now.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(in_flight, Ordering::SeqCst);
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        now.fetch_sub(1, Ordering::SeqCst);
+                    }
+                })
+                .collect();
+            tokio::spawn(bounded(futures, 32, &always))
+        });
+        let mut done = 0;
+        for step in steps.collect::<Vec<_>>() {
+            done += step.await.expect("a step").len();
+        }
+        assert_eq!(done, 20 * 32);
+        let most = most.load(Ordering::SeqCst);
+        assert!(most <= PROCESS_WRITES_IN_FLIGHT, "{most} in flight");
+        assert!(most > 32, "steps write side by side ({most})");
     }
 }

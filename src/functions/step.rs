@@ -2,6 +2,7 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use std::time::Duration;
 use time::OffsetDateTime;
 
 use super::app::AppState;
@@ -11,7 +12,7 @@ use super::protocol::{Failure, Invocation, Outcome};
 use crate::actions::{Action, ActionCounts};
 use crate::job::{Begin, Claim, Finish, StepCounts};
 use crate::scan::item::{Task, WorkItem};
-use crate::scan::{run_step, RowSink, SystemClock};
+use crate::scan::{run_step, Clock, RowSink, SystemClock};
 use crate::storage::table::entity::Entity;
 use crate::storage::StorageError;
 
@@ -217,14 +218,23 @@ fn split_messages(messages: Vec<String>) -> (Vec<String>, Vec<String>) {
 struct ActionSink {
     action: Action,
     counts: ActionCounts,
+    /// The step's clock, to tell the action when its time is up.
+    clock: SystemClock,
 }
 
 impl RowSink for ActionSink {
     type Error = StorageError;
 
-    async fn accept(&mut self, rows: Vec<Entity>) -> Result<(), StorageError> {
-        self.counts += self.action.apply(rows).await?;
-        Ok(())
+    async fn accept(
+        &mut self,
+        rows: Vec<Entity>,
+        deadline: Duration,
+    ) -> Result<usize, StorageError> {
+        let clock = self.clock;
+        let go_on = move || clock.now() < deadline;
+        let applied = self.action.apply(rows, &go_on).await?;
+        self.counts += applied.counts;
+        Ok(applied.finished)
     }
 }
 
@@ -239,11 +249,13 @@ async fn run(
     let source = state.scan_source(&spec.connection, &spec.table)?;
     let action = action_for(state, spec)?;
     let options = scan_options(spec, state.budget);
+    let clock = SystemClock::default();
     let mut sink = ActionSink {
         action,
         counts: ActionCounts::default(),
+        clock,
     };
-    let report = run_step(&source, item, &options, &SystemClock::default(), &mut sink)
+    let report = run_step(&source, item, &options, &clock, &mut sink)
         .await
         .map_err(|e| e.to_string())?;
     let counts = StepCounts {

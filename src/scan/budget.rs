@@ -3,7 +3,8 @@
 use std::time::{Duration, Instant};
 
 /// The limits of one step. A step always issues at least one query; after that it stops as soon
-/// as either limit is reached. Time spent applying the scan's action counts too.
+/// as either limit is reached. Time spent applying the scan's action counts too, and the action
+/// starts no new write after [`Budget::action_deadline`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Budget {
     pub max_queries: u32,
@@ -13,12 +14,24 @@ pub struct Budget {
 impl Default for Budget {
     /// 20 queries or 15 seconds: at 100 ms a query, a step reads up to 20,000 rows in about two
     /// seconds, and even a slow storage account or a slow action keeps the step below 30 s
-    /// (15 s of budget plus one last query and its action), far inside Functions' 10 minutes.
+    /// (15 s of budget, the action's deadline at 22.5 s, then the writes it had started), far
+    /// inside Functions' 10 minutes. Steps near the root of a prefix scan make fewer queries
+    /// (`ScanOptions::first_step_queries`).
     fn default() -> Self {
         Budget {
             max_queries: 20,
             max_duration: Duration::from_secs(15),
         }
+    }
+}
+
+impl Budget {
+    /// When, after the step's start, the action stops starting new writes: half as long again
+    /// as `max_duration`, so that the page read last normally finishes whole, while an action
+    /// slowed down by a saturated target cuts its page short and the step still ends in time
+    /// (the rest of the page is handed on).
+    pub fn action_deadline(&self) -> Duration {
+        self.max_duration + self.max_duration / 2
     }
 }
 

@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::time::Duration;
 
 use super::budget::Clock;
 use super::item::WorkItem;
@@ -10,18 +11,37 @@ use super::reader::TableReader;
 use super::step::{run_step, RowSink, ScanOptions, StepError};
 use crate::storage::table::entity::Entity;
 
-/// A sink that keeps every row.
+/// A sink that keeps the rows it finishes. With `cut_percent` above 0 it acts like an action
+/// whose time ran out: that share of pages it finishes only partly (at least the first row).
 #[derive(Default)]
 pub struct CollectingSink {
     pub rows: Vec<Entity>,
+    pub cut_percent: u8,
+    pub random: u64,
+    /// Pages finished only partly.
+    pub pages_cut: u64,
 }
 
 impl RowSink for CollectingSink {
     type Error = Infallible;
 
-    async fn accept(&mut self, rows: Vec<Entity>) -> Result<(), Infallible> {
+    async fn accept(
+        &mut self,
+        mut rows: Vec<Entity>,
+        _deadline: Duration,
+    ) -> Result<usize, Infallible> {
+        if self.cut_percent > 0 && rows.len() > 1 {
+            self.random ^= self.random << 13;
+            self.random ^= self.random >> 7;
+            self.random ^= self.random << 17;
+            if self.random % 100 < u64::from(self.cut_percent) {
+                rows.truncate(1 + (self.random / 100) as usize % (rows.len() - 1));
+                self.pages_cut += 1;
+            }
+        }
+        let finished = rows.len();
         self.rows.extend(rows);
-        Ok(())
+        Ok(finished)
     }
 }
 
@@ -40,6 +60,8 @@ pub struct RunReport {
     pub most_queries_in_a_step: u32,
     /// Steps that failed transiently and were run again.
     pub failed_attempts: u64,
+    /// Pages the sink finished only partly (see [`run_cutting_pages`]).
+    pub pages_cut: u64,
 }
 
 /// Why a run did not finish.
@@ -59,13 +81,33 @@ pub async fn run_to_completion<R: TableReader, C: Clock>(
     clock: &C,
     max_steps: u64,
 ) -> Result<RunReport, RunError> {
+    run_cutting_pages(reader, root, options, clock, max_steps, 0, 0).await
+}
+
+/// As [`run_to_completion`], with a sink that finishes `cut_percent` of pages only partly (at
+/// random, from `seed`), as an action does when its step's time runs out.
+pub async fn run_cutting_pages<R: TableReader, C: Clock>(
+    reader: &R,
+    root: WorkItem,
+    options: &ScanOptions,
+    clock: &C,
+    max_steps: u64,
+    cut_percent: u8,
+    seed: u64,
+) -> Result<RunReport, RunError> {
+    let mut random = seed | 1;
     let mut report = RunReport::default();
     let mut pending = VecDeque::from([root]);
     while let Some(item) = pending.pop_front() {
         if report.steps == max_steps {
             return Err(RunError::TooManySteps(max_steps));
         }
-        let mut sink = CollectingSink::default();
+        let mut sink = CollectingSink {
+            rows: Vec::new(),
+            cut_percent,
+            random,
+            pages_cut: 0,
+        };
         let step = match run_step(reader, &item, options, clock, &mut sink).await {
             Ok(step) => step,
             // As the Functions host does: the message comes back and the step runs again.
@@ -82,6 +124,8 @@ pub async fn run_to_completion<R: TableReader, C: Clock>(
         report.partitions += step.partitions_started;
         report.longest_chain = report.longest_chain.max(item.depth + 1);
         report.most_queries_in_a_step = report.most_queries_in_a_step.max(step.queries);
+        random = sink.random;
+        report.pages_cut += sink.pages_cut;
         report.rows.extend(sink.rows);
         pending.extend(step.follow_ups);
     }

@@ -9,6 +9,7 @@ pub mod driver;
 pub mod item;
 pub mod keys;
 pub mod model;
+mod pending;
 pub mod reader;
 pub mod step;
 

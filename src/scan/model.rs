@@ -314,7 +314,7 @@ pub fn rows_in_scope(table: &MemoryTable, partition_keys: &KeyRange) -> Vec<(Str
 pub fn nuget_like(rows: usize, seed: u64) -> Vec<Entity> {
     let mut random = seed ^ 0x2545_F491_4F6C_DD1D;
     let mut entities = Vec::with_capacity(rows);
-    for (id, versions) in nuget_partitions(rows as u64, seed) {
+    for (id, versions) in nuget_partitions(rows as u64, seed, Versions::UpTo50) {
         for v in 0..versions {
             let patch = xorshift(&mut random) % 20;
             let beta = if xorshift(&mut random) % 5 == 0 {
@@ -331,10 +331,21 @@ pub fn nuget_like(rows: usize, seed: u64) -> Vec<Entity> {
     entities
 }
 
-/// The partitions of a NuGet-like table: package ids with 1 to 50 versions each (the last one
-/// cut so that the counts add up to `rows`), in generation order. The simulator builds its
+/// How many versions (rows) each package id of a NuGet-like table has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Versions {
+    /// 1 to 50, uniformly (about 25 on average): the table the engine's query efficiency is
+    /// measured on.
+    UpTo50,
+    /// Most ids one or two, a few dozens, about 3.4 on average: the catalog the published scan
+    /// copied ("about 3 to 4 rows per partition"), which the simulator's cases use.
+    Catalog,
+}
+
+/// The partitions of a NuGet-like table: package ids with their number of versions (the last
+/// one cut so that the counts add up to `rows`), in generation order. The simulator builds its
 /// compact tables from these too.
-pub fn nuget_partitions(rows: u64, seed: u64) -> Vec<(String, u32)> {
+pub fn nuget_partitions(rows: u64, seed: u64, shape: Versions) -> Vec<(String, u32)> {
     const OWNERS: [&str; 12] = [
         "Microsoft",
         "System",
@@ -389,11 +400,28 @@ pub fn nuget_partitions(rows: u64, seed: u64) -> Vec<(String, u32)> {
                 WORDS[next(16) as usize]
             )
         };
-        let versions = (1 + next(50)).min(rows - total);
+        let versions = match shape {
+            Versions::UpTo50 => 1 + next(50),
+            Versions::Catalog => catalog_versions(next(100), next(100)),
+        }
+        .min(rows - total);
         partitions.push((id, versions as u32));
         total += versions;
     }
     partitions
+}
+
+/// Versions of one package id of [`Versions::Catalog`], from two uniform draws in 0..100.
+fn catalog_versions(bucket: u64, spread: u64) -> u64 {
+    match bucket {
+        0..45 => 1,
+        45..70 => 2,
+        70..82 => 3,
+        82..90 => 5,
+        90..96 => 10,
+        96..99 => 20,
+        _ => 1 + spread,
+    }
 }
 
 fn xorshift(state: &mut u64) -> u64 {
@@ -401,4 +429,21 @@ fn xorshift(state: &mut u64) -> u64 {
     *state ^= *state >> 7;
     *state ^= *state << 17;
     *state
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalog_tables_have_three_to_four_rows_per_partition_and_a_long_tail() {
+        let partitions = nuget_partitions(1_000_000, 1, Versions::Catalog);
+        let rows: u64 = partitions.iter().map(|p| u64::from(p.1)).sum();
+        assert_eq!(rows, 1_000_000);
+        let mean = rows as f64 / partitions.len() as f64;
+        assert!((3.0..4.0).contains(&mean), "{mean} rows per partition");
+        assert!(partitions.iter().any(|p| p.1 > 50));
+        let ids: HashSet<&str> = partitions.iter().map(|p| p.0.as_str()).collect();
+        assert_eq!(ids.len(), partitions.len(), "every package id once");
+    }
 }

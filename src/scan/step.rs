@@ -21,10 +21,12 @@
 use super::budget::{Budget, Clock};
 use super::item::{Task, WorkItem};
 use super::keys::{compare, extend_prefix, successor, KeyRange, Lower, Upper};
+use super::pending::PendingPage;
 use super::reader::{PageRequest, ReadScope, TableReader};
 use crate::storage::table::entity::Entity;
 use crate::storage::table::query::{Continuation, Page, MAX_PAGE_SIZE};
 use crate::storage::StorageError;
+use std::time::Duration;
 
 /// How a scan cuts its work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -77,6 +79,11 @@ pub struct ScanOptions {
     /// When a step splits at the end of its budget, the rest of its range is handed on in up
     /// to this many pieces, cut at fixed next characters (see `subdivide`); 1 hands it on whole.
     pub fan_out: usize,
+    /// Queries the first step of a prefix scan may make; each level of the work tree below may
+    /// make twice as many as the level above, up to the budget's `max_queries`. A scan starts as
+    /// one step, so the steps near the root decide how soon many steps can run side by side:
+    /// short ones there spread the work in seconds, at the cost of a few more short queries.
+    pub first_step_queries: u32,
 }
 
 impl Default for ScanOptions {
@@ -89,17 +96,36 @@ impl Default for ScanOptions {
             columns: None,
             budget: Budget::default(),
             fan_out: 4,
+            first_step_queries: 4,
         }
     }
 }
 
-/// Receives the rows a step reads, page by page. Its time counts against the step's budget.
+impl ScanOptions {
+    /// The query budget of a step `depth` levels below the first (see `first_step_queries`).
+    pub fn max_queries_at(&self, depth: u32) -> u32 {
+        let cap = self.budget.max_queries;
+        if self.strategy == Strategy::Serial {
+            return cap;
+        }
+        let ramp = u64::from(self.first_step_queries.max(1)) << depth.min(32);
+        ramp.min(u64::from(cap)) as u32
+    }
+}
+
+/// Receives the rows a step reads, page by page and in order. The step reads the next page
+/// while the sink works on one, and waits for both; the sink's time counts against the budget.
 pub trait RowSink {
     type Error;
+    /// Acts on one page of rows and returns how many of them, from the first, it finished:
+    /// all of them, unless `deadline` (on the step's clock) passes while it works. Then it
+    /// starts nothing new, finishes what it started, and the step hands the rest on from the
+    /// last finished row. It always finishes at least the first row, so every step progresses.
     fn accept(
         &mut self,
         rows: Vec<Entity>,
-    ) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send;
+        deadline: Duration,
+    ) -> impl std::future::Future<Output = Result<usize, Self::Error>> + Send;
 }
 
 /// What one step did.
@@ -167,6 +193,7 @@ where
             "the query budget must be at least 1".into(),
         ));
     }
+    let max_queries = options.max_queries_at(item.depth);
     let started = clock.now();
     let mut report = StepReport {
         rows_read: 0,
@@ -184,45 +211,66 @@ where
         Task::Partition { partition_key, .. } => Some(partition_key.clone()),
     };
 
+    // The action works on one page while the next is being read, so a copy step takes about as
+    // long as its reads or its writes, whichever is slower, rather than their sum. Nothing of a
+    // page counts until the action is done with it (see `PendingPage`).
+    let deadline = started + options.budget.action_deadline();
+    let mut pending: Option<(PendingPage, Vec<Entity>)> = None;
+
     while let Some(task) = current.take() {
-        let page = match read(reader, &task, options, columns.as_deref()).await {
+        let (waiting, rows) = match pending.take() {
+            Some((page, rows)) => (Some(page), Some(rows)),
+            None => (None, None),
+        };
+        let (page, accepted) = tokio::join!(
+            read(reader, &task, options, columns.as_deref()),
+            accept(sink, rows, deadline)
+        );
+        report.queries += 1;
+        if let Some(waiting) = waiting {
+            let finished = accepted.map_err(StepError::Action)?;
+            if settle(&mut report, item, waiting, finished, options.mode) {
+                // The action ran out of time inside the page: the rest of it, and the page
+                // just read, are handed on from the last finished row.
+                report.stopped = StopReason::TimeBudget;
+                break;
+            }
+        }
+        let page = match page {
             Ok(page) => page,
-            Err(e) if e.is_transient() && report.queries > 0 => {
+            Err(e) if e.is_transient() && report.queries > 1 => {
                 // The queue is the back-off: whoever takes the rest tries again later.
-                report.queries += 1;
                 report.stopped = StopReason::Throttled;
                 report.follow_ups.push(item.follow_up(task));
                 break;
             }
             Err(e) => return Err(e.into()),
         };
-        report.queries += 1;
-        report.rows_read += page.entities.len() as u64;
-        for row in &page.entities {
-            if previous_partition.as_deref() != Some(row.partition_key.as_str()) {
-                report.partitions_started += 1;
-                previous_partition = Some(row.partition_key.clone());
-            }
-        }
         let last_keys = page
             .entities
             .last()
             .map(|e| (e.partition_key.clone(), e.row_key.clone()));
         let dense = options.split == SplitPolicy::Dense && within_one_child(&task, &page.entities);
+        let mut waiting = PendingPage::new(
+            task.clone(),
+            &page.entities,
+            previous_partition.as_deref(),
+            options.mode,
+        );
         let rows = match options.mode {
             ReadMode::Rows => page.entities,
             ReadMode::PartitionKeys => distinct_partitions(page.entities),
         };
-        report.rows_delivered += rows.len() as u64;
-        if !rows.is_empty() {
-            sink.accept(rows).await.map_err(StepError::Action)?;
+        if let Some((pk, _)) = &last_keys {
+            previous_partition = Some(pk.clone());
         }
 
         let Some(token) = page.continuation else {
+            pending = hand_to_sink(&mut report, item, waiting, rows, options.mode);
             break;
         };
         let elapsed = clock.now().saturating_sub(started);
-        let spent = if report.queries >= options.budget.max_queries {
+        let spent = if report.queries >= max_queries {
             Some(StopReason::QueryBudget)
         } else if elapsed >= options.budget.max_duration {
             Some(StopReason::TimeBudget)
@@ -236,21 +284,76 @@ where
             // An empty page with a continuation: only the token knows where to go on.
             None => Some(with_cursor(task, token, previous_partition.clone())),
             Some((pk, rk)) => advance(task, token, &pk, &rk, options.mode, wants_split, &mut |t| {
-                report.follow_ups.push(item.follow_up(t));
+                waiting.after.push(t);
             }),
         };
         if let Some(reason) = spent {
             report.stopped = reason;
             if let Some(rest) = next {
-                for piece in subdivide(rest, options.fan_out) {
-                    report.follow_ups.push(item.follow_up(piece));
-                }
+                waiting.after.extend(subdivide(rest, options.fan_out));
             }
+            pending = hand_to_sink(&mut report, item, waiting, rows, options.mode);
             break;
         }
+        pending = hand_to_sink(&mut report, item, waiting, rows, options.mode);
         current = next;
     }
+    if let Some((waiting, rows)) = pending {
+        let finished = accept(sink, Some(rows), deadline)
+            .await
+            .map_err(StepError::Action)?;
+        if settle(&mut report, item, waiting, finished, options.mode) {
+            report.stopped = StopReason::TimeBudget;
+        }
+    }
     Ok(report)
+}
+
+/// Keeps a page for the sink, or settles it at once when the sink has nothing to do with it.
+fn hand_to_sink(
+    report: &mut StepReport,
+    item: &WorkItem,
+    page: PendingPage,
+    rows: Vec<Entity>,
+    mode: ReadMode,
+) -> Option<(PendingPage, Vec<Entity>)> {
+    if rows.is_empty() {
+        settle(report, item, page, 0, mode);
+        None
+    } else {
+        Some((page, rows))
+    }
+}
+
+/// Counts what the sink finished of `page` and adds the follow-ups that cover the rest;
+/// returns whether the sink stopped inside the page.
+fn settle(
+    report: &mut StepReport,
+    item: &WorkItem,
+    page: PendingPage,
+    finished: usize,
+    mode: ReadMode,
+) -> bool {
+    let settled = page.settle(finished, mode);
+    report.rows_read += settled.rows_read;
+    report.rows_delivered += settled.rows_delivered;
+    report.partitions_started += settled.partitions_started;
+    for task in settled.follow_ups {
+        report.follow_ups.push(item.follow_up(task));
+    }
+    settled.cut_short
+}
+
+/// Hands `rows`, if any, to the sink; returns how many it finished.
+async fn accept<S: RowSink>(
+    sink: &mut S,
+    rows: Option<Vec<Entity>>,
+    deadline: Duration,
+) -> Result<usize, S::Error> {
+    match rows {
+        Some(rows) => sink.accept(rows, deadline).await,
+        None => Ok(0),
+    }
 }
 
 /// Characters at which a range's remainder may be cut: digits and ASCII letters, the usual
@@ -578,4 +681,129 @@ fn non_empty_range(partition_keys: KeyRange, prefix: String) -> Option<Task> {
 /// Whether `a` sorts before `b` by (PartitionKey, RowKey) in the service's order.
 pub fn row_order(a: &(String, String), b: &(String, String)) -> std::cmp::Ordering {
     compare(&a.0, &b.0).then_with(|| compare(&a.1, &b.1))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+    use crate::scan::keys::KeyRange;
+    use crate::scan::model::{MemoryReader, MemoryTable, Quirks};
+
+    /// Reads the model and counts the reads begun.
+    struct CountingReader<'a> {
+        inner: MemoryReader<'a>,
+        begun: &'a AtomicUsize,
+    }
+
+    impl TableReader for CountingReader<'_> {
+        async fn read_page(&self, request: &PageRequest<'_>) -> Result<Page, StorageError> {
+            self.begun.fetch_add(1, Ordering::SeqCst);
+            self.inner.read_page(request).await
+        }
+    }
+
+    /// Finishes with a full page only once the read of the next page has begun: a step that
+    /// read and acted strictly in turn would wait on itself forever.
+    struct WaitsForTheNextRead<'a> {
+        reads_begun: &'a AtomicUsize,
+        full_page: usize,
+        pages: Vec<Vec<String>>,
+    }
+
+    impl RowSink for WaitsForTheNextRead<'_> {
+        type Error = String;
+        async fn accept(&mut self, rows: Vec<Entity>, _: Duration) -> Result<usize, String> {
+            let finished = rows.len();
+            let this_page = self.pages.len() + 1;
+            if rows.len() == self.full_page {
+                std::future::poll_fn(|cx| {
+                    if self.reads_begun.load(Ordering::SeqCst) > this_page {
+                        std::task::Poll::Ready(())
+                    } else {
+                        cx.waker().wake_by_ref();
+                        std::task::Poll::Pending
+                    }
+                })
+                .await;
+            }
+            self.pages
+                .push(rows.into_iter().map(|e| e.partition_key).collect());
+            Ok(finished)
+        }
+    }
+
+    struct Frozen;
+    impl Clock for Frozen {
+        fn now(&self) -> Duration {
+            Duration::ZERO
+        }
+    }
+
+    #[tokio::test]
+    async fn the_action_works_on_a_page_while_the_next_is_read_and_pages_stay_in_order() {
+        let keys: Vec<String> = (0..10).map(|i| format!("k{i}")).collect();
+        let table = MemoryTable::from_keys(keys.iter().map(|k| (k.as_str(), "r")));
+        let reads_begun = AtomicUsize::new(0);
+        let reader = CountingReader {
+            inner: MemoryReader::new(&table, Quirks::default()),
+            begun: &reads_begun,
+        };
+        let mut sink = WaitsForTheNextRead {
+            reads_begun: &reads_begun,
+            full_page: 3,
+            pages: Vec::new(),
+        };
+        let options = ScanOptions {
+            page_size: 3,
+            first_step_queries: 20,
+            ..ScanOptions::default()
+        };
+        let item = WorkItem::root("s", KeyRange::all(), "");
+        let report = tokio::time::timeout(
+            Duration::from_secs(10),
+            run_step(&reader, &item, &options, &Frozen, &mut sink),
+        )
+        .await
+        .expect("reads overlap the action: the step must not wait on itself")
+        .unwrap();
+        assert_eq!(report.queries, 4);
+        assert!(report.follow_ups.is_empty());
+        let delivered: Vec<String> = sink.pages.concat();
+        assert_eq!(delivered, keys, "every row once, in the order read");
+        assert_eq!(sink.pages.len(), 4);
+    }
+
+    /// A sink that fails on its second page.
+    struct FailsSecond(usize);
+    impl RowSink for FailsSecond {
+        type Error = String;
+        async fn accept(&mut self, rows: Vec<Entity>, _: Duration) -> Result<usize, String> {
+            self.0 += 1;
+            if self.0 == 2 {
+                Err("target refused".into())
+            } else {
+                Ok(rows.len())
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn an_action_failure_fails_the_step_even_while_a_read_was_in_flight() {
+        let keys: Vec<String> = (0..10).map(|i| format!("k{i}")).collect();
+        let table = MemoryTable::from_keys(keys.iter().map(|k| (k.as_str(), "r")));
+        let reader = MemoryReader::new(&table, Quirks::default());
+        let options = ScanOptions {
+            page_size: 3,
+            ..ScanOptions::default()
+        };
+        let item = WorkItem::root("s", KeyRange::all(), "");
+        let failed = run_step(&reader, &item, &options, &Frozen, &mut FailsSecond(0)).await;
+        assert!(
+            matches!(&failed, Err(StepError::Action(why)) if why == "target refused"),
+            "{failed:?}"
+        );
+    }
 }

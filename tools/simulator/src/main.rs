@@ -82,8 +82,10 @@ fn main() {
         .map(String::from)
         .to_vec();
     }
-    println!("| case | strategy | minutes | rows/s | steps | queries | writes | longest step (s) | critical path | peak instances | bound by | published |");
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| case | strategy | minutes | bound (min) | x bound | rows/s | steps | queries | writes | longest step (s) | critical path | peak instances | bound by | published |");
+    println!(
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    );
     for case in &cases {
         let (action, table) = match case.as_str() {
             "count-3.5m" => (Action::Count, SyntheticTable::nuget_like(3_500_000, 1)),
@@ -116,9 +118,11 @@ fn main() {
 
 fn print_row(case: &str, strategy: Strategy, o: &Outcome) {
     println!(
-        "| {case} | {} | {:.2} | {:.0} | {} | {} | {} | {:.1} | {} | {} | {} | {} |",
+        "| {case} | {} | {:.2} | {:.2} | {:.2} | {:.0} | {} | {} | {} | {:.1} | {} | {} | {} | {} |",
         format!("{strategy:?}").to_lowercase(),
         o.seconds / 60.0,
+        o.bound / 60.0,
+        o.seconds / o.bound.max(1e-9),
         o.rows as f64 / o.seconds.max(1e-9),
         o.steps,
         o.queries,

@@ -1,6 +1,8 @@
 //! Every parameter of the model, with its default and where the default comes from. Each is a
 //! command-line flag (`--name value`).
 
+use tablescan::scan::ScanOptions;
+
 /// The model's parameters.
 #[derive(Debug, Clone)]
 pub struct Params {
@@ -52,6 +54,9 @@ pub struct Params {
     pub max_seconds: f64,
     /// Pieces a step's remainder is handed on in (ScanOptions::fan_out).
     pub fan_out: usize,
+    /// Queries of the first step; each level below may make twice as many
+    /// (ScanOptions::first_step_queries).
+    pub first_step_queries: u32,
     /// Simulation tick, ms.
     pub tick_ms: f64,
     pub seed: u64,
@@ -83,6 +88,7 @@ impl Default for Params {
             max_queries: 20,
             max_seconds: 15.0,
             fan_out: 4,
+            first_step_queries: ScanOptions::default().first_step_queries,
             tick_ms: 5.0,
             seed: 1,
         }
@@ -130,6 +136,7 @@ impl Params {
                 "max_queries" => self.max_queries = number()? as u32,
                 "max_seconds" => self.max_seconds = number()?,
                 "fan_out" => self.fan_out = number()? as usize,
+                "first_step_queries" => self.first_step_queries = number()? as u32,
                 "tick_ms" => self.tick_ms = number()?,
                 "seed" => self.seed = number()? as u64,
                 _ => {

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tablescan::actions::plan_transactions;
+use tablescan::actions::{plan_transactions, COPY_CONCURRENCY};
 use tablescan::scan::item::WorkItem;
 use tablescan::scan::keys::KeyRange;
 use tablescan::scan::reader::{PageRequest, TableReader};
@@ -50,22 +50,83 @@ pub struct Outcome {
     /// Seconds during which every invocation slot was busy while work waited.
     pub saturated_seconds: f64,
     pub bound_by: String,
+    /// The shortest makespan the model's request-rate and partition targets allow, seconds:
+    /// the fewest queries at the source account's rate, the fewest transactions at the target
+    /// account's rate, and the largest partition at its entity rate, whichever is longest.
+    pub bound: f64,
     pub failed_attempts: u64,
     pub throttled: u64,
 }
 
 pub const WINDOW: f64 = 5.0;
 
-/// A step's own clock: virtual seconds, advanced by each request it makes.
-struct StepClock(Mutex<f64>);
+/// A step's own clock, in virtual seconds. The engine reads page n+1 while the action works on
+/// page n and waits for both (`run_step`), so both start when the later of read n and the
+/// action on page n-1 ended. The simulation polls the two one after the other, so each works
+/// out that start from the timeline rather than from whichever ran first.
+struct StepClock(Mutex<Timeline>);
+
+struct Timeline {
+    started: f64,
+    /// When each read ended, in order.
+    reads: Vec<f64>,
+    /// When each non-empty page arrived (the end of its read), not yet taken by the action.
+    arrivals: VecDeque<f64>,
+    /// When the action finished each page it took: (arrival of the page, end).
+    accepts: Vec<(f64, f64)>,
+}
 
 impl StepClock {
-    fn now(&self) -> f64 {
-        *self.0.lock().unwrap()
+    fn new(t: f64) -> Self {
+        StepClock(Mutex::new(Timeline {
+            started: t,
+            reads: Vec::new(),
+            arrivals: VecDeque::new(),
+            accepts: Vec::new(),
+        }))
     }
-    fn set(&self, t: f64) {
-        let mut now = self.0.lock().unwrap();
-        *now = now.max(t);
+
+    /// When the next read starts: after the last read and after the action on every page that
+    /// arrived before it (the action on the last page runs alongside).
+    fn read_start(&self) -> f64 {
+        let timeline = self.0.lock().unwrap();
+        let last_read = timeline.reads.last().copied().unwrap_or(timeline.started);
+        let action = timeline
+            .accepts
+            .iter()
+            .rev()
+            .find(|(arrival, _)| *arrival < last_read)
+            .map_or(timeline.started, |(_, end)| *end);
+        last_read.max(action)
+    }
+
+    fn read_ended(&self, end: f64, rows: bool) {
+        let mut timeline = self.0.lock().unwrap();
+        timeline.reads.push(end);
+        if rows {
+            timeline.arrivals.push_back(end);
+        }
+    }
+
+    /// When the action on the next page starts: when the page arrived and the action on the
+    /// page before is done. Returns the page's arrival too.
+    fn accept_start(&self) -> (f64, f64) {
+        let mut timeline = self.0.lock().unwrap();
+        let arrival = timeline.arrivals.pop_front().unwrap_or(timeline.started);
+        let previous = timeline.accepts.last().map_or(timeline.started, |a| a.1);
+        (arrival, arrival.max(previous))
+    }
+
+    fn accept_ended(&self, arrival: f64, end: f64) {
+        self.0.lock().unwrap().accepts.push((arrival, end));
+    }
+
+    /// The step's time: everything it started has ended.
+    fn now(&self) -> f64 {
+        let timeline = self.0.lock().unwrap();
+        let read = timeline.reads.last().copied().unwrap_or(timeline.started);
+        let action = timeline.accepts.last().map_or(timeline.started, |a| a.1);
+        read.max(action)
     }
 }
 
@@ -99,18 +160,20 @@ impl TableReader for Reader<'_> {
         // step reads), then gives up and the step hands its range on.
         let policy = tablescan::scan::budget::read_retry_policy();
         let mut retry = 0;
+        let mut now = self.clock.read_start();
         let done = loop {
             let answered = self
                 .world
                 .storage
                 .lock()
                 .unwrap()
-                .query(self.clock.now(), &raw.partitions);
+                .query(now, &raw.partitions);
             match answered {
                 Ok(done) => break done,
                 Err(refused) => {
-                    self.clock.set(refused);
+                    now = refused;
                     if retry >= policy.max_retries {
+                        self.clock.read_ended(now, false);
                         return Err(StorageError::from_service(
                             "query entities",
                             "simulated table",
@@ -124,12 +187,11 @@ impl TableReader for Reader<'_> {
                     }
                     retry += 1;
                     let unit = self.world.storage.lock().unwrap().unit();
-                    self.clock
-                        .set(refused + policy.delay(retry, unit, None).as_secs_f64());
+                    now = refused + policy.delay(retry, unit, None).as_secs_f64();
                 }
             }
         };
-        self.clock.set(done);
+        self.clock.read_ended(done, !raw.rows.is_empty());
         let window = (done / WINDOW) as usize;
         let mut windows = self.world.windows.lock().unwrap();
         if windows.len() <= window {
@@ -147,41 +209,54 @@ struct Sink<'a> {
     world: &'a World<'a>,
     clock: &'a StepClock,
     action: Action,
+    /// The instance the step runs on: its writes share that process's cap.
+    instance: usize,
     writes: u64,
 }
 
 impl RowSink for Sink<'_> {
     type Error = String;
 
-    async fn accept(&mut self, rows: Vec<Entity>) -> Result<(), String> {
+    async fn accept(&mut self, rows: Vec<Entity>, deadline: Duration) -> Result<usize, String> {
+        let (arrival, start) = self.clock.accept_start();
         if self.action == Action::Count {
-            return Ok(());
+            self.clock.accept_ended(arrival, start);
+            return Ok(rows.len());
         }
-        // The copy action sends up to 8 transactions at once and waits for all of them.
+        // The copy action keeps up to COPY_CONCURRENCY transactions in flight: each lane takes
+        // the next transaction as soon as its last one is answered, and none is started after
+        // the deadline (but the first).
+        let deadline = deadline.as_secs_f64();
         let transactions = plan_transactions(rows);
         let mut storage = self.world.storage.lock().unwrap();
-        for wave in transactions.chunks(8) {
-            let start = self.clock.now();
-            let mut end = start;
-            for ops in wave {
-                let pk = match &ops[0] {
-                    Operation::UpsertReplace(e) => e.partition_key.as_str(),
-                    _ => "",
-                };
-                let index = partition_hash(pk);
-                let done = storage.batch(start, index, ops.len());
-                end = end.max(done);
-                self.writes += 1;
-                let window = (done / WINDOW) as usize;
-                let mut windows = self.world.write_windows.lock().unwrap();
-                if windows.len() <= window {
-                    windows.resize(window + 1, 0);
-                }
-                windows[window] += 1;
+        let mut lanes = vec![start; COPY_CONCURRENCY];
+        let mut finished = 0;
+        for (started, ops) in transactions.iter().enumerate() {
+            let lane = lanes
+                .iter_mut()
+                .min_by(|a, b| a.total_cmp(b))
+                .expect("at least one lane");
+            if started > 0 && *lane >= deadline {
+                break;
             }
-            self.clock.set(end);
+            finished += ops.len();
+            let pk = match &ops[0] {
+                Operation::UpsertReplace(e) => e.partition_key.as_str(),
+                _ => "",
+            };
+            let done = storage.batch(*lane, self.instance, partition_hash(pk), ops.len());
+            *lane = done;
+            self.writes += 1;
+            let window = (done / WINDOW) as usize;
+            let mut windows = self.world.write_windows.lock().unwrap();
+            if windows.len() <= window {
+                windows.resize(window + 1, 0);
+            }
+            windows[window] += 1;
         }
-        Ok(())
+        let end = lanes.into_iter().fold(start, f64::max);
+        self.clock.accept_ended(arrival, end);
+        Ok(finished)
     }
 }
 
@@ -223,6 +298,7 @@ pub fn simulate(
         },
         columns: None,
         fan_out: params.fan_out,
+        first_step_queries: params.first_step_queries,
         ..ScanOptions::default()
     };
     let world = World {
@@ -291,7 +367,7 @@ pub fn simulate(
                 break;
             };
             let (_, item) = queue.remove(position).expect("a visible item");
-            let clock = StepClock(Mutex::new(t));
+            let clock = StepClock::new(t);
             let reader = Reader {
                 world: &world,
                 clock: &clock,
@@ -300,6 +376,7 @@ pub fn simulate(
                 world: &world,
                 clock: &clock,
                 action,
+                instance: slot,
                 writes: 0,
             };
             let report = match complete(run_step(&reader, &item, &options, &clock, &mut sink)) {
@@ -339,7 +416,19 @@ pub fn simulate(
     outcome.waited_partition = storage.partition_wait;
     outcome.throttled = storage.throttled;
     outcome.bound_by = bound_by(&outcome, params);
+    outcome.bound = bound(table, action, params);
     outcome
+}
+
+/// The shortest makespan the request-rate and partition targets allow (see [`Outcome::bound`]).
+pub fn bound(table: &SyntheticTable, action: Action, params: &Params) -> f64 {
+    let reads = table.rows().div_ceil(1000) as f64 / params.account_requests_per_second;
+    let writes = match action {
+        Action::Count => 0.0,
+        Action::Copy => table.fewest_transactions() as f64 / params.account_requests_per_second,
+    };
+    let partition = table.largest_partition() as f64 / params.partition_entities_per_second;
+    reads.max(writes).max(partition)
 }
 
 /// Which limit shaped the run: the one requests waited on most, or the platform, or the chain

@@ -3,6 +3,8 @@
 
 use std::collections::HashMap;
 
+use tablescan::actions::PROCESS_WRITES_IN_FLIGHT;
+
 use crate::params::Params;
 
 /// A rate limit: `rate` units per second, kept as a sparse calendar of 10 ms slots. Work is
@@ -83,6 +85,8 @@ pub struct Storage {
     pub target: Limit,
     pub queues: Limit,
     partitions: HashMap<(bool, usize), Limit>,
+    /// Each instance's cap on writes in flight, as a rate.
+    instances: HashMap<usize, Limit>,
     /// Entities seen per target partition until it is busy enough to need a limit.
     partition_load: HashMap<usize, u64>,
     pub partition_wait: f64,
@@ -100,6 +104,7 @@ impl Storage {
             target: Limit::new(params.account_requests_per_second),
             queues: Limit::new(params.queue_messages_per_second),
             partitions: HashMap::new(),
+            instances: HashMap::new(),
             partition_load: HashMap::new(),
             partition_wait: 0.0,
             requests: 0,
@@ -162,9 +167,18 @@ impl Storage {
         Ok(start + latency * self.jitter())
     }
 
-    /// An entity group transaction of `entities` rows into target partition `index`.
-    pub fn batch(&mut self, t: f64, index: usize, entities: usize) -> f64 {
+    /// An entity group transaction of `entities` rows into target partition `index`, sent by a
+    /// step on `instance`.
+    pub fn batch(&mut self, t: f64, instance: usize, index: usize, entities: usize) -> f64 {
         self.target_requests += 1;
+        // One process keeps at most PROCESS_WRITES_IN_FLIGHT writes in flight: at the base
+        // latency, that many per latency period.
+        let rate = PROCESS_WRITES_IN_FLIGHT as f64 / (self.params.batch_base_ms / 1000.0);
+        let t = self
+            .instances
+            .entry(instance)
+            .or_insert_with(|| Limit::new(rate))
+            .admit(t, 1.0);
         let start = self.target.admit(t, 1.0);
         // Only a partition that receives more than a second's worth of its target can be slowed
         // by it; tracking every small one would cost memory for nothing.

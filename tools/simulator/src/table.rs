@@ -25,10 +25,11 @@ pub struct RawPage {
 }
 
 impl SyntheticTable {
-    /// A NuGet-like table: package ids with 1 to 50 versions (about 25 on average), the same
-    /// partitions as the engine's model tables.
+    /// A NuGet-like table shaped like the catalog the published scan copied: package ids with
+    /// about 3.4 versions each on average, generated as the engine's model tables are.
     pub fn nuget_like(rows: u64, seed: u64) -> Self {
-        Self::new(tablescan::scan::model::nuget_partitions(rows, seed))
+        use tablescan::scan::model::{nuget_partitions, Versions};
+        Self::new(nuget_partitions(rows, seed, Versions::Catalog))
     }
 
     /// One partition of `rows` rows.
@@ -69,6 +70,19 @@ impl SyntheticTable {
 
     pub fn partitions(&self) -> usize {
         self.keys.len()
+    }
+
+    /// Rows of the largest partition.
+    pub fn largest_partition(&self) -> u64 {
+        self.counts.iter().copied().max().map_or(0, u64::from)
+    }
+
+    /// The fewest entity group transactions a copy can write: one per 100 rows of a partition.
+    pub fn fewest_transactions(&self) -> u64 {
+        self.counts
+            .iter()
+            .map(|&c| u64::from(c).div_ceil(100))
+            .sum()
     }
 
     fn row_key(&self, row: u32) -> String {
