@@ -45,8 +45,10 @@ impl DeleteRows {
     }
 }
 
-/// Deletes one partition's chunk; an operation refused because its row changed (412) or is
-/// gone (404) is dropped and the rest sent again.
+/// Deletes one partition's chunk; an operation refused because its row changed (412, counted
+/// as skipped) or is gone (404, counted as deleted: the row is gone as asked, perhaps by an
+/// earlier attempt of this very transaction whose answer was lost) is dropped and the rest
+/// sent again.
 async fn delete_chunk(
     table: &TableClient,
     rows: Vec<Entity>,
@@ -60,6 +62,7 @@ async fn delete_chunk(
         })
         .collect();
     let mut skipped = 0;
+    let mut gone = 0;
     while !operations.is_empty() {
         match table.submit_transaction(&operations).await {
             Ok(_) => break,
@@ -68,14 +71,18 @@ async fn delete_chunk(
                     if matches!(error.status, 404 | 412) && *index < operations.len() =>
                 {
                     operations.remove(*index);
-                    skipped += 1;
+                    if error.status == 404 {
+                        gone += 1;
+                    } else {
+                        skipped += 1;
+                    }
                 }
                 _ => return Err(e),
             },
         }
     }
     Ok(ActionCounts {
-        acted: operations.len() as u64,
+        acted: operations.len() as u64 + gone,
         skipped,
     })
 }

@@ -51,6 +51,9 @@ impl EnqueueRows {
                 encoding,
                 visibility_timeout: std::time::Duration::ZERO,
                 time_to_live: TimeToLive::Forever,
+                // Delivery is at least once in any case (a step that fails puts its messages
+                // again); retrying one put duplicates one message at most.
+                at_least_once: true,
             },
         }
     }

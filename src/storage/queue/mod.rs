@@ -75,6 +75,11 @@ pub struct PutOptions {
     /// How long the message stays invisible after it is put.
     pub visibility_timeout: Duration,
     pub time_to_live: TimeToLive,
+    /// Retry the put even when an attempt may have been done (its answer was lost, or the
+    /// service answered 408 or 500): the message may then arrive twice. For callers that
+    /// deliver at least once anyway, one possible duplicate beats failing a whole batch whose
+    /// retry would put every message again.
+    pub at_least_once: bool,
 }
 
 /// A message as Get Messages returns it: owned by the caller until its visibility ends.
@@ -238,7 +243,9 @@ impl QueueClient {
                 request = request.query("messagettl", ttl.as_secs().to_string());
             }
         }
-        let request = request.body("application/xml", xml::message_body(&text).into_bytes());
+        let request = request
+            .body("application/xml", xml::message_body(&text).into_bytes())
+            .idempotent(options.at_least_once);
         let response = self.pipeline.send(request).await?;
         let messages = xml::parse_message_list(&response.body)
             .map_err(|why| StorageError::invalid_response(OP, self.resource(), why))?;

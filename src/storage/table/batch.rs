@@ -71,11 +71,18 @@ impl Operation {
         }
     }
 
-    /// Whether applying it twice has the same effect as once.
+    /// Whether sending it again after an attempt that may have been done is safe: applying
+    /// it twice has the same effect as once (upserts), or the second attempt can only be
+    /// refused (a delete conditional on an etag answers 404 or 412, and deletes nothing else).
     fn is_idempotent(&self) -> bool {
         matches!(
             self,
-            Operation::UpsertReplace(_) | Operation::UpsertMerge(_)
+            Operation::UpsertReplace(_)
+                | Operation::UpsertMerge(_)
+                | Operation::Delete {
+                    if_match: IfMatch::Etag(_),
+                    ..
+                }
         )
     }
 }
@@ -295,6 +302,23 @@ mod tests {
         assert!(!batch.idempotent);
         assert!(
             encode(URL, "orders", &[upsert("p", "x")])
+                .unwrap()
+                .idempotent
+        );
+        // A delete on an etag can be sent again safely (the second attempt can only be
+        // refused); one on any etag could delete a row inserted in between.
+        let delete = |if_match| Operation::Delete {
+            if_match,
+            partition_key: "p".into(),
+            row_key: "x".into(),
+        };
+        assert!(
+            encode(URL, "orders", &[delete(IfMatch::Etag("W/\"1\"".into()))])
+                .unwrap()
+                .idempotent
+        );
+        assert!(
+            !encode(URL, "orders", &[delete(IfMatch::Any)])
                 .unwrap()
                 .idempotent
         );

@@ -1,0 +1,335 @@
+//! What the end-to-end tests share: Azurite access, a devhost over a private copy of the
+//! function app, and a table of difficult rows.
+
+#![allow(dead_code)]
+
+#[path = "../../src/stop.rs"]
+mod stop;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tablescan::storage::queue::MessageEncoding;
+use tablescan::storage::table::batch::Operation;
+use tablescan::storage::table::entity::{Entity, Value as Edm};
+use tablescan::storage::{
+    ClientOptions, QueueServiceClient, StorageAccount, TableClient, TableServiceClient,
+};
+
+pub fn storage() -> String {
+    std::env::var("TABLESCAN_TEST_STORAGE")
+        .expect("run the tests with scripts/test (TABLESCAN_TEST_STORAGE is not set)")
+}
+
+pub fn unique(prefix: &str) -> String {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    format!(
+        "{prefix}{}x{}",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+}
+
+pub fn tables() -> TableServiceClient {
+    TableServiceClient::new(
+        &StorageAccount::from_connection_string(&storage()).unwrap(),
+        ClientOptions::default(),
+    )
+    .unwrap()
+}
+
+pub fn queues() -> QueueServiceClient {
+    QueueServiceClient::new(
+        &StorageAccount::from_connection_string(&storage()).unwrap(),
+        ClientOptions::default(),
+    )
+    .unwrap()
+}
+
+/// The handler binary built beside devhost (cargo builds every binary of the workspace's
+/// packages before their integration tests run).
+pub fn handler_binary() -> PathBuf {
+    let devhost = PathBuf::from(env!("CARGO_BIN_EXE_devhost"));
+    let handler = devhost.with_file_name("handler");
+    assert!(
+        handler.is_file(),
+        "no handler at {}: build it with `cargo build --bin handler`",
+        handler.display()
+    );
+    handler
+}
+
+/// A running devhost over a private copy of the function app.
+pub struct Host {
+    pub child: Child,
+    pub port: u16,
+    pub lines: Arc<Mutex<Vec<String>>>,
+    pub _dir: TempDir,
+}
+
+pub struct TempDir(pub PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        stop::stop_devhost(&mut self.child);
+    }
+}
+
+/// Copies the function app into a fresh folder, with this test's own queue names and quicker
+/// retries (1 s instead of 30 s before a failed message is visible again).
+pub fn assemble(dir: &Path, suffix: &str) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut host: Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("host.json")).unwrap()).unwrap();
+    host["extensions"]["queues"]["visibilityTimeout"] = json!("00:00:01");
+    host["extensions"]["queues"]["maxPollingInterval"] = json!("00:00:00.2");
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("host.json"), host.to_string()).unwrap();
+    std::fs::copy(handler_binary(), dir.join("handler")).unwrap();
+    for entry in std::fs::read_dir(root.join("function_app"))
+        .unwrap()
+        .flatten()
+    {
+        let file = entry.path().join("function.json");
+        if !file.is_file() {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file)
+            .unwrap()
+            .replace("tablescan-range", &format!("tsr-{suffix}"))
+            .replace("tablescan-partition", &format!("tsp-{suffix}"));
+        let folder = dir.join(entry.file_name());
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(folder.join("function.json"), text).unwrap();
+    }
+}
+
+impl Host {
+    pub fn start(instances: usize, settings: &[(&str, &str)]) -> Host {
+        let suffix = unique("").replace('x', "-");
+        let dir = std::env::temp_dir().join(format!("devhost-e2e-{suffix}"));
+        assemble(&dir, &suffix);
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_devhost"))
+            .args([
+                "--script-root",
+                dir.to_str().unwrap(),
+                "--port",
+                &port.to_string(),
+                "--instances",
+                &instances.to_string(),
+            ])
+            .env("AzureWebJobsStorage", storage())
+            .env("TABLESCAN_LEDGER_TABLE", unique("ledger"))
+            .envs(settings.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        for stream in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let lines = lines.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    lines.lock().unwrap().push(line);
+                }
+            });
+        }
+        let host = Host {
+            child,
+            port,
+            lines,
+            _dir: TempDir(dir),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while host.handler_pids().len() < instances
+            || std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "devhost did not come up:\n{}",
+                host.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        host
+    }
+
+    pub fn log(&self) -> String {
+        self.lines.lock().unwrap().join("\n")
+    }
+
+    /// Process ids of every handler devhost started, in order.
+    pub fn handler_pids(&self) -> Vec<u32> {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| {
+                l.split("started handler pid ")
+                    .nth(1)?
+                    .split(' ')
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .collect()
+    }
+
+    pub async fn start_scan(&self, request: Value) -> String {
+        let answer = reqwest::Client::new()
+            .post(format!("http://127.0.0.1:{}/api/scans", self.port))
+            .json(&request)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 202, "{}", answer.text().await.unwrap());
+        let body: Value = answer.json().await.unwrap();
+        body["id"].as_str().unwrap().to_string()
+    }
+
+    /// The scan's status. A request that lands on a handler being restarted fails with 500,
+    /// as it would under the real host, so a failed read is tried again for a few seconds.
+    pub async fn status(&self, id: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let answer =
+                reqwest::get(format!("http://127.0.0.1:{}/api/scans/{id}", self.port)).await;
+            if let Ok(response) = answer {
+                if response.status() == 200 {
+                    if let Ok(status) = response.json::<Value>().await {
+                        return status;
+                    }
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no status for scan {id}:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until the scan is no longer pending or running.
+    pub async fn wait(&self, id: &str, limit: Duration) -> Value {
+        let deadline = Instant::now() + limit;
+        loop {
+            let status = self.status(id).await;
+            if !matches!(status["state"].as_str(), Some("pending") | Some("running")) {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "scan {id} did not finish: {status}\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    pub async fn run(&self, request: Value) -> Value {
+        let id = self.start_scan(request).await;
+        self.wait(&id, Duration::from_secs(240)).await
+    }
+}
+
+/// Rows with difficult keys, two large partitions and many small ones.
+pub fn rows() -> Vec<Entity> {
+    let keys = [
+        "",
+        "a b",
+        "it's",
+        "é中",
+        "😀",
+        "a\u{FFFF}b",
+        "\u{FFFF}",
+        "\u{E000}",
+        "z",
+    ];
+    let mut rows = Vec::new();
+    for big in ["big1", "big\u{FFFF}"] {
+        for r in 0..300 {
+            rows.push(
+                Entity::new(
+                    big,
+                    format!("{:04}{}", (r * 37) % 1000, keys[r % keys.len()]),
+                )
+                .with("n", Edm::Int64(r as i64)),
+            );
+        }
+    }
+    for (i, pk) in keys.iter().enumerate() {
+        for j in 0..40 {
+            rows.push(
+                Entity::new(format!("{pk}{j:02}"), keys[(i + j) % keys.len()])
+                    .with("d", Edm::Double(j as f64 / 3.0)),
+            );
+        }
+    }
+    rows
+}
+
+pub async fn load(table: &TableClient, rows: &[Entity]) {
+    let mut by_partition: BTreeMap<&str, Vec<Operation>> = BTreeMap::new();
+    for e in rows {
+        by_partition
+            .entry(&e.partition_key)
+            .or_default()
+            .push(Operation::Insert(e.clone()));
+    }
+    for ops in by_partition.values() {
+        for chunk in ops.chunks(100) {
+            table.submit_transaction(chunk).await.unwrap();
+        }
+    }
+}
+
+pub async fn table_with(rows: &[Entity]) -> TableClient {
+    let service = tables();
+    let name = unique("src");
+    service.create_table(&name, false).await.unwrap();
+    let table = service.table(&name).unwrap();
+    load(&table, rows).await;
+    table
+}
+
+pub fn keys(entities: &[Entity]) -> BTreeSet<(String, String)> {
+    entities
+        .iter()
+        .map(|e| (e.partition_key.clone(), e.row_key.clone()))
+        .collect()
+}
+
+/// Every message of a queue, decoded (they are taken off the queue).
+pub async fn drain_queue(name: &str, encoding: MessageEncoding) -> Vec<Value> {
+    let queue = queues().queue(name).unwrap();
+    let mut all = Vec::new();
+    loop {
+        let batch = queue.receive(32, Duration::from_secs(300)).await.unwrap();
+        if batch.is_empty() {
+            return all;
+        }
+        for m in batch {
+            all.push(serde_json::from_slice(&encoding.decode(&m.text).unwrap()).unwrap());
+        }
+    }
+}

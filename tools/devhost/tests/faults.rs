@@ -1,0 +1,189 @@
+//! Every action through a proxy that injects storage faults into the handler's data path
+//! (source table, target table, target queue): 503, 500, 408, slow answers, connections reset
+//! after the request was done, short pages and empty pages with continuations. Three handler
+//! instances under devhost. Results are checked by reading Azurite directly.
+
+mod common;
+mod fault_proxy;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use common::*;
+use fault_proxy::FaultProxy;
+use serde_json::{json, Value};
+use tablescan::storage::queue::MessageEncoding;
+use tablescan::storage::table::entity::Entity;
+use tablescan::storage::table::query::Query;
+
+/// The value of `name=` in a connection string.
+fn setting(connection: &str, name: &str) -> String {
+    connection
+        .split(';')
+        .find_map(|part| part.strip_prefix(&format!("{name}=")))
+        .unwrap_or_else(|| panic!("no {name} in the test connection string"))
+        .to_string()
+}
+
+/// The test connection string with its table and queue endpoints replaced.
+fn through(tables: &str, queues: &str) -> String {
+    storage()
+        .split(';')
+        .filter(|part| !part.is_empty())
+        .map(|part| {
+            if part.starts_with("TableEndpoint=") {
+                format!("TableEndpoint={tables}")
+            } else if part.starts_with("QueueEndpoint=") {
+                format!("QueueEndpoint={queues}")
+            } else {
+                part.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+fn without_metadata(entities: Vec<Entity>) -> Vec<String> {
+    entities
+        .into_iter()
+        .map(|e| {
+            Entity {
+                timestamp: None,
+                etag: None,
+                ..e
+            }
+            .to_json()
+        })
+        .collect()
+}
+
+/// How often each key arrived.
+fn tally<K: Ord>(keys: impl IntoIterator<Item = K>) -> BTreeMap<K, usize> {
+    let mut counts = BTreeMap::new();
+    for key in keys {
+        *counts.entry(key).or_insert(0) += 1;
+    }
+    counts
+}
+
+async fn every_action_under_faults(rate: f64, seed: u64) {
+    let connection = storage();
+    let tables_proxy = FaultProxy::start(&setting(&connection, "TableEndpoint"), rate, seed).await;
+    let queues_proxy =
+        FaultProxy::start(&setting(&connection, "QueueEndpoint"), rate, seed + 1).await;
+    let faulty = through(&tables_proxy.endpoint, &queues_proxy.endpoint);
+
+    let rows = rows();
+    let source = table_with(&rows).await;
+    let host = Host::start(
+        3,
+        &[
+            ("TABLESCAN_STEP_MAX_QUERIES", "2"),
+            ("FAULTY_STORAGE", faulty.as_str()),
+        ],
+    );
+    let scan = |action: Value| {
+        json!({
+            "table": source.name(),
+            "connection": "FAULTY_STORAGE",
+            "pageSize": 25,
+            "action": action,
+        })
+    };
+    let distinct: BTreeSet<String> = rows.iter().map(|e| e.partition_key.clone()).collect();
+
+    let count = host.run(scan(json!({"type": "count"}))).await;
+    assert_eq!(count["state"], "succeeded", "{count}\n{}", host.log());
+    assert_eq!(
+        count["result"],
+        json!({"rows": rows.len(), "partitions": distinct.len()}),
+        "exact counts through faults"
+    );
+
+    let copy_name = unique("copy");
+    let copy = host
+        .run(scan(json!({
+            "type": "copy", "table": copy_name, "connection": "FAULTY_STORAGE"
+        })))
+        .await;
+    assert_eq!(copy["state"], "succeeded", "{copy}\n{}", host.log());
+    let target = tables().table(&copy_name).unwrap();
+    assert_eq!(
+        without_metadata(target.query_all(&Query::default()).await.unwrap()),
+        without_metadata(source.query_all(&Query::default()).await.unwrap()),
+        "the copy is identical"
+    );
+    assert_eq!(copy["progress"]["rowsActed"], rows.len() as u64, "{copy}");
+
+    // A queue put whose answer was lost may have been done: enqueueing is at least once. A
+    // retried put doubles one message; a step that fails puts its messages (at most 50 here:
+    // 2 pages of 25) again. Either way each extra message traces back to an injected fault.
+    let faults_before = queues_proxy.injected.total() + tables_proxy.injected.total();
+    let row_queue = unique("rows-");
+    let enqueue = host
+        .run(scan(json!({
+            "type": "enqueue", "queue": row_queue, "connection": "FAULTY_STORAGE"
+        })))
+        .await;
+    assert_eq!(enqueue["state"], "succeeded", "{enqueue}\n{}", host.log());
+    let messages = drain_queue(&row_queue, MessageEncoding::Base64).await;
+    let arrived = tally(messages.iter().map(|m| {
+        (
+            m["PartitionKey"].as_str().unwrap().to_string(),
+            m["RowKey"].as_str().unwrap().to_string(),
+        )
+    }));
+    assert_eq!(
+        arrived.keys().cloned().collect::<BTreeSet<_>>(),
+        keys(&rows),
+        "every row enqueued"
+    );
+    let extra = messages.len() - rows.len();
+    let faults = queues_proxy.injected.total() + tables_proxy.injected.total() - faults_before;
+    assert!(
+        extra as u64 <= faults * 50,
+        "{extra} extra messages for {faults} faults"
+    );
+    eprintln!(
+        "fault rate {rate}: enqueue put {} messages for {} rows ({extra} extra, {faults} faults)",
+        messages.len(),
+        rows.len()
+    );
+    assert_eq!(enqueue["progress"]["rowsActed"], rows.len() as u64);
+
+    let delete = host
+        .run(json!({
+            "table": copy_name,
+            "connection": "FAULTY_STORAGE",
+            "pageSize": 25,
+            "action": {"type": "delete"},
+        }))
+        .await;
+    assert_eq!(delete["state"], "succeeded", "{delete}\n{}", host.log());
+    assert!(
+        target
+            .query_all(&Query::default())
+            .await
+            .unwrap()
+            .is_empty(),
+        "every row deleted"
+    );
+    eprintln!(
+        "fault rate {rate}: tables: {}; queues: {}",
+        tables_proxy.injected.summary(),
+        queues_proxy.injected.summary()
+    );
+    assert!(
+        tables_proxy.injected.total() > 0,
+        "the proxy injected faults"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_action_is_exact_with_one_request_in_twenty_faulted() {
+    every_action_under_faults(0.05, 11).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_action_is_exact_with_one_request_in_five_faulted() {
+    every_action_under_faults(0.2, 23).await;
+}
