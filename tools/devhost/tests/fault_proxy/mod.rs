@@ -48,11 +48,6 @@ impl Injected {
         .sum()
     }
 
-    /// Resets of requests that put a queue message: each may leave one message twice.
-    pub fn resets(&self) -> u64 {
-        self.reset.load(Ordering::Relaxed)
-    }
-
     pub fn summary(&self) -> String {
         format!(
             "forwarded {}, 503 {}, 500 {}, 408 {}, slow {}, reset {}, short page {}, empty page {}",
