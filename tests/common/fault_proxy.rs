@@ -1,15 +1,29 @@
-//! A tiny HTTP proxy that sits between a client and Azurite and fails chosen requests.
+//! An HTTP proxy between a client and Azurite that fails requests, in one of two ways:
 //!
-//! Each request takes the next planned fault from a list (an empty list means "forward"), so a
-//! test states exactly which attempts fail and can count how many attempts were made.
+//! - planned (`plan`): each request takes the next fault from a list (an empty list means
+//!   "forward"), so a test states exactly which attempts fail and counts the attempts made;
+//! - random (`start_random`): a seeded share of requests gets a fault drawn from every kind
+//!   that fits the request.
+//!
+//! Faults: an error status with a storage-style XML body (503 ServerBusy, 500 InternalError,
+//! 408 OperationTimedOut, optionally with Retry-After), without reaching Azurite; a slow answer;
+//! a connection reset halfway through the answer, after Azurite did the request (the client
+//! sees an error for something that happened); for table queries, a short page (`$top` cut to
+//! a third) or, when the query resumes from a continuation, an empty page that hands the same
+//! continuation back. Shared Key signatures cover the path, not the host, so Azurite accepts
+//! the forwarded requests as they are. Used by tests/retry.rs and by devhost's fault tests.
+
+#![allow(dead_code)]
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use axum::body::{to_bytes, Body};
+use axum::body::{to_bytes, Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{HeaderName, HeaderValue, Response, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, Response, StatusCode};
 use axum::Router;
 
 /// What the proxy does with one request.
@@ -19,27 +33,112 @@ pub enum Fault {
     Status(u16, &'static str),
     /// Like `Status`, with a `Retry-After` header in seconds.
     StatusWithRetryAfter(u16, &'static str, u64),
+    /// Forward after this long.
+    Slow(Duration),
+    /// Forward, then send the headers and half the body and break the connection.
+    Reset,
+    /// A table query: forward with `$top` cut to a third.
+    ShortPage,
+    /// A table query resuming from a continuation: answer an empty page with the same one.
+    EmptyPage,
+}
+
+/// How many faults of each kind were injected, and how many requests were forwarded.
+#[derive(Default, Debug)]
+pub struct Injected {
+    pub forwarded: AtomicU64,
+    pub status: [AtomicU64; 3],
+    pub slow: AtomicU64,
+    pub reset: AtomicU64,
+    pub short_page: AtomicU64,
+    pub empty_page: AtomicU64,
+}
+
+impl Injected {
+    fn count(&self, fault: &Fault) {
+        let counter = match fault {
+            Fault::Status(503, _) | Fault::StatusWithRetryAfter(503, _, _) => &self.status[0],
+            Fault::Status(500, _) | Fault::StatusWithRetryAfter(500, _, _) => &self.status[1],
+            Fault::Status(..) | Fault::StatusWithRetryAfter(..) => &self.status[2],
+            Fault::Slow(_) => &self.slow,
+            Fault::Reset => &self.reset,
+            Fault::ShortPage => &self.short_page,
+            Fault::EmptyPage => &self.empty_page,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Faults of every kind.
+    pub fn total(&self) -> u64 {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        self.status.iter().map(load).sum::<u64>()
+            + load(&self.slow)
+            + load(&self.reset)
+            + load(&self.short_page)
+            + load(&self.empty_page)
+    }
+
+    pub fn summary(&self) -> String {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        format!(
+            "forwarded {}, 503 {}, 500 {}, 408 {}, slow {}, reset {}, short page {}, empty page {}",
+            load(&self.forwarded),
+            load(&self.status[0]),
+            load(&self.status[1]),
+            load(&self.status[2]),
+            load(&self.slow),
+            load(&self.reset),
+            load(&self.short_page),
+            load(&self.empty_page),
+        )
+    }
 }
 
 #[derive(Default)]
-struct Shared {
-    plan: VecDeque<Fault>,
+struct Plan {
+    faults: VecDeque<Fault>,
     seen: Vec<String>,
+    /// Share of requests faulted at random, and the generator's state.
+    rate: f64,
+    random: u64,
+}
+
+struct Shared {
+    plan: Mutex<Plan>,
+    upstream: String,
+    client: reqwest::Client,
+    injected: Arc<Injected>,
 }
 
 /// A running proxy. It stops when dropped.
 pub struct FaultProxy {
     pub address: SocketAddr,
-    shared: Arc<Mutex<Shared>>,
+    pub injected: Arc<Injected>,
+    shared: Arc<Shared>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl FaultProxy {
-    /// Starts a proxy on a free loopback port that forwards to `upstream` (scheme and host).
+    /// Starts a proxy on a free loopback port that forwards to `upstream` (scheme and host)
+    /// and injects only the faults planned with [`FaultProxy::plan`].
     pub async fn start(upstream: String) -> FaultProxy {
-        let shared = Arc::new(Mutex::new(Shared::default()));
-        let state = (shared.clone(), upstream, reqwest::Client::new());
-        let app = Router::new().fallback(forward).with_state(Arc::new(state));
+        Self::start_random(upstream, 0.0, 1).await
+    }
+
+    /// Like [`FaultProxy::start`], and also faults `rate` of the requests at random.
+    pub async fn start_random(upstream: String, rate: f64, seed: u64) -> FaultProxy {
+        let injected = Arc::new(Injected::default());
+        let shared = Arc::new(Shared {
+            plan: Mutex::new(Plan {
+                rate,
+                random: seed | 1,
+                ..Plan::default()
+            }),
+            upstream,
+            client: reqwest::Client::new(),
+            injected: injected.clone(),
+        });
+        let app = Router::new().fallback(forward).with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let task = tokio::spawn(async move {
@@ -47,6 +146,7 @@ impl FaultProxy {
         });
         FaultProxy {
             address,
+            injected,
             shared,
             task,
         }
@@ -54,12 +154,12 @@ impl FaultProxy {
 
     /// Queues faults for the next requests, in order.
     pub fn plan(&self, faults: impl IntoIterator<Item = Fault>) {
-        self.shared.lock().unwrap().plan.extend(faults);
+        self.shared.plan.lock().unwrap().faults.extend(faults);
     }
 
     /// The method and path of every request seen so far.
     pub fn seen(&self) -> Vec<String> {
-        self.shared.lock().unwrap().seen.clone()
+        self.shared.plan.lock().unwrap().seen.clone()
     }
 }
 
@@ -69,60 +169,191 @@ impl Drop for FaultProxy {
     }
 }
 
-type ProxyState = Arc<(Arc<Mutex<Shared>>, String, reqwest::Client)>;
+impl Plan {
+    /// A number in [0, 1).
+    fn draw(&mut self) -> f64 {
+        self.random ^= self.random << 13;
+        self.random ^= self.random >> 7;
+        self.random ^= self.random << 17;
+        (self.random % 1_000_000) as f64 / 1_000_000.0
+    }
 
-async fn forward(State(state): State<ProxyState>, request: Request) -> Response<Body> {
-    let (shared, upstream, client) = &*state;
-    let path = request
-        .uri()
+    /// The planned fault for the next request, else perhaps a random one that fits it.
+    fn next(&mut self, is_query: bool, resumes: bool) -> Option<Fault> {
+        if let Some(fault) = self.faults.pop_front() {
+            return Some(fault);
+        }
+        if self.rate <= 0.0 || self.draw() >= self.rate {
+            return None;
+        }
+        let mut kinds = vec![
+            Fault::Status(503, "ServerBusy"),
+            Fault::Status(500, "InternalError"),
+            Fault::Status(408, "OperationTimedOut"),
+            Fault::Slow(Duration::from_millis(200 + (self.draw() * 1000.0) as u64)),
+            Fault::Reset,
+        ];
+        if is_query {
+            kinds.push(Fault::ShortPage);
+            if resumes {
+                kinds.push(Fault::EmptyPage);
+            }
+        }
+        let pick = (self.draw() * kinds.len() as f64) as usize % kinds.len();
+        Some(kinds.swap_remove(pick))
+    }
+}
+
+async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Response<Body> {
+    let (parts, body) = request.into_parts();
+    let mut path = parts
+        .uri
         .path_and_query()
         .map(|p| p.as_str().to_string())
         .unwrap_or_default();
+    let query = parts.uri.query().unwrap_or("").to_string();
+    // A table query (not a single entity): a GET with a page size.
+    let is_query = parts.method == axum::http::Method::GET
+        && (query.contains("$top=") || query.contains("%24top="));
     let fault = {
-        let mut shared = shared.lock().unwrap();
-        shared
-            .seen
-            .push(format!("{} {}", request.method(), request.uri().path()));
-        shared.plan.pop_front()
+        let mut plan = shared.plan.lock().unwrap();
+        plan.seen
+            .push(format!("{} {}", parts.method, parts.uri.path()));
+        plan.next(is_query, query.contains("NextPartitionKey"))
     };
-    if let Some(fault) = fault {
-        let (status, code, retry_after) = match fault {
-            Fault::Status(s, c) => (s, c, None),
-            Fault::StatusWithRetryAfter(s, c, r) => (s, c, Some(r)),
-        };
-        let mut response = Response::builder()
-            .status(StatusCode::from_u16(status).unwrap())
-            .header("content-type", "application/xml")
-            .header("x-ms-error-code", code);
-        if let Some(seconds) = retry_after {
-            response = response.header("retry-after", seconds.to_string());
-        }
-        let body = format!("<?xml version=\"1.0\"?><Error><Code>{code}</Code><Message>injected by the test proxy</Message></Error>");
-        return response.body(Body::from(body)).unwrap();
+    if let Some(fault) = &fault {
+        shared.injected.count(fault);
     }
-    let method = reqwest::Method::from_bytes(request.method().as_str().as_bytes()).unwrap();
-    let mut outgoing = client.request(method, format!("{upstream}{path}"));
-    for (name, value) in request.headers() {
-        if name != "host" && name != "content-length" {
+    match &fault {
+        Some(Fault::Status(status, code)) => return error(*status, code, None),
+        Some(Fault::StatusWithRetryAfter(status, code, seconds)) => {
+            return error(*status, code, Some(*seconds))
+        }
+        Some(Fault::EmptyPage) => return empty_page(&query),
+        Some(Fault::Slow(delay)) => tokio::time::sleep(*delay).await,
+        Some(Fault::ShortPage) => path = shorten_top(&path),
+        Some(Fault::Reset) | None => {}
+    }
+    let body = to_bytes(body, 64 * 1024 * 1024).await.unwrap_or_default();
+    let method = reqwest::Method::from_bytes(parts.method.as_str().as_bytes()).unwrap();
+    let mut outgoing = shared
+        .client
+        .request(method, format!("{}{path}", shared.upstream));
+    for (name, value) in &parts.headers {
+        if !matches!(name.as_str(), "host" | "content-length" | "connection") {
             outgoing = outgoing.header(name.as_str(), value.as_bytes());
         }
     }
-    let body = to_bytes(request.into_body(), 16 * 1024 * 1024)
-        .await
-        .unwrap();
     let answer = match outgoing.body(body.to_vec()).send().await {
         Ok(answer) => answer,
-        Err(_) => return Response::builder().status(502).body(Body::empty()).unwrap(),
+        Err(_) => return error(502, "ProxyUpstreamFailed", None),
     };
-    let mut response = Response::builder().status(answer.status().as_u16());
-    for (name, value) in answer.headers() {
-        if name != "content-length" && name != "transfer-encoding" && name != "connection" {
-            response = response.header(
-                HeaderName::from_bytes(name.as_str().as_bytes()).unwrap(),
-                HeaderValue::from_bytes(value.as_bytes()).unwrap(),
-            );
+    shared.injected.forwarded.fetch_add(1, Ordering::Relaxed);
+    let status = answer.status().as_u16();
+    let headers = answer.headers().clone();
+    let bytes = answer.bytes().await.unwrap_or_default();
+    let mut response = if matches!(fault, Some(Fault::Reset)) {
+        let chunks: Vec<Result<Bytes, std::io::Error>> = vec![
+            Ok(bytes.slice(..bytes.len() / 2)),
+            Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "injected reset",
+            )),
+        ];
+        Response::new(Body::from_stream(futures_util::stream::iter(chunks)))
+    } else {
+        Response::new(Body::from(bytes))
+    };
+    *response.status_mut() = StatusCode::from_u16(status).unwrap();
+    copy_headers(&headers, response.headers_mut());
+    response
+}
+
+fn copy_headers(from: &reqwest::header::HeaderMap, to: &mut HeaderMap) {
+    for (name, value) in from {
+        if !matches!(
+            name.as_str(),
+            "content-length" | "transfer-encoding" | "connection" | "keep-alive"
+        ) {
+            if let (Ok(name), Ok(value)) = (
+                axum::http::HeaderName::from_bytes(name.as_str().as_bytes()),
+                HeaderValue::from_bytes(value.as_bytes()),
+            ) {
+                to.append(name, value);
+            }
         }
     }
-    let bytes = answer.bytes().await.unwrap_or_default();
-    response.body(Body::from(bytes)).unwrap()
+}
+
+fn error(status: u16, code: &str, retry_after: Option<u64>) -> Response<Body> {
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"utf-8\"?><Error><Code>{code}</Code><Message>injected by the test proxy</Message></Error>"
+    );
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = StatusCode::from_u16(status).unwrap();
+    let headers = response.headers_mut();
+    headers.insert("x-ms-error-code", HeaderValue::from_str(code).unwrap());
+    headers.insert("content-type", HeaderValue::from_static("application/xml"));
+    if let Some(seconds) = retry_after {
+        headers.insert("retry-after", HeaderValue::from(seconds));
+    }
+    response
+}
+
+/// An empty page that hands back the continuation the query resumed from.
+fn empty_page(query: &str) -> Response<Body> {
+    let mut response = Response::new(Body::from("{\"value\":[]}"));
+    let headers = response.headers_mut();
+    headers.insert(
+        "content-type",
+        HeaderValue::from_static("application/json;odata=nometadata"),
+    );
+    for pair in query.split('&') {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let header = match name {
+            "NextPartitionKey" => "x-ms-continuation-NextPartitionKey",
+            "NextRowKey" => "x-ms-continuation-NextRowKey",
+            _ => continue,
+        };
+        if let Ok(value) = HeaderValue::from_str(&percent_decode(value)) {
+            headers.insert(header, value);
+        }
+    }
+    response
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let Ok(byte) = u8::from_str_radix(&text[i + 1..i + 3], 16) {
+                out.push(byte);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The same request with its `$top` cut to a third (at least 1).
+fn shorten_top(path_and_query: &str) -> String {
+    let Some((path, query)) = path_and_query.split_once('?') else {
+        return path_and_query.to_string();
+    };
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name @ ("$top" | "%24top"), n)) => {
+                let n: u32 = n.parse().unwrap_or(1000);
+                format!("{name}={}", (n / 3).max(1))
+            }
+            _ => pair.to_string(),
+        })
+        .collect();
+    format!("{path}?{}", pairs.join("&"))
 }

@@ -4,6 +4,7 @@
 //! instances under devhost. Results are checked by reading Azurite directly.
 
 mod common;
+#[path = "../../../tests/common/fault_proxy.rs"]
 mod fault_proxy;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -22,6 +23,18 @@ fn setting(connection: &str, name: &str) -> String {
         .find_map(|part| part.strip_prefix(&format!("{name}=")))
         .unwrap_or_else(|| panic!("no {name} in the test connection string"))
         .to_string()
+}
+
+/// A proxy with random faults in front of `endpoint` (`http://host:port/account`), and the
+/// endpoint to use instead (same account path).
+async fn faulty(endpoint: &str, rate: f64, seed: u64) -> (FaultProxy, String) {
+    let after_scheme = endpoint.find("://").map_or(0, |i| i + 3);
+    let slash = endpoint[after_scheme..]
+        .find('/')
+        .map_or(endpoint.len(), |i| after_scheme + i);
+    let proxy = FaultProxy::start_random(endpoint[..slash].to_string(), rate, seed).await;
+    let replaced = format!("http://{}{}", proxy.address, &endpoint[slash..]);
+    (proxy, replaced)
 }
 
 /// The test connection string with its table and queue endpoints replaced.
@@ -67,10 +80,11 @@ fn tally<K: Ord>(keys: impl IntoIterator<Item = K>) -> BTreeMap<K, usize> {
 
 async fn every_action_under_faults(rate: f64, seed: u64) {
     let connection = storage();
-    let tables_proxy = FaultProxy::start(&setting(&connection, "TableEndpoint"), rate, seed).await;
-    let queues_proxy =
-        FaultProxy::start(&setting(&connection, "QueueEndpoint"), rate, seed + 1).await;
-    let faulty = through(&tables_proxy.endpoint, &queues_proxy.endpoint);
+    let (tables_proxy, tables_endpoint) =
+        faulty(&setting(&connection, "TableEndpoint"), rate, seed).await;
+    let (queues_proxy, queues_endpoint) =
+        faulty(&setting(&connection, "QueueEndpoint"), rate, seed + 1).await;
+    let faulty = through(&tables_endpoint, &queues_endpoint);
 
     let rows = rows();
     let source = table_with(&rows).await;
@@ -176,6 +190,34 @@ async fn every_action_under_faults(rate: f64, seed: u64) {
         tables_proxy.injected.total() > 0,
         "the proxy injected faults"
     );
+
+    // No secret anywhere a user or an operator can read: the handler's and devhost's logs,
+    // every status, the scan list, the ledger.
+    let mut readable = host.log();
+    for status in [&count, &copy, &enqueue, &delete] {
+        readable.push_str(&status.to_string());
+    }
+    let list = reqwest::get(format!("http://127.0.0.1:{}/api/scans", host.port))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    readable.push_str(&list);
+    for entry in tables()
+        .table(&host.ledger)
+        .unwrap()
+        .query_all(&Query::default())
+        .await
+        .unwrap()
+    {
+        readable.push_str(&entry.to_json());
+    }
+    let key = setting(&connection, "AccountKey");
+    assert!(readable.len() > 10_000, "there is something to search");
+    for secret in [key.as_str(), "AccountKey", faulty.as_str(), connection.as_str()] {
+        assert!(!readable.contains(secret), "a secret leaked: {secret:.12}...");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -69,6 +69,8 @@ pub struct Host {
     pub child: Child,
     pub port: u16,
     pub lines: Arc<Mutex<Vec<String>>>,
+    /// The ledger table of this host's app.
+    pub ledger: String,
     pub _dir: TempDir,
 }
 
@@ -120,6 +122,7 @@ impl Host {
         let suffix = unique("").replace('x', "-");
         let dir = std::env::temp_dir().join(format!("devhost-e2e-{suffix}"));
         assemble(&dir, &suffix);
+        let ledger = unique("ledger");
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -135,7 +138,7 @@ impl Host {
                 &instances.to_string(),
             ])
             .env("AzureWebJobsStorage", storage())
-            .env("TABLESCAN_LEDGER_TABLE", unique("ledger"))
+            .env("TABLESCAN_LEDGER_TABLE", &ledger)
             .envs(settings.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -157,6 +160,7 @@ impl Host {
             child,
             port,
             lines,
+            ledger,
             _dir: TempDir(dir),
         };
         let deadline = Instant::now() + Duration::from_secs(30);
