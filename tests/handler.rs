@@ -507,3 +507,147 @@ async fn every_kind_of_bad_request_is_a_400_naming_the_field() {
         200
     );
 }
+
+#[tokio::test]
+async fn wrong_types_out_of_range_values_huge_and_deep_bodies_are_refused_clearly() {
+    let source = fresh_table("badtypes").await;
+    let host = TestHost::start(&[]).await;
+    let table = source.name();
+    let count = json!({"type": "count"});
+    let cases: Vec<(Value, &str)> = vec![
+        (json!({"table": 5, "action": count}), "table"),
+        (json!({"table": "a".repeat(64), "action": count}), "table"),
+        (json!({"table": table, "action": "count"}), "action"),
+        (
+            json!({"table": table, "action": {"type": 1}}),
+            "action.type",
+        ),
+        (
+            json!({"table": table, "action": {"type": "copy", "table": ["x"]}}),
+            "action.table",
+        ),
+        (
+            json!({"table": table, "pageSize": "10", "action": count}),
+            "pageSize",
+        ),
+        (
+            json!({"table": table, "pageSize": 1001, "action": count}),
+            "pageSize",
+        ),
+        (
+            json!({"table": table, "pageSize": -1, "action": count}),
+            "pageSize",
+        ),
+        (
+            json!({"table": table, "select": "a", "action": count}),
+            "select",
+        ),
+        (
+            json!({"table": table, "scope": [], "action": count}),
+            "scope",
+        ),
+        (
+            json!({"table": table, "scope": {"prefix": "x".repeat(1100)}, "action": count}),
+            "scope.prefix",
+        ),
+        (
+            json!({"table": table, "scope": {"after": 3}, "action": count}),
+            "scope.after",
+        ),
+        (
+            json!({"table": table, "connection": 7, "action": count}),
+            "connection",
+        ),
+        (
+            json!({"table": table, "action": {"type": "enqueue", "queue": "q".repeat(64)}}),
+            "action.queue",
+        ),
+    ];
+    for (body, field) in cases {
+        let body = body.to_string();
+        let (status, error) = host
+            .http("StartScan", "POST", "/api/scans", &[], Some(&body))
+            .await
+            .res();
+        assert_eq!(status, 400, "{body:.200}: {error}");
+        assert_eq!(error["error"]["field"], field, "{body:.200}: {error}");
+    }
+    // Nested 100,000 deep: refused as a body, not a stack overflow.
+    let deep = "[".repeat(100_000);
+    let (status, error) = host
+        .http("StartScan", "POST", "/api/scans", &[], Some(&deep))
+        .await
+        .res();
+    assert_eq!(
+        (status, &error["error"]["field"]),
+        (400, &json!("body")),
+        "{error}"
+    );
+    // Ten megabytes.
+    let huge = format!(
+        "{{\"table\":\"{table}\",\"pad\":\"{}\"}}",
+        "x".repeat(10 << 20)
+    );
+    let answer = host
+        .http("StartScan", "POST", "/api/scans", &[], Some(&huge))
+        .await;
+    assert!(
+        matches!(answer.status, 413) || answer.res().0 == 413,
+        "{} {}",
+        answer.status,
+        answer.text.chars().take(200).collect::<String>()
+    );
+    // An invocation that is not UTF-8 at all, straight to the handler.
+    let raw = reqwest::Client::new()
+        .post(format!("http://{}/StartScan", host.address))
+        .header("content-type", "application/json")
+        .body(vec![0xff, 0xfe, b'{', 0xc3])
+        .send()
+        .await
+        .unwrap();
+    assert!(raw.status().is_client_error(), "{}", raw.status());
+    // And it still serves.
+    assert_eq!(
+        reqwest::get(format!("http://{}/", host.address))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+}
+
+#[tokio::test]
+async fn quotes_in_a_scope_cannot_change_the_meaning_of_the_query() {
+    let source = fresh_table("inject").await;
+    let rows = vec![
+        Entity::new("a", "1"),
+        Entity::new("b", "1"),
+        Entity::new("x' or PartitionKey ne 'x", "1"),
+        Entity::new("x' or PartitionKey ne 'x", "2"),
+        Entity::new("x'", "1"),
+    ];
+    common::load(&source, &rows).await;
+    let mut host = TestHost::start(&[]).await;
+    for (scope, rows, partitions) in [
+        // Each would select every row if the quote closed the literal.
+        (json!({"prefix": "x' or PartitionKey ne 'x"}), 2, 1),
+        (json!({"prefix": "' or 1 eq 1 or '"}), 0, 0),
+        (
+            json!({"after": "x'", "before": "y' or PartitionKey ne '"}),
+            2,
+            1,
+        ),
+        (json!({"before": "b' or PartitionKey gt '"}), 2, 2),
+    ] {
+        let id = host
+            .run_scan(&json!({"table": source.name(), "scope": scope, "action": {"type": "count"}}))
+            .await;
+        let (_, body) = host.status(&id).await;
+        assert_eq!(body["state"], "succeeded", "{body}");
+        assert_eq!(
+            body["result"],
+            json!({"rows": rows, "partitions": partitions}),
+            "{scope}: {body}"
+        );
+    }
+}

@@ -61,7 +61,45 @@ pub struct AppState {
     pub budget: Budget,
     /// How long a step's claim on its work item lasts.
     pub lease: Duration,
+    /// How long a pending work item may go untouched before a status read sends its message
+    /// again (`TABLESCAN_REDRIVE_AFTER_SECONDS`).
+    pub redrive_after: Duration,
+    /// The queues of range and partition work items, as the app's function.json files name
+    /// them (see [`item_queues`]).
+    pub item_queues: ItemQueues,
     clients: Mutex<HashMap<String, Clients>>,
+}
+
+/// The queues the two queue-triggered functions listen on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemQueues {
+    pub range: String,
+    pub partition: String,
+}
+
+/// Reads the trigger queue names from `<dir>/ScanRange/function.json` and
+/// `<dir>/ScanPartition/function.json` (the host runs the handler in the app's folder), so
+/// that an app whose queues were renamed there still re-drives into the right ones; the
+/// built-in names where a file is missing or unreadable.
+pub fn item_queues(dir: &std::path::Path) -> ItemQueues {
+    let read = |function: &str, default: &str| -> String {
+        std::fs::read_to_string(dir.join(function).join("function.json"))
+            .ok()
+            .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+            .and_then(|json| {
+                json["bindings"]
+                    .as_array()?
+                    .iter()
+                    .find(|b| b["type"] == "queueTrigger")?["queueName"]
+                    .as_str()
+                    .map(str::to_string)
+            })
+            .unwrap_or_else(|| default.to_string())
+    };
+    ItemQueues {
+        range: read(SCAN_RANGE, RANGE_QUEUE),
+        partition: read(SCAN_PARTITION, PARTITION_QUEUE),
+    }
 }
 
 impl AppState {
@@ -91,11 +129,16 @@ impl AppState {
             ),
         };
         let lease = Duration::from_secs(number("TABLESCAN_STEP_LEASE_SECONDS", 60));
+        // Past the host's 10-minute hold on a message being processed and the function
+        // timeout, so a message that still exists has surely been delivered by then.
+        let redrive_after = Duration::from_secs(number("TABLESCAN_REDRIVE_AFTER_SECONDS", 900));
         let state = AppState {
             settings: settings.clone(),
             ledger: Err(String::new()),
             budget,
             lease,
+            redrive_after,
+            item_queues: item_queues(&std::env::current_dir().unwrap_or_default()),
             clients: Mutex::new(HashMap::new()),
         };
         let ledger_table = settings
@@ -204,4 +247,33 @@ async fn list_scans(State(state): State<Arc<AppState>>, body: Bytes) -> Response
 
 async fn cancel_scan(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     http::cancel_scan(&state, &body).await
+}
+
+#[cfg(test)]
+mod queue_name_tests {
+    use super::*;
+
+    #[test]
+    fn item_queues_come_from_the_apps_function_json_files() {
+        let app = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("function_app");
+        assert_eq!(
+            item_queues(&app),
+            ItemQueues {
+                range: RANGE_QUEUE.into(),
+                partition: PARTITION_QUEUE.into()
+            }
+        );
+        // A queue renamed in function.json is followed; a missing function falls back.
+        let dir = std::env::temp_dir().join(format!("tablescan-queues-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join(SCAN_RANGE)).unwrap();
+        std::fs::write(
+            dir.join(SCAN_RANGE).join("function.json"),
+            r#"{"bindings":[{"type":"queueTrigger","name":"item","queueName":"renamed-range"}]}"#,
+        )
+        .unwrap();
+        let queues = item_queues(&dir);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(queues.range, "renamed-range");
+        assert_eq!(queues.partition, PARTITION_QUEUE);
+    }
 }

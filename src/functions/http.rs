@@ -217,6 +217,9 @@ pub async fn get_scan(state: &AppState, body: &[u8]) -> Response {
         Err(response) => return *response,
     };
     let id = id.as_str();
+    if let Err(why) = super::redrive::redrive_stranded(state, ledger, id).await {
+        tracing::warn!(scan = id, "could not re-drive stranded work items: {why}");
+    }
     match ledger.status(id, OffsetDateTime::now_utc()).await {
         Ok(Some(status)) => answer(
             StatusCode::OK,

@@ -6,6 +6,7 @@ pub mod http;
 pub mod names;
 pub mod plan;
 pub mod protocol;
+pub mod redrive;
 pub mod step;
 
 pub use app::{router, AppState, Settings};

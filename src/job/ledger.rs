@@ -114,14 +114,14 @@ pub struct Ledger {
     table: TableClient,
 }
 
-fn text(entity: &Entity, name: &str) -> Option<String> {
+pub(crate) fn text(entity: &Entity, name: &str) -> Option<String> {
     match entity.properties.get(name) {
         Some(Value::String(s)) => Some(s.clone()),
         _ => None,
     }
 }
 
-fn number(entity: &Entity, name: &str) -> u64 {
+pub(crate) fn number(entity: &Entity, name: &str) -> u64 {
     match entity.properties.get(name) {
         Some(Value::Int64(n)) => (*n).max(0) as u64,
         Some(Value::Int32(n)) => (*n).max(0) as u64,
@@ -140,7 +140,7 @@ fn date_value(time: OffsetDateTime) -> Value {
     Value::DateTime(EdmDateTime::new(time))
 }
 
-fn int(n: u64) -> Value {
+pub(crate) fn int(n: u64) -> Value {
     Value::Int64(n.min(i64::MAX as u64) as i64)
 }
 
@@ -510,6 +510,11 @@ pub fn new_scan_id() -> String {
 
 pub(crate) fn format_time(time: OffsetDateTime) -> String {
     EdmDateTime::new(time).to_string()
+}
+
+/// Whether a ledger row is a pending work item.
+pub(crate) fn is_pending(row_key: &str) -> bool {
+    row_key.starts_with(PENDING)
 }
 
 fn pending_entity(item: &WorkItem) -> Entity {

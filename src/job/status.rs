@@ -55,6 +55,9 @@ pub struct Progress {
     pub rows_per_second: f64,
     /// The longest single step, in seconds.
     pub longest_step_seconds: f64,
+    /// Work items whose messages were sent again because nobody had touched them for a long
+    /// time (a lost message); see `job::redrive`.
+    pub steps_redriven: u64,
 }
 
 /// A work item that failed for good.
@@ -142,6 +145,7 @@ fn status_of(
             queries: counts.queries,
             rows_per_second,
             longest_step_seconds: counts.duration_ms as f64 / 1000.0,
+            steps_redriven: super::redrive::redriven_count(entries),
         },
         errors: t
             .errors

@@ -225,10 +225,59 @@ async fn a_step_that_always_fails_ends_in_poison_and_in_the_status() {
 
 /// The range queue of this host's app (its name carries the test's suffix).
 fn poison_queue_of(host: &Host) -> String {
-    let text = std::fs::read_to_string(host._dir.0.join("ScanRange/function.json")).unwrap();
-    let json: Value = serde_json::from_str(&text).unwrap();
+    trigger_queue_of(host, "ScanRange")
+}
+
+/// The queue a queue-triggered function of this host's app listens on.
+fn trigger_queue_of(host: &Host, function: &str) -> String {
+    let file = host._dir.0.join(function).join("function.json");
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
     json["bindings"][0]["queueName"]
         .as_str()
         .unwrap()
         .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn work_items_whose_messages_were_lost_are_sent_again_from_the_ledger() {
+    let rows = rows();
+    let source = table_with(&rows).await;
+    let host = Host::start(
+        1,
+        &[
+            ("TABLESCAN_STEP_MAX_QUERIES", "1"),
+            ("TABLESCAN_REDRIVE_AFTER_SECONDS", "3"),
+        ],
+    );
+    let id = host
+        .start_scan(json!({ "table": source.name(), "pageSize": 5, "action": {"type": "count"} }))
+        .await;
+    // Let the scan spread, then lose every message waiting in both queues, as when messages
+    // expire or someone clears a queue: their work items stay pending in the ledger.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = host.status(&id).await;
+        if status["progress"]["stepsDone"].as_u64().unwrap_or(0) >= 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{status}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for function in ["ScanRange", "ScanPartition"] {
+        let queue = queues().queue(&trigger_queue_of(&host, function)).unwrap();
+        queue.clear().await.unwrap();
+    }
+    // Reading the status notices the items nobody touched for 3 s and sends them again.
+    let done = host.wait(&id, Duration::from_secs(240)).await;
+    assert_eq!(done["state"], "succeeded", "{done}\n{}", host.log());
+    let distinct: BTreeSet<&str> = rows.iter().map(|e| e.partition_key.as_str()).collect();
+    assert_eq!(
+        done["result"],
+        json!({"rows": rows.len(), "partitions": distinct.len()}),
+        "exact counts after the re-drive"
+    );
+    assert!(
+        done["progress"]["stepsRedriven"].as_u64().unwrap() > 0,
+        "messages were lost and sent again: {done}"
+    );
 }

@@ -215,8 +215,16 @@ async fn every_action_under_faults(rate: f64, seed: u64) {
     }
     let key = setting(&connection, "AccountKey");
     assert!(readable.len() > 10_000, "there is something to search");
-    for secret in [key.as_str(), "AccountKey", faulty.as_str(), connection.as_str()] {
-        assert!(!readable.contains(secret), "a secret leaked: {secret:.12}...");
+    for secret in [
+        key.as_str(),
+        "AccountKey",
+        faulty.as_str(),
+        connection.as_str(),
+    ] {
+        assert!(
+            !readable.contains(secret),
+            "a secret leaked: {secret:.12}..."
+        );
     }
 }
 
