@@ -156,6 +156,12 @@ impl TestHost {
     /// Delivers one queue message as the real host does.
     pub async fn deliver(&mut self, function: &str, text: &str, dequeue_count: u32) -> Answer {
         self.next_id += 1;
+        let body = self.delivery(function, text, dequeue_count, self.next_id);
+        self.post_raw(function, body).await
+    }
+
+    /// The invocation the real host sends to deliver message number `message` with `text`.
+    pub fn delivery(&self, function: &str, text: &str, dequeue_count: u32, message: u64) -> String {
         let mut metadata = Map::new();
         leak_fields(text, &mut metadata);
         metadata.insert(
@@ -166,10 +172,7 @@ impl TestHost {
             "ExpirationTime".into(),
             Value::String("9999-12-31T23:59:59+00:00".into()),
         );
-        metadata.insert(
-            "Id".into(),
-            Value::String(format!("\"message-{}\"", self.next_id)),
-        );
+        metadata.insert("Id".into(), Value::String(format!("\"message-{message}\"")));
         metadata.insert(
             "InsertionTime".into(),
             Value::String("2026-11-21T06:00:06+00:00".into()),
@@ -184,8 +187,7 @@ impl TestHost {
         );
         metadata.insert("sys".into(), sys(function));
         let data = serde_json::to_string(text).unwrap();
-        let invocation = json!({ "Data": { "item": data }, "Metadata": metadata });
-        self.post_raw(function, invocation.to_string()).await
+        json!({ "Data": { "item": data }, "Metadata": metadata }).to_string()
     }
 
     /// Keeps the work-item outputs of an answer for later delivery.
