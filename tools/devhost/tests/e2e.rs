@@ -281,3 +281,61 @@ async fn work_items_whose_messages_were_lost_are_sent_again_from_the_ledger() {
         "messages were lost and sent again: {done}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crashed_devhost_restarted_mid_copy_loses_and_doubles_nothing() {
+    let rows = rows();
+    let source = table_with(&rows).await;
+    // Short claims and a quick re-drive: the messages the dead host held stay invisible for
+    // its 10-minute lease, so the restarted one gets their items through the ledger.
+    let mut host = Host::start(
+        3,
+        &[
+            ("TABLESCAN_STEP_MAX_QUERIES", "1"),
+            ("TABLESCAN_STEP_LEASE_SECONDS", "3"),
+            ("TABLESCAN_REDRIVE_AFTER_SECONDS", "2"),
+        ],
+    );
+    let copy_name = unique("crashcopy");
+    let id = host
+        .start_scan(json!({
+            "table": source.name(), "pageSize": 10,
+            "action": {"type": "copy", "table": copy_name}
+        }))
+        .await;
+    for crash in 0..2 {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let status = host.status(&id).await;
+            let done = status["progress"]["stepsDone"].as_u64().unwrap_or(0);
+            if done >= 5 + 20 * crash || status["state"] == "succeeded" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{status}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        host.crash_and_restart();
+    }
+    let done = host.wait(&id, Duration::from_secs(240)).await;
+    assert_eq!(done["state"], "succeeded", "{done}\n{}", host.log());
+    assert_eq!(done["progress"]["rowsActed"], rows.len() as u64, "{done}");
+    let target = tables().table(&copy_name).unwrap();
+    let plain = |entities: Vec<Entity>| -> Vec<String> {
+        entities
+            .into_iter()
+            .map(|e| {
+                Entity {
+                    timestamp: None,
+                    etag: None,
+                    ..e
+                }
+                .to_json()
+            })
+            .collect()
+    };
+    assert_eq!(
+        plain(target.query_all(&Query::default()).await.unwrap()),
+        plain(source.query_all(&Query::default()).await.unwrap()),
+        "the copy is identical"
+    );
+}

@@ -71,6 +71,8 @@ pub struct Host {
     pub lines: Arc<Mutex<Vec<String>>>,
     /// The ledger table of this host's app.
     pub ledger: String,
+    instances: usize,
+    settings: Vec<(String, String)>,
     pub _dir: TempDir,
 }
 
@@ -123,58 +125,56 @@ impl Host {
         let dir = std::env::temp_dir().join(format!("devhost-e2e-{suffix}"));
         assemble(&dir, &suffix);
         let ledger = unique("ledger");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_devhost"))
-            .args([
-                "--script-root",
-                dir.to_str().unwrap(),
-                "--port",
-                &port.to_string(),
-                "--instances",
-                &instances.to_string(),
-            ])
-            .env("AzureWebJobsStorage", storage())
-            .env("TABLESCAN_LEDGER_TABLE", &ledger)
-            .envs(settings.iter().copied())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let settings: Vec<(String, String)> = settings
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let lines = Arc::new(Mutex::new(Vec::new()));
-        for stream in [
-            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
-            Box::new(child.stderr.take().unwrap()),
-        ] {
-            let lines = lines.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stream).lines().map_while(Result::ok) {
-                    lines.lock().unwrap().push(line);
-                }
-            });
-        }
+        let (child, port) = launch(&dir, &ledger, instances, &settings, &lines);
         let host = Host {
             child,
             port,
             lines,
             ledger,
+            instances,
+            settings,
             _dir: TempDir(dir),
         };
+        host.wait_for_handlers(0);
+        host
+    }
+
+    /// Kills devhost as a crash would (its handlers die with it) and starts it again over the
+    /// same app, ledger and settings, on a new port.
+    pub fn crash_and_restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let before = self.handler_pids().len();
+        let (child, port) = launch(
+            &self._dir.0,
+            &self.ledger,
+            self.instances,
+            &self.settings,
+            &self.lines,
+        );
+        self.child = child;
+        self.port = port;
+        self.wait_for_handlers(before);
+    }
+
+    /// Waits until `already` + this host's instances handlers were started and it listens.
+    fn wait_for_handlers(&self, already: usize) {
         let deadline = Instant::now() + Duration::from_secs(30);
-        while host.handler_pids().len() < instances
-            || std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
+        while self.handler_pids().len() < already + self.instances
+            || std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err()
         {
             assert!(
                 Instant::now() < deadline,
                 "devhost did not come up:\n{}",
-                host.log()
+                self.log()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        host
     }
 
     pub fn log(&self) -> String {
@@ -336,4 +336,47 @@ pub async fn drain_queue(name: &str, encoding: MessageEncoding) -> Vec<Value> {
             all.push(serde_json::from_slice(&encoding.decode(&m.text).unwrap()).unwrap());
         }
     }
+}
+
+/// Starts devhost over the app in `dir` on a free port; its output goes to `lines`.
+fn launch(
+    dir: &Path,
+    ledger: &str,
+    instances: usize,
+    settings: &[(String, String)],
+    lines: &Arc<Mutex<Vec<String>>>,
+) -> (Child, u16) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_devhost"))
+        .args([
+            "--script-root",
+            dir.to_str().unwrap(),
+            "--port",
+            &port.to_string(),
+            "--instances",
+            &instances.to_string(),
+        ])
+        .env("AzureWebJobsStorage", storage())
+        .env("TABLESCAN_LEDGER_TABLE", ledger)
+        .envs(settings.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    for stream in [
+        Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+        Box::new(child.stderr.take().unwrap()),
+    ] {
+        let lines = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                lines.lock().unwrap().push(line);
+            }
+        });
+    }
+    (child, port)
 }
