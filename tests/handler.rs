@@ -651,3 +651,74 @@ async fn quotes_in_a_scope_cannot_change_the_meaning_of_the_query() {
         );
     }
 }
+
+#[tokio::test]
+async fn keys_in_a_scope_are_checked_against_the_services_rules() {
+    let source = fresh_table("keyrules").await;
+    let host = TestHost::start(&[]).await;
+    let table = source.name();
+    let start = |scope: Value| {
+        json!({"table": table, "scope": scope, "action": {"type": "count"}}).to_string()
+    };
+    // 1 KiB (512 UTF-16 units) is the limit; a supplementary character counts twice.
+    for (prefix, accepted) in [
+        ("a".repeat(512), true),
+        ("a".repeat(513), false),
+        ("\u{1F600}".repeat(256), true),
+        (format!("{}a", "\u{1F600}".repeat(256)), false),
+    ] {
+        let (status, body) = host
+            .http(
+                "StartScan",
+                "POST",
+                "/api/scans",
+                &[],
+                Some(&start(json!({"prefix": prefix}))),
+            )
+            .await
+            .res();
+        if accepted {
+            assert_eq!(status, 202, "{body}");
+        } else {
+            assert_eq!(
+                (status, &body["error"]["field"]),
+                (400, &json!("scope.prefix")),
+                "{body}"
+            );
+        }
+    }
+    // Every character the service refuses in keys, in each place a key can be given.
+    for c in ['/', '\\', '#', '?', '\u{0}', '\u{1F}', '\u{7F}', '\u{9F}'] {
+        for field in ["prefix", "after", "before"] {
+            let (status, body) = host
+                .http(
+                    "StartScan",
+                    "POST",
+                    "/api/scans",
+                    &[],
+                    Some(&start(json!({ field: format!("a{c}b") }))),
+                )
+                .await
+                .res();
+            assert_eq!(status, 400, "{c:?} in {field}: {body}");
+            assert_eq!(body["error"]["field"], format!("scope.{field}"), "{body}");
+        }
+    }
+    // A lone surrogate cannot be a key (JSON allows the escape; a Rust string cannot hold it).
+    let lone = format!(
+        "{{\"table\":\"{table}\",\"scope\":{{\"prefix\":\"a\\ud800b\"}},\"action\":{{\"type\":\"count\"}}}}"
+    );
+    let (status, body) = host
+        .http("StartScan", "POST", "/api/scans", &[], Some(&lone))
+        .await
+        .res();
+    assert_eq!(status, 400, "{body}");
+    // Still serving.
+    assert_eq!(
+        reqwest::get(format!("http://{}/", host.address))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+}

@@ -339,3 +339,83 @@ async fn a_crashed_devhost_restarted_mid_copy_loses_and_doubles_nothing() {
         "the copy is identical"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn foreign_truncated_and_unknown_messages_fail_alone_and_end_in_poison() {
+    use tablescan::scan::{KeyRange, WorkItem};
+    use tablescan::storage::queue::PutOptions;
+
+    let rows = rows();
+    let source = table_with(&rows).await;
+    let host = Host::start(2, &[("TABLESCAN_STEP_MAX_QUERIES", "2")]);
+    let range_queue = trigger_queue_of(&host, "ScanRange");
+    let valid = WorkItem::root("0123456789abcdef0123456789abcdef", KeyRange::all(), "").encode();
+    let foreign = [
+        "hello".to_string(),
+        json!({"some": "json"}).to_string(),
+        valid[..valid.len() / 2].to_string(),
+        valid.replacen("\"v\":1", "\"v\":99", 1),
+        // A well-formed work item of a scan that does not exist.
+        valid.clone(),
+    ];
+    assert_ne!(foreign[3], valid, "the version was changed");
+    let queue = queues().queue(&range_queue).unwrap();
+    queue.create().await.unwrap();
+    let options = PutOptions {
+        encoding: MessageEncoding::Base64,
+        ..PutOptions::default()
+    };
+    for text in &foreign {
+        queue.put_message(text.as_bytes(), &options).await.unwrap();
+    }
+    // A real scan runs beside them, unaffected.
+    let count = host
+        .run(json!({ "table": source.name(), "pageSize": 25, "action": {"type": "count"} }))
+        .await;
+    let distinct: BTreeSet<&str> = rows.iter().map(|e| e.partition_key.as_str()).collect();
+    assert_eq!(
+        count["result"],
+        json!({"rows": rows.len(), "partitions": distinct.len()}),
+        "{count}"
+    );
+    // Each foreign message is refused on every attempt and ends in poison.
+    let poison = queues().queue(&format!("{range_queue}-poison")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while poison.approximate_count().await.unwrap_or(0) < foreign.len() as u64 {
+        assert!(Instant::now() < deadline, "{}", host.log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut poisoned = Vec::new();
+    for message in poison.peek(32).await.unwrap() {
+        poisoned.push(
+            String::from_utf8(
+                MessageEncoding::Base64
+                    .decode(&message.text)
+                    .unwrap_or_default(),
+            )
+            .unwrap_or(message.text),
+        );
+    }
+    poisoned.sort();
+    let mut expected = foreign.to_vec();
+    expected.sort();
+    assert_eq!(
+        poisoned, expected,
+        "every foreign message, unchanged, in poison"
+    );
+    let list = reqwest::get(format!("http://127.0.0.1:{}/api/scans", host.port))
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap();
+    let rejected = list["rejectedMessages"].as_array().unwrap();
+    for why in ["not JSON", "does not exist", "version"] {
+        assert!(
+            rejected
+                .iter()
+                .any(|r| r["error"].as_str().unwrap_or("").contains(why)),
+            "no rejection mentions {why:?}: {list}"
+        );
+    }
+}
