@@ -103,8 +103,22 @@ struct Plan {
     random: u64,
 }
 
+/// When a request matches, something happens (a process is killed) before it is forwarded
+/// or after its answer came back and before that is passed on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Moment {
+    Before,
+    After,
+}
+
+/// Decides, from a request's method and path with query, whether and when to act.
+pub type Trigger = Box<dyn Fn(&str, &str) -> Option<Moment> + Send + Sync>;
+/// What to do then.
+pub type Act = Box<dyn Fn() + Send + Sync>;
+
 struct Shared {
     plan: Mutex<Plan>,
+    hook: Mutex<Option<(Trigger, Act)>>,
     upstream: String,
     client: reqwest::Client,
     injected: Arc<Injected>,
@@ -134,6 +148,7 @@ impl FaultProxy {
                 random: seed | 1,
                 ..Plan::default()
             }),
+            hook: Mutex::new(None),
             upstream,
             client: reqwest::Client::new(),
             injected: injected.clone(),
@@ -155,6 +170,11 @@ impl FaultProxy {
     /// Queues faults for the next requests, in order.
     pub fn plan(&self, faults: impl IntoIterator<Item = Fault>) {
         self.shared.plan.lock().unwrap().faults.extend(faults);
+    }
+
+    /// Runs `act` when `trigger` matches a request, at the moment it says.
+    pub fn on(&self, trigger: Trigger, act: Act) {
+        *self.shared.hook.lock().unwrap() = Some((trigger, act));
     }
 
     /// The method and path of every request seen so far.
@@ -224,6 +244,21 @@ async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Respons
     if let Some(fault) = &fault {
         shared.injected.count(fault);
     }
+    let moment = shared
+        .hook
+        .lock()
+        .unwrap()
+        .as_ref()
+        .and_then(|(trigger, _)| trigger(parts.method.as_str(), &path));
+    let act = || {
+        if let Some((_, act)) = shared.hook.lock().unwrap().as_ref() {
+            act();
+        }
+    };
+    if moment == Some(Moment::Before) {
+        act();
+        return error(502, "ProxyKilledTheCaller", None);
+    }
     match &fault {
         Some(Fault::Status(status, code)) => return error(*status, code, None),
         Some(Fault::StatusWithRetryAfter(status, code, seconds)) => {
@@ -252,6 +287,9 @@ async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Respons
     let status = answer.status().as_u16();
     let headers = answer.headers().clone();
     let bytes = answer.bytes().await.unwrap_or_default();
+    if moment == Some(Moment::After) {
+        act();
+    }
     let mut response = if matches!(fault, Some(Fault::Reset)) {
         let chunks: Vec<Result<Bytes, std::io::Error>> = vec![
             Ok(bytes.slice(..bytes.len() / 2)),
