@@ -21,6 +21,24 @@ fn rows(n: usize) -> Vec<Entity> {
         .collect()
 }
 
+/// Every row of a table as JSON, without the service's timestamp and etag.
+async fn contents(table: &tablescan::storage::TableClient) -> Vec<String> {
+    table
+        .query_all(&Query::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| {
+            Entity {
+                etag: None,
+                timestamp: None,
+                ..e
+            }
+            .to_json()
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn two_scans_of_one_table_at_once_are_both_exact() {
     let source = fresh_table("twice").await;
@@ -50,20 +68,7 @@ async fn a_copy_onto_its_own_source_ends_and_changes_nothing() {
     let source = fresh_table("self").await;
     let rows = rows(250);
     load(&source, &rows).await;
-    let before: Vec<String> = source
-        .query_all(&Query::default())
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| {
-            Entity {
-                etag: None,
-                timestamp: None,
-                ..e
-            }
-            .to_json()
-        })
-        .collect();
+    let before = contents(&source).await;
     let mut host = TestHost::start(&[("TABLESCAN_STEP_MAX_QUERIES", "2")]).await;
     let id = host
         .run_scan(&json!({
@@ -74,20 +79,7 @@ async fn a_copy_onto_its_own_source_ends_and_changes_nothing() {
     let (_, status) = host.status(&id).await;
     assert_eq!(status["state"], "succeeded", "{status}");
     assert_eq!(status["progress"]["rowsActed"], 250, "{status}");
-    let after: Vec<String> = source
-        .query_all(&Query::default())
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| {
-            Entity {
-                etag: None,
-                timestamp: None,
-                ..e
-            }
-            .to_json()
-        })
-        .collect();
+    let after = contents(&source).await;
     assert_eq!(after, before);
 }
 

@@ -16,8 +16,6 @@ use std::time::Duration;
 use common::*;
 use fault_proxy::{FaultProxy, Moment};
 use serde_json::json;
-use tablescan::storage::table::entity::Entity;
-use tablescan::storage::table::query::Query;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Point {
@@ -142,25 +140,8 @@ async fn copy_with_kills(point: Point) {
         rows.len() as u64,
         "{point:?}: {done}"
     );
-    let plain = |entities: Vec<Entity>| -> Vec<String> {
-        entities
-            .into_iter()
-            .map(|e| {
-                Entity {
-                    timestamp: None,
-                    etag: None,
-                    ..e
-                }
-                .to_json()
-            })
-            .collect()
-    };
     let target = tables().table(&target_name).unwrap();
-    assert_eq!(
-        plain(target.query_all(&Query::default()).await.unwrap()),
-        plain(source.query_all(&Query::default()).await.unwrap()),
-        "{point:?}: the copy is identical"
-    );
+    assert_same_rows(&target, &source, "{point:?}: the copy is identical").await;
     assert_eq!(
         host.handler_pids().len(),
         3,

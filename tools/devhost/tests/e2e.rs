@@ -38,24 +38,7 @@ async fn every_action(instances: usize) {
         .await;
     assert_eq!(copy["state"], "succeeded", "{copy}");
     let target = tables().table(&copy_name).unwrap();
-    let plain = |entities: Vec<Entity>| -> Vec<String> {
-        entities
-            .into_iter()
-            .map(|e| {
-                Entity {
-                    timestamp: None,
-                    etag: None,
-                    ..e
-                }
-                .to_json()
-            })
-            .collect()
-    };
-    assert_eq!(
-        plain(target.query_all(&Query::default()).await.unwrap()),
-        plain(source.query_all(&Query::default()).await.unwrap()),
-        "the copy is identical"
-    );
+    assert_same_rows(&target, &source, "the copy is identical").await;
 
     let row_queue = unique("rows-");
     let enqueue = host
@@ -320,24 +303,7 @@ async fn a_crashed_devhost_restarted_mid_copy_loses_and_doubles_nothing() {
     assert_eq!(done["state"], "succeeded", "{done}\n{}", host.log());
     assert_eq!(done["progress"]["rowsActed"], rows.len() as u64, "{done}");
     let target = tables().table(&copy_name).unwrap();
-    let plain = |entities: Vec<Entity>| -> Vec<String> {
-        entities
-            .into_iter()
-            .map(|e| {
-                Entity {
-                    timestamp: None,
-                    etag: None,
-                    ..e
-                }
-                .to_json()
-            })
-            .collect()
-    };
-    assert_eq!(
-        plain(target.query_all(&Query::default()).await.unwrap()),
-        plain(source.query_all(&Query::default()).await.unwrap()),
-        "the copy is identical"
-    );
+    assert_same_rows(&target, &source, "the copy is identical").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -380,3 +380,27 @@ fn launch(
     }
     (child, port)
 }
+
+/// Asserts that `target` holds exactly the rows of `source`, every property alike (the
+/// service's timestamps and etags aside).
+pub async fn assert_same_rows(target: &TableClient, source: &TableClient, what: &str) {
+    let plain = |entities: Vec<Entity>| -> Vec<String> {
+        entities
+            .into_iter()
+            .map(|e| {
+                Entity {
+                    timestamp: None,
+                    etag: None,
+                    ..e
+                }
+                .to_json()
+            })
+            .collect()
+    };
+    let everything = tablescan::storage::table::query::Query::default();
+    assert_eq!(
+        plain(target.query_all(&everything).await.unwrap()),
+        plain(source.query_all(&everything).await.unwrap()),
+        "{what}"
+    );
+}
