@@ -32,6 +32,12 @@ ensure_nextest() {
   cargo install --locked cargo-nextest >&2
 }
 
+ensure_cargo_fuzz() {
+  command -v cargo-fuzz >/dev/null && return 0
+  say "installing cargo-fuzz ..."
+  cargo install --locked cargo-fuzz >&2
+}
+
 # Assembles a function app folder: host.json, the handler binary and one folder per function,
 # the layout the Functions host (and devhost) expects under its script root, plus
 # local.settings.json for `func start` (the project's own, else the example).

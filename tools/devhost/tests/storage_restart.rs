@@ -1,0 +1,167 @@
+//! The storage emulator stopped in the middle of a copy and started again over its data on
+//! disk: the handler's requests fail for a while (connection refused), devhost's polls too;
+//! then everything resumes and the copy ends identical to its source, with exact counts.
+//!
+//! This test runs its own Azurite (persistent, in a temporary folder, on fixed free ports),
+//! not the shared one of `scripts/test`, which it must not stop.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{rows, Host};
+use serde_json::json;
+use tablescan::storage::{ClientOptions, StorageAccount, TableServiceClient};
+
+const EMULATOR_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+/// An Azurite of this test's own, persisting to `location`.
+struct Emulator {
+    child: Option<Child>,
+    location: PathBuf,
+    ports: [u16; 3],
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Emulator {
+    fn start() -> Emulator {
+        let location = std::env::temp_dir().join(format!("azurite-restart-{}", std::process::id()));
+        std::fs::create_dir_all(&location).unwrap();
+        let mut emulator = Emulator {
+            child: None,
+            location,
+            ports: [free_port(), free_port(), free_port()],
+        };
+        emulator.run();
+        emulator
+    }
+
+    fn entry() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../azurite/node_modules/azurite/dist/src/azurite.js")
+    }
+
+    fn run(&mut self) {
+        let [blob, queue, table] = self.ports.map(|p| p.to_string());
+        let child = Command::new("node")
+            .arg(Self::entry())
+            .args(["--disableTelemetry", "--silent", "--location"])
+            .arg(&self.location)
+            .args([
+                "--blobHost",
+                "127.0.0.1",
+                "--queueHost",
+                "127.0.0.1",
+                "--tableHost",
+                "127.0.0.1",
+                "--blobPort",
+                &blob,
+                "--queuePort",
+                &queue,
+                "--tablePort",
+                &table,
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("node runs the pinned Azurite (scripts/test installs it)");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for port in [self.ports[1], self.ports[2]] {
+            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+                assert!(Instant::now() < deadline, "Azurite did not come up");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+
+    /// Stops it as a service shutdown would (SIGTERM: it writes its data out), and waits.
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn connection_string(&self) -> String {
+        format!(
+            "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={EMULATOR_KEY};\
+             TableEndpoint=http://127.0.0.1:{}/devstoreaccount1;\
+             QueueEndpoint=http://127.0.0.1:{}/devstoreaccount1;",
+            self.ports[2], self.ports[1]
+        )
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.location);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_copy_survives_the_storage_stopping_and_starting_again_over_its_data() {
+    let mut emulator = Emulator::start();
+    let connection = emulator.connection_string();
+    let tables = TableServiceClient::new(
+        &StorageAccount::from_connection_string(&connection).unwrap(),
+        ClientOptions::default(),
+    )
+    .unwrap();
+    let rows = rows();
+    let source = tables.table("restartsource").unwrap();
+    source.create_if_missing().await.unwrap();
+    common::load(&source, &rows).await;
+
+    let host = Host::start(
+        2,
+        &[
+            ("AzureWebJobsStorage", connection.as_str()),
+            ("TABLESCAN_STEP_MAX_QUERIES", "1"),
+            ("TABLESCAN_STEP_LEASE_SECONDS", "3"),
+            ("TABLESCAN_REDRIVE_AFTER_SECONDS", "5"),
+        ],
+    );
+    let id = host
+        .start_scan(json!({
+            "table": "restartsource", "pageSize": 10,
+            "action": {"type": "copy", "table": "restarttarget"}
+        }))
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = host.status(&id).await;
+        if status["progress"]["stepsDone"].as_u64().unwrap_or(0) >= 10 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{status}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    emulator.stop();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    emulator.run();
+
+    let done = host.wait(&id, Duration::from_secs(240)).await;
+    assert_eq!(done["state"], "succeeded", "{done}\n{}", host.log());
+    assert_eq!(done["progress"]["rowsActed"], rows.len() as u64, "{done}");
+    let target = tables.table("restarttarget").unwrap();
+    common::assert_same_rows(&target, &source, "the copy is identical").await;
+}
