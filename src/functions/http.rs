@@ -217,15 +217,22 @@ pub async fn get_scan(state: &AppState, body: &[u8]) -> Response {
         Err(response) => return *response,
     };
     let id = id.as_str();
-    if let Err(why) = super::redrive::redrive_stranded(state, ledger, id).await {
-        tracing::warn!(scan = id, "could not re-drive stranded work items: {why}");
-    }
-    match ledger.status(id, OffsetDateTime::now_utc()).await {
-        Ok(Some(status)) => answer(
-            StatusCode::OK,
-            serde_json::to_value(status).unwrap_or(Value::Null),
-        )
-        .into_response(),
+    let after = super::redrive::redrive_after(state);
+    match ledger
+        .status_and_stranded(id, OffsetDateTime::now_utc(), after)
+        .await
+    {
+        Ok(Some((status, stranded))) => {
+            // Items found stranded in this read are sent again; the next read counts them.
+            if let Err(why) = super::redrive::redrive_stranded(state, ledger, id, stranded).await {
+                tracing::warn!(scan = id, "could not re-drive stranded work items: {why}");
+            }
+            answer(
+                StatusCode::OK,
+                serde_json::to_value(status).unwrap_or(Value::Null),
+            )
+            .into_response()
+        }
         Ok(None) => error(StatusCode::NOT_FOUND, None, "no scan has this id"),
         Err(e) if e.to_string().contains("TableNotFound") => {
             error(StatusCode::NOT_FOUND, None, "no scan has this id")

@@ -6,21 +6,27 @@ use time::OffsetDateTime;
 
 use super::app::AppState;
 use super::names::STORAGE_CONNECTION;
+use crate::job::redrive::Stranded;
 use crate::job::Ledger;
 use crate::scan::{Task, WorkItem};
 use crate::storage::queue::{MessageEncoding, PutOptions};
 
-/// Re-drives the stranded items of scan `id`; returns how many messages were sent.
-pub async fn redrive_stranded(state: &AppState, ledger: &Ledger, id: &str) -> Result<u64, String> {
-    let now = OffsetDateTime::now_utc();
-    let after = time::Duration::try_from(state.redrive_after).unwrap_or(time::Duration::MAX);
-    let stranded = ledger
-        .stranded(id, now, after)
-        .await
-        .map_err(|e| e.to_string())?;
+/// How long a pending item may go untouched before it counts as stranded.
+pub fn redrive_after(state: &AppState) -> time::Duration {
+    time::Duration::try_from(state.redrive_after).unwrap_or(time::Duration::MAX)
+}
+
+/// Sends again the messages of scan `id`'s `stranded` items; returns how many were sent.
+pub async fn redrive_stranded(
+    state: &AppState,
+    ledger: &Ledger,
+    id: &str,
+    stranded: Vec<Stranded>,
+) -> Result<u64, String> {
     if stranded.is_empty() {
         return Ok(0);
     }
+    let now = OffsetDateTime::now_utc();
     let queues = state.clients(STORAGE_CONNECTION)?.queues;
     // As the host writes output bindings (host.json messageEncoding: base64).
     let options = PutOptions {

@@ -31,6 +31,7 @@ pub fn stranded_among(entries: &[Entity], now: OffsetDateTime, after: Duration) 
         .iter()
         .filter(|e| is_pending(&e.row_key))
         .filter(|e| number(e, "leaseUntil") <= now_ms)
+        .filter(|_| after < Duration::MAX)
         .filter(|e| {
             let written = e.timestamp.as_ref().map(|t| t.time());
             let redriven = number(e, "redrivenAt");
@@ -38,7 +39,8 @@ pub fn stranded_among(entries: &[Entity], now: OffsetDateTime, after: Duration) 
                 .map(|t| (t.unix_timestamp_nanos() / 1_000_000) as u64)
                 .unwrap_or(0)
                 .max(redriven);
-            now_ms.saturating_sub(last_ms) >= after.whole_milliseconds().max(0) as u64
+            now_ms.saturating_sub(last_ms)
+                >= after.whole_milliseconds().clamp(0, i128::from(u64::MAX)) as u64
         })
         .filter_map(|e| {
             Some(Stranded {
@@ -51,16 +53,6 @@ pub fn stranded_among(entries: &[Entity], now: OffsetDateTime, after: Duration) 
 }
 
 impl Ledger {
-    /// The stranded items of scan `id` (see [`stranded_among`]).
-    pub async fn stranded(
-        &self,
-        id: &str,
-        now: OffsetDateTime,
-        after: Duration,
-    ) -> Result<Vec<Stranded>, LedgerError> {
-        Ok(stranded_among(&self.entries(id).await?, now, after))
-    }
-
     /// Records that `item` is being sent again, unless it changed since it was read (claimed,
     /// finished, or sent again by another reader of the status): then `false`, and the caller
     /// leaves it alone.

@@ -5,6 +5,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use super::ledger::{format_time, tally, Ledger, LedgerError, ScanRecord, StepCounts};
+use super::redrive::{stranded_among, Stranded};
 use super::spec::{ActionSpec, ScanSpec};
 
 /// Where a scan stands.
@@ -83,11 +84,27 @@ impl Ledger {
         id: &str,
         now: OffsetDateTime,
     ) -> Result<Option<ScanStatus>, LedgerError> {
+        Ok(self
+            .status_and_stranded(id, now, time::Duration::MAX)
+            .await?
+            .map(|(status, _)| status))
+    }
+
+    /// The status of a scan and its work items stranded for `after` (see `job::redrive`), from
+    /// one read of its ledger entries: a status is read often, and on a busy ledger a second
+    /// read of the whole scan would double its cost.
+    pub async fn status_and_stranded(
+        &self,
+        id: &str,
+        now: OffsetDateTime,
+        after: time::Duration,
+    ) -> Result<Option<(ScanStatus, Vec<Stranded>)>, LedgerError> {
         let Some(record) = self.scan(id).await? else {
             return Ok(None);
         };
         let entries = self.entries(id).await?;
-        Ok(Some(status_of(record, &entries, now)))
+        let stranded = stranded_among(&entries, now, after);
+        Ok(Some((status_of(record, &entries, now), stranded)))
     }
 }
 
