@@ -47,7 +47,10 @@ pub enum Fault {
 #[derive(Default, Debug)]
 pub struct Injected {
     pub forwarded: AtomicU64,
-    pub status: [AtomicU64; 3],
+    pub busy: AtomicU64,
+    pub internal: AtomicU64,
+    /// 408 and any other planned status.
+    pub other_status: AtomicU64,
     pub slow: AtomicU64,
     pub reset: AtomicU64,
     pub short_page: AtomicU64,
@@ -57,9 +60,9 @@ pub struct Injected {
 impl Injected {
     fn count(&self, fault: &Fault) {
         let counter = match fault {
-            Fault::Status(503, _) | Fault::StatusWithRetryAfter(503, _, _) => &self.status[0],
-            Fault::Status(500, _) | Fault::StatusWithRetryAfter(500, _, _) => &self.status[1],
-            Fault::Status(..) | Fault::StatusWithRetryAfter(..) => &self.status[2],
+            Fault::Status(503, _) | Fault::StatusWithRetryAfter(503, _, _) => &self.busy,
+            Fault::Status(500, _) | Fault::StatusWithRetryAfter(500, _, _) => &self.internal,
+            Fault::Status(..) | Fault::StatusWithRetryAfter(..) => &self.other_status,
             Fault::Slow(_) => &self.slow,
             Fault::Reset => &self.reset,
             Fault::ShortPage => &self.short_page,
@@ -71,7 +74,9 @@ impl Injected {
     /// Faults of every kind.
     pub fn total(&self) -> u64 {
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        self.status.iter().map(load).sum::<u64>()
+        load(&self.busy)
+            + load(&self.internal)
+            + load(&self.other_status)
             + load(&self.slow)
             + load(&self.reset)
             + load(&self.short_page)
@@ -83,9 +88,9 @@ impl Injected {
         format!(
             "forwarded {}, 503 {}, 500 {}, 408 {}, slow {}, reset {}, short page {}, empty page {}",
             load(&self.forwarded),
-            load(&self.status[0]),
-            load(&self.status[1]),
-            load(&self.status[2]),
+            load(&self.busy),
+            load(&self.internal),
+            load(&self.other_status),
             load(&self.slow),
             load(&self.reset),
             load(&self.short_page),
@@ -346,36 +351,21 @@ fn empty_page(query: &str) -> Response<Body> {
         "content-type",
         HeaderValue::from_static("application/json;odata=nometadata"),
     );
-    for pair in query.split('&') {
-        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let header = match name {
+    // The token travels percent-encoded in the query and as it is in the headers.
+    let Ok(url) = reqwest::Url::parse(&format!("http://proxy/?{query}")) else {
+        return response;
+    };
+    for (name, value) in url.query_pairs() {
+        let header = match name.as_ref() {
             "NextPartitionKey" => "x-ms-continuation-NextPartitionKey",
             "NextRowKey" => "x-ms-continuation-NextRowKey",
             _ => continue,
         };
-        if let Ok(value) = HeaderValue::from_str(&percent_decode(value)) {
+        if let Ok(value) = HeaderValue::from_str(&value) {
             headers.insert(header, value);
         }
     }
     response
-}
-
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let Ok(byte) = u8::from_str_radix(&text[i + 1..i + 3], 16) {
-                out.push(byte);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The same request with its `$top` cut to a third (at least 1).

@@ -238,6 +238,14 @@ impl TestHost {
         id
     }
 
+    /// Asserts that the handler still answers its health check.
+    pub async fn assert_serving(&self) {
+        let answer = reqwest::get(format!("http://{}/", self.address))
+            .await
+            .expect("the handler accepts connections");
+        assert_eq!(answer.status(), 200, "the handler keeps serving");
+    }
+
     /// The status document of a scan.
     pub async fn status(&self, id: &str) -> (u16, Value) {
         self.http(

@@ -27,54 +27,27 @@ enum Point {
     AfterLedgerWrote,
 }
 
-/// The test connection string with its table endpoint replaced.
-fn with_tables(endpoint: &str) -> String {
-    storage()
-        .split(';')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            if p.starts_with("TableEndpoint=") {
-                format!("TableEndpoint={endpoint}")
-            } else {
-                p.to_string()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(";")
-}
-
-fn table_endpoint() -> (String, String) {
-    let endpoint = storage()
-        .split(';')
-        .find_map(|p| p.strip_prefix("TableEndpoint=").map(str::to_string))
-        .unwrap();
-    let after_scheme = endpoint.find("://").unwrap() + 3;
-    let slash = after_scheme + endpoint[after_scheme..].find('/').unwrap();
-    (endpoint[..slash].to_string(), endpoint[slash..].to_string())
-}
-
 /// The handler devhost started last (one instance: the one making the requests).
-fn newest_handler(lines: &Arc<Mutex<Vec<String>>>) -> Option<u32> {
-    lines.lock().unwrap().iter().rev().find_map(|l| {
-        l.split("started handler pid ")
-            .nth(1)?
-            .split(' ')
-            .next()?
-            .parse::<u32>()
-            .ok()
-    })
+fn newest_handler(lines: &Mutex<Vec<String>>) -> Option<u32> {
+    handler_pids_in(lines).last().copied()
 }
 
 async fn copy_with_kills(point: Point) {
     let rows = rows();
     let source = table_with(&rows).await;
-    let (origin, account) = table_endpoint();
+    let (origin, account) = endpoint("TableEndpoint");
     // The ledger's tables (AzureWebJobsStorage) and the data's (DATA) through two proxies,
     // so that a transaction of the ledger and one of the copy can be told apart.
     let ledger_proxy = FaultProxy::start(origin.clone()).await;
     let data_proxy = FaultProxy::start(origin).await;
-    let app_storage = with_tables(&format!("http://{}{account}", ledger_proxy.address));
-    let data = with_tables(&format!("http://{}{account}", data_proxy.address));
+    let app_storage = storage_with(&[(
+        "TableEndpoint",
+        &format!("http://{}{account}", ledger_proxy.address),
+    )]);
+    let data = storage_with(&[(
+        "TableEndpoint",
+        &format!("http://{}{account}", data_proxy.address),
+    )]);
     let host = Host::start(
         1,
         &[

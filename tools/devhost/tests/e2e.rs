@@ -124,18 +124,7 @@ async fn a_killed_handler_loses_and_doubles_nothing() {
         .start_scan(json!({"table": source.name(), "pageSize": 10, "action": {"type": "copy", "table": target_name}}))
         .await;
     // Kill one handler as soon as the scan is under way, with work still pending.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let status = host.status(&id).await;
-        if status["progress"]["stepsDone"].as_u64().unwrap_or(0) >= 3 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the scan did not start: {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    host.wait_for_steps(&id, 3).await;
     let victim = host.handler_pids()[0];
     Command::new("kill")
         .args(["-9", &victim.to_string()])
@@ -237,15 +226,7 @@ async fn work_items_whose_messages_were_lost_are_sent_again_from_the_ledger() {
         .await;
     // Let the scan spread, then lose every message waiting in both queues, as when messages
     // expire or someone clears a queue: their work items stay pending in the ledger.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let status = host.status(&id).await;
-        if status["progress"]["stepsDone"].as_u64().unwrap_or(0) >= 3 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{status}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    host.wait_for_steps(&id, 3).await;
     for function in ["ScanRange", "ScanPartition"] {
         let queue = queues().queue(&trigger_queue_of(&host, function)).unwrap();
         queue.clear().await.unwrap();
@@ -287,16 +268,7 @@ async fn a_crashed_devhost_restarted_mid_copy_loses_and_doubles_nothing() {
         }))
         .await;
     for crash in 0..2 {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let status = host.status(&id).await;
-            let done = status["progress"]["stepsDone"].as_u64().unwrap_or(0);
-            if done >= 5 + 20 * crash || status["state"] == "succeeded" {
-                break;
-            }
-            assert!(Instant::now() < deadline, "{status}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        host.wait_for_steps(&id, 5 + 20 * crash).await;
         host.crash_and_restart();
     }
     let done = host.wait(&id, Duration::from_secs(240)).await;

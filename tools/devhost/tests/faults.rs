@@ -15,43 +15,13 @@ use serde_json::{json, Value};
 use tablescan::storage::queue::MessageEncoding;
 use tablescan::storage::table::query::Query;
 
-/// The value of `name=` in a connection string.
-fn setting(connection: &str, name: &str) -> String {
-    connection
-        .split(';')
-        .find_map(|part| part.strip_prefix(&format!("{name}=")))
-        .unwrap_or_else(|| panic!("no {name} in the test connection string"))
-        .to_string()
-}
-
-/// A proxy with random faults in front of `endpoint` (`http://host:port/account`), and the
+/// A proxy with random faults in front of the test storage's endpoint `name`, and the
 /// endpoint to use instead (same account path).
-async fn faulty(endpoint: &str, rate: f64, seed: u64) -> (FaultProxy, String) {
-    let after_scheme = endpoint.find("://").map_or(0, |i| i + 3);
-    let slash = endpoint[after_scheme..]
-        .find('/')
-        .map_or(endpoint.len(), |i| after_scheme + i);
-    let proxy = FaultProxy::start_random(endpoint[..slash].to_string(), rate, seed).await;
-    let replaced = format!("http://{}{}", proxy.address, &endpoint[slash..]);
+async fn faulty(name: &str, rate: f64, seed: u64) -> (FaultProxy, String) {
+    let (origin, account) = endpoint(name);
+    let proxy = FaultProxy::start_random(origin, rate, seed).await;
+    let replaced = format!("http://{}{account}", proxy.address);
     (proxy, replaced)
-}
-
-/// The test connection string with its table and queue endpoints replaced.
-fn through(tables: &str, queues: &str) -> String {
-    storage()
-        .split(';')
-        .filter(|part| !part.is_empty())
-        .map(|part| {
-            if part.starts_with("TableEndpoint=") {
-                format!("TableEndpoint={tables}")
-            } else if part.starts_with("QueueEndpoint=") {
-                format!("QueueEndpoint={queues}")
-            } else {
-                part.to_string()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(";")
 }
 
 /// How often each key arrived.
@@ -65,11 +35,12 @@ fn tally<K: Ord>(keys: impl IntoIterator<Item = K>) -> BTreeMap<K, usize> {
 
 async fn every_action_under_faults(rate: f64, seed: u64) {
     let connection = storage();
-    let (tables_proxy, tables_endpoint) =
-        faulty(&setting(&connection, "TableEndpoint"), rate, seed).await;
-    let (queues_proxy, queues_endpoint) =
-        faulty(&setting(&connection, "QueueEndpoint"), rate, seed + 1).await;
-    let faulty = through(&tables_endpoint, &queues_endpoint);
+    let (tables_proxy, tables_endpoint) = faulty("TableEndpoint", rate, seed).await;
+    let (queues_proxy, queues_endpoint) = faulty("QueueEndpoint", rate, seed + 1).await;
+    let faulty = storage_with(&[
+        ("TableEndpoint", tables_endpoint.as_str()),
+        ("QueueEndpoint", queues_endpoint.as_str()),
+    ]);
 
     let rows = rows();
     let source = table_with(&rows).await;
@@ -194,7 +165,7 @@ async fn every_action_under_faults(rate: f64, seed: u64) {
     {
         readable.push_str(&entry.to_json());
     }
-    let key = setting(&connection, "AccountKey");
+    let key = storage_setting("AccountKey");
     assert!(readable.len() > 10_000, "there is something to search");
     for secret in [
         key.as_str(),

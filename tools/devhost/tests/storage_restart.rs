@@ -146,15 +146,7 @@ async fn a_copy_survives_the_storage_stopping_and_starting_again_over_its_data()
             "action": {"type": "copy", "table": "restarttarget"}
         }))
         .await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let status = host.status(&id).await;
-        if status["progress"]["stepsDone"].as_u64().unwrap_or(0) >= 10 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{status}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    host.wait_for_steps(&id, 10).await;
     emulator.stop();
     tokio::time::sleep(Duration::from_secs(3)).await;
     emulator.run();

@@ -26,6 +26,58 @@ pub fn storage() -> String {
         .expect("run the tests with scripts/test (TABLESCAN_TEST_STORAGE is not set)")
 }
 
+/// The value of `name=` in the test connection string.
+pub fn storage_setting(name: &str) -> String {
+    storage()
+        .split(';')
+        .find_map(|part| part.strip_prefix(&format!("{name}=")).map(str::to_string))
+        .unwrap_or_else(|| panic!("no {name} in the test connection string"))
+}
+
+/// The test storage's `TableEndpoint` or `QueueEndpoint`, split into its origin
+/// (`http://host:port`, what a proxy forwards to) and its account path.
+pub fn endpoint(name: &str) -> (String, String) {
+    let endpoint = storage_setting(name);
+    let after_scheme = endpoint.find("://").map_or(0, |i| i + 3);
+    let slash = endpoint[after_scheme..]
+        .find('/')
+        .map_or(endpoint.len(), |i| after_scheme + i);
+    (endpoint[..slash].to_string(), endpoint[slash..].to_string())
+}
+
+/// The test connection string with some settings replaced, e.g. an endpoint by a proxy's.
+pub fn storage_with(replaced: &[(&str, &str)]) -> String {
+    storage()
+        .split(';')
+        .filter(|part| !part.is_empty())
+        .map(|part| {
+            let name = part.split('=').next().unwrap_or("");
+            match replaced.iter().find(|(n, _)| *n == name) {
+                Some((n, value)) => format!("{n}={value}"),
+                None => part.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+/// Process ids of the handlers devhost logged starting, in order.
+pub fn handler_pids_in(lines: &Mutex<Vec<String>>) -> Vec<u32> {
+    lines
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|l| {
+            l.split("started handler pid ")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
 pub fn unique(prefix: &str) -> String {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     format!(
@@ -183,19 +235,24 @@ impl Host {
 
     /// Process ids of every handler devhost started, in order.
     pub fn handler_pids(&self) -> Vec<u32> {
-        self.lines
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(|l| {
-                l.split("started handler pid ")
-                    .nth(1)?
-                    .split(' ')
-                    .next()?
-                    .parse()
-                    .ok()
-            })
-            .collect()
+        handler_pids_in(&self.lines)
+    }
+
+    /// Waits until at least `steps` steps of scan `id` are done (or it ended); its status.
+    pub async fn wait_for_steps(&self, id: &str, steps: u64) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let status = self.status(id).await;
+            let done = status["progress"]["stepsDone"].as_u64().unwrap_or(0);
+            if done >= steps || !matches!(status["state"].as_str(), Some("pending" | "running")) {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the scan did not get going: {status}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     pub async fn start_scan(&self, request: Value) -> String {
