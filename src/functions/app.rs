@@ -11,7 +11,7 @@ use axum::routing::{get, post};
 use axum::Router;
 
 use super::names::*;
-use super::{http, step};
+use super::{http, redrive, step};
 use crate::job::ledger::DEFAULT_LEDGER_TABLE;
 use crate::job::spec::SettingLookup;
 use crate::job::Ledger;
@@ -221,6 +221,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(&format!("/{GET_SCAN}"), post(get_scan))
         .route(&format!("/{LIST_SCANS}"), post(list_scans))
         .route(&format!("/{CANCEL_SCAN}"), post(cancel_scan))
+        .route(&format!("/{REDRIVE_SCANS}"), post(redrive_scans))
         .layer(DefaultBodyLimit::max(MAX_INVOCATION_BYTES))
         .with_state(state)
 }
@@ -247,6 +248,10 @@ async fn list_scans(State(state): State<Arc<AppState>>, body: Bytes) -> Response
 
 async fn cancel_scan(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     http::cancel_scan(&state, &body).await
+}
+
+async fn redrive_scans(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    redrive::sweep_handler(&state, &body).await
 }
 
 #[cfg(test)]

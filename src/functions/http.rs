@@ -224,8 +224,12 @@ pub async fn get_scan(state: &AppState, body: &[u8]) -> Response {
     {
         Ok(Some((status, stranded))) => {
             // Items found stranded in this read are sent again; the next read counts them.
-            if let Err(why) = super::redrive::redrive_stranded(state, ledger, id, stranded).await {
-                tracing::warn!(scan = id, "could not re-drive stranded work items: {why}");
+            if super::redrive::wants_redrive(status.state) {
+                if let Err(why) =
+                    super::redrive::redrive_stranded(state, ledger, id, stranded).await
+                {
+                    tracing::warn!(scan = id, "could not re-drive stranded work items: {why}");
+                }
             }
             answer(
                 StatusCode::OK,

@@ -15,6 +15,14 @@ pub const START_SCAN: &str = "StartScan";
 pub const GET_SCAN: &str = "GetScan";
 pub const LIST_SCANS: &str = "ListScans";
 pub const CANCEL_SCAN: &str = "CancelScan";
+pub const REDRIVE_SCANS: &str = "RedriveScans";
+
+/// When `RedriveScans` runs (NCRONTAB, with seconds): every five minutes. A work item counts as
+/// stranded after `TABLESCAN_REDRIVE_AFTER_SECONDS` (15 minutes by default), so a lost message
+/// is sent again within 20 minutes, and a sweep of an idle app reads one empty partition.
+pub const REDRIVE_SCHEDULE: &str = "0 */5 * * * *";
+/// The timer trigger's binding name.
+pub const TIMER_BINDING: &str = "timer";
 
 /// The queue trigger's binding name: the work item arrives under `Data.item`.
 pub const ITEM_BINDING: &str = "item";
@@ -70,6 +78,10 @@ pub fn function_definitions() -> Vec<(&'static str, Value)> {
         (
             CANCEL_SCAN,
             http_function("post", "scans/{id}/cancel", Vec::new()),
+        ),
+        (
+            REDRIVE_SCANS,
+            json!({ "bindings": [{ "name": TIMER_BINDING, "type": "timerTrigger", "direction": "in", "schedule": REDRIVE_SCHEDULE }] }),
         ),
     ]
 }

@@ -1,13 +1,19 @@
-//! Sends again the messages of a scan's stranded work items (see `job::redrive`), when someone
-//! reads the scan's status. Failures here never fail the status read: they are logged, and the
-//! next read tries again.
+//! Sends again the messages of a scan's stranded work items (see `job::redrive`): when someone
+//! reads the scan's status, and on a schedule for every scan in flight (`RedriveScans`, a timer
+//! function), so that a scan nobody watches still finishes. Failures of the status read's
+//! re-drive never fail the read: they are logged, and the next read or sweep tries again.
 
+use std::time::Instant;
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use time::OffsetDateTime;
 
 use super::app::AppState;
 use super::names::STORAGE_CONNECTION;
+use super::protocol::{Failure, Invocation, Outcome};
 use crate::job::redrive::Stranded;
-use crate::job::Ledger;
+use crate::job::{Ledger, State};
 use crate::scan::{Task, WorkItem};
 use crate::storage::queue::{MessageEncoding, PutOptions};
 
@@ -58,4 +64,89 @@ pub async fn redrive_stranded(
         sent += 1;
     }
     Ok(sent)
+}
+
+/// Whether a scan in `state` may still have work for its stranded items: a cancelled scan's
+/// items are left alone, and a settled scan has none.
+pub fn wants_redrive(state: State) -> bool {
+    matches!(state, State::Pending | State::Running)
+}
+
+/// What one sweep over the scans in flight did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Sweep {
+    pub scans: usize,
+    pub sent: u64,
+    pub settled: usize,
+    /// Scans left for the next sweep: the time budget ran out or their ledger could not be read.
+    pub left: usize,
+}
+
+/// `RedriveScans`, the timer function. Its trigger data (the host's timer information) is not
+/// needed: every run looks at every scan in flight, so a missed or doubled run costs nothing.
+/// It answers 200 unless the ledger cannot be listed at all; the host only logs a failed timer
+/// invocation and the next run tries again.
+pub async fn sweep_handler(state: &AppState, body: &[u8]) -> Response {
+    if let Err(why) = Invocation::parse(body) {
+        return Failure::new(StatusCode::BAD_REQUEST, why).into_response();
+    }
+    let ledger = match state.ledger() {
+        Ok(ledger) => ledger,
+        Err(why) => return Failure::new(StatusCode::SERVICE_UNAVAILABLE, why).into_response(),
+    };
+    match sweep(state, ledger).await {
+        Ok(done) => {
+            let line = format!(
+                "re-drive sweep: {} scans in flight, {} work items sent again, {} settled, {} left for the next run",
+                done.scans, done.sent, done.settled, done.left
+            );
+            tracing::info!("{line}");
+            Outcome::default().log(line).into_response()
+        }
+        Err(why) => Failure::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the scans in flight could not be listed: {why}"),
+        )
+        .into_response(),
+    }
+}
+
+/// Looks at each scan in flight, within the step time budget: sends again the messages of its
+/// stranded items, or takes it off the list once it has settled (or does not exist).
+pub async fn sweep(state: &AppState, ledger: &Ledger) -> Result<Sweep, String> {
+    let started = Instant::now();
+    let ids = ledger.active_scans().await.map_err(|e| e.to_string())?;
+    let after = redrive_after(state);
+    let mut done = Sweep {
+        scans: ids.len(),
+        ..Sweep::default()
+    };
+    for id in &ids {
+        if started.elapsed() >= state.budget.max_duration {
+            done.left += 1;
+            continue;
+        }
+        let looked = ledger
+            .status_and_stranded(id, OffsetDateTime::now_utc(), after)
+            .await
+            .map_err(|e| e.to_string());
+        let result = match looked {
+            Ok(Some((status, stranded))) if wants_redrive(status.state) => {
+                redrive_stranded(state, ledger, id, stranded)
+                    .await
+                    .map(|sent| done.sent += sent)
+            }
+            Ok(_) => ledger
+                .settle(id)
+                .await
+                .map(|()| done.settled += 1)
+                .map_err(|e| e.to_string()),
+            Err(why) => Err(why),
+        };
+        if let Err(why) = result {
+            tracing::warn!(scan = id.as_str(), "re-drive sweep: {why}");
+            done.left += 1;
+        }
+    }
+    Ok(done)
 }

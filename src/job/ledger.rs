@@ -173,6 +173,7 @@ impl Ledger {
                 Value::String(serde_json::to_string(spec).expect("a spec serialises")),
             )
             .with("createdAt", date_value(now));
+        self.list_active(id).await?;
         self.table
             .submit_transaction(&[
                 Operation::Insert(record),

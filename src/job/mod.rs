@@ -1,6 +1,7 @@
 //! A scan's life: the validated request, the ledger of its work items, exact progress,
 //! completion and cancellation. Knows storage and the scan engine; nothing of Functions.
 
+pub mod active;
 pub mod ledger;
 pub mod redrive;
 pub mod spec;

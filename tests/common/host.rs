@@ -69,7 +69,11 @@ impl TestHost {
             ),
         ];
         settings.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        let state = AppState::new(Settings::from_pairs(settings));
+        Self::serve(AppState::new(Settings::from_pairs(settings))).await
+    }
+
+    /// Serves the handler with a state the test built itself.
+    pub async fn serve(state: std::sync::Arc<AppState>) -> TestHost {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let app = router(state);

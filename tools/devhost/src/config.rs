@@ -42,6 +42,9 @@ pub struct Binding {
     pub route: Option<String>,
     pub methods: Vec<String>,
     pub binary: bool,
+    /// A timer trigger's `schedule` and `runOnStartup`.
+    pub schedule: Option<String>,
+    pub run_on_startup: bool,
 }
 
 /// A function: its folder name and bindings.
@@ -229,6 +232,8 @@ pub fn load_functions(script_root: &Path) -> Result<Vec<Function>, String> {
                     })
                     .unwrap_or_default(),
                 binary: b["dataType"].as_str() == Some("binary"),
+                schedule: b["schedule"].as_str().map(str::to_string),
+                run_on_startup: b["runOnStartup"].as_bool().unwrap_or(false),
             })
             .collect();
         functions.push(Function {

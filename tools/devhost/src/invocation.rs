@@ -40,7 +40,7 @@ pub fn host_date(rfc1123: &str) -> String {
     }
 }
 
-fn sys(function: &str) -> Value {
+pub fn sys(function: &str) -> Value {
     let now = time::OffsetDateTime::now_utc();
     json!({
         "MethodName": function,

@@ -11,6 +11,8 @@ mod http;
 mod invocation;
 mod process;
 mod queues;
+mod schedule;
+mod timers;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -133,6 +135,31 @@ async fn run() -> Result<(), String> {
                 settings: host.queues.clone(),
             });
             tokio::spawn(listener.run());
+        }
+    }
+
+    // Timer functions run once per app, not once per instance.
+    for function in functions
+        .iter()
+        .filter(|f| f.trigger().is_some_and(|t| t.kind == "timerTrigger"))
+    {
+        let trigger = function.trigger().expect("filtered on the trigger");
+        let text = trigger.schedule.clone().unwrap_or_default();
+        match schedule::Schedule::parse(&text) {
+            Ok(schedule) => {
+                let timer = Arc::new(timers::Timer {
+                    function: function.clone(),
+                    schedule,
+                    run_on_startup: trigger.run_on_startup,
+                    dispatcher: dispatcher.clone(),
+                });
+                tokio::spawn(timer.run());
+            }
+            // The host reports the function in error and runs the others.
+            Err(why) => eprintln!(
+                "[devhost] {}: the timer's schedule is invalid, the function will not run: {why}",
+                function.name
+            ),
         }
     }
 

@@ -247,6 +247,45 @@ async fn work_items_whose_messages_were_lost_are_sent_again_from_the_ledger() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_re_drive_timer_finishes_a_scan_that_lost_its_messages_and_that_nobody_watches() {
+    let rows = rows();
+    let source = table_with(&rows).await;
+    let host = Host::start(
+        1,
+        &[
+            ("TABLESCAN_STEP_MAX_QUERIES", "1"),
+            ("TABLESCAN_REDRIVE_AFTER_SECONDS", "3"),
+        ],
+    );
+    let id = host
+        .start_scan(json!({ "table": source.name(), "pageSize": 5, "action": {"type": "count"} }))
+        .await;
+    host.wait_for_steps(&id, 3).await;
+    for function in ["ScanRange", "ScanPartition"] {
+        let queue = queues().queue(&trigger_queue_of(&host, function)).unwrap();
+        queue.clear().await.unwrap();
+    }
+    // From here on nobody calls GET /api/scans/{id}: only the timer function can notice.
+    let done = host.wait_unobserved(&id, Duration::from_secs(240)).await;
+    assert_eq!(done["state"], "succeeded", "{done}\n{}", host.log());
+    let distinct: BTreeSet<&str> = rows.iter().map(|e| e.partition_key.as_str()).collect();
+    assert_eq!(
+        done["result"],
+        json!({"rows": rows.len(), "partitions": distinct.len()}),
+        "exact counts after the timer's re-drive"
+    );
+    assert!(
+        done["progress"]["stepsRedriven"].as_u64().unwrap() > 0,
+        "{done}"
+    );
+    let log = host.log();
+    assert!(
+        log.contains("RedriveScans (timer): succeeded") && log.contains("work items sent again"),
+        "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_crashed_devhost_restarted_mid_copy_loses_and_doubles_nothing() {
     let rows = rows();
     let source = table_with(&rows).await;

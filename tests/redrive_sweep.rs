@@ -1,0 +1,175 @@
+//! The timer function `RedriveScans` against Azurite: a scan whose only message was lost, with
+//! nobody reading its status, is found by the sweep and finishes exactly; scans that settled
+//! leave the list of scans in flight; a cancelled scan is not re-driven.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::host::TestHost;
+use common::{fresh_table, load, queues, unique_name};
+use serde_json::{json, Value};
+use tablescan::functions::app::ItemQueues;
+use tablescan::functions::redrive::{sweep, Sweep};
+use tablescan::functions::{AppState, Settings};
+use tablescan::storage::queue::MessageEncoding;
+use tablescan::storage::table::entity::Entity;
+
+/// A handler state with its own ledger and its own work-item queues, which stranded items
+/// older than a second.
+async fn state() -> (Arc<AppState>, ItemQueues) {
+    let mut state = AppState::new(Settings::from_pairs([
+        (
+            "AzureWebJobsStorage".to_string(),
+            common::connection_string(),
+        ),
+        ("TABLESCAN_LEDGER_TABLE".to_string(), unique_name("ledger")),
+        (
+            "TABLESCAN_REDRIVE_AFTER_SECONDS".to_string(),
+            "1".to_string(),
+        ),
+    ]));
+    let item_queues = ItemQueues {
+        range: unique_name("sweepr"),
+        partition: unique_name("sweepp"),
+    };
+    for name in [&item_queues.range, &item_queues.partition] {
+        queues().queue(name).unwrap().create().await.unwrap();
+    }
+    Arc::get_mut(&mut state).unwrap().item_queues = item_queues.clone();
+    (state, item_queues)
+}
+
+/// The invocation the host sends at a timer occurrence.
+fn timer_invocation() -> String {
+    json!({
+        "Data": { "timer": { "Schedule": { "AdjustForDST": true }, "ScheduleStatus": null, "IsPastDue": false } },
+        "Metadata": { "sys": { "MethodName": "RedriveScans", "UtcNow": "2026-11-22T10:00:00.0000000Z", "RandGuid": "0" } }
+    })
+    .to_string()
+}
+
+async fn table_of(rows: usize) -> tablescan::storage::TableClient {
+    let table = fresh_table("sweep").await;
+    let entities: Vec<Entity> = (0..rows)
+        .map(|i| Entity::new(format!("p{:02}", i % 7), format!("r{i:03}")))
+        .collect();
+    load(&table, &entities).await;
+    table
+}
+
+#[tokio::test]
+async fn a_scan_whose_message_was_lost_is_re_driven_by_the_timer_and_then_settles() {
+    let (state, item_queues) = state().await;
+    let ledger = state.ledger().unwrap().clone();
+    let mut host = TestHost::serve(state.clone()).await;
+    let table = table_of(40).await;
+    // The scan's first message is lost: the answer's output is never written.
+    let (_lost, id) = host
+        .start_scan(&json!({ "table": table.name(), "pageSize": 5, "action": {"type": "count"} }))
+        .await;
+
+    let fresh = sweep(&state, &ledger).await.unwrap();
+    assert_eq!(
+        fresh,
+        Sweep {
+            scans: 1,
+            ..Sweep::default()
+        },
+        "a work item written just now is not stranded"
+    );
+
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let answer = host.post_raw("RedriveScans", timer_invocation()).await;
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    let logs = answer.json["Logs"].to_string();
+    assert!(
+        logs.contains("1 scans in flight, 1 work items sent again"),
+        "{logs}"
+    );
+    assert_eq!(
+        sweep(&state, &ledger).await.unwrap().sent,
+        0,
+        "an item just sent again waits another second"
+    );
+
+    // The message sent again is the scan's root item; delivering it runs the scan to the end.
+    let queue = queues().queue(&item_queues.range).unwrap();
+    let received = queue.receive(32, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(received.len(), 1, "exactly one message was sent again");
+    let text =
+        String::from_utf8(MessageEncoding::Base64.decode(&received[0].text).unwrap()).unwrap();
+    assert!(text.contains(&id), "{text}");
+    let answer = host.deliver("ScanRange", &text, 1).await;
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    host.enqueue_outputs(&answer);
+    host.drain().await;
+
+    let (_, status) = host.status(&id).await;
+    assert_eq!(status["state"], "succeeded", "{status}");
+    assert_eq!(status["result"], json!({"rows": 40, "partitions": 7}));
+    assert_eq!(status["progress"]["stepsRedriven"], 1);
+
+    let settled = sweep(&state, &ledger).await.unwrap();
+    assert_eq!(
+        settled,
+        Sweep {
+            scans: 1,
+            settled: 1,
+            ..Sweep::default()
+        }
+    );
+    assert!(ledger.active_scans().await.unwrap().is_empty());
+    assert_eq!(sweep(&state, &ledger).await.unwrap(), Sweep::default());
+}
+
+#[tokio::test]
+async fn a_cancelled_scan_is_not_re_driven_and_leaves_the_list() {
+    let (state, item_queues) = state().await;
+    let ledger = state.ledger().unwrap().clone();
+    let host = TestHost::serve(state.clone()).await;
+    let table = table_of(10).await;
+    let (_lost, id) = host
+        .start_scan(&json!({ "table": table.name(), "action": {"type": "count"} }))
+        .await;
+    let cancel = host
+        .http(
+            "CancelScan",
+            "POST",
+            &format!("/api/scans/{id}/cancel"),
+            &[("id", &id)],
+            None,
+        )
+        .await;
+    assert_eq!(cancel.res().0, 200, "{}", cancel.text);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+
+    // Neither the status read nor the sweep sends the cancelled scan's item again.
+    let (_, status) = host.status(&id).await;
+    assert_eq!(status["state"], "cancelled");
+    assert_eq!(
+        sweep(&state, &ledger).await.unwrap(),
+        Sweep {
+            scans: 1,
+            settled: 1,
+            ..Sweep::default()
+        }
+    );
+    let queue = queues().queue(&item_queues.range).unwrap();
+    assert_eq!(queue.approximate_count().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_timer_invocation_that_is_not_json_fails_alone() {
+    let (state, _) = state().await;
+    let host = TestHost::serve(state).await;
+    let answer = host.post_raw("RedriveScans", "{not json".to_string()).await;
+    assert_eq!(answer.status, 400, "{}", answer.text);
+    let answer: Value = host.post_raw("RedriveScans", timer_invocation()).await.json;
+    assert!(
+        answer["Logs"].to_string().contains("0 scans in flight"),
+        "{answer}"
+    );
+    host.assert_serving().await;
+}
