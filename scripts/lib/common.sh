@@ -40,10 +40,11 @@ ensure_cargo_fuzz() {
 
 # Assembles a function app folder: host.json, the handler binary and one folder per function,
 # the layout the Functions host (and devhost) expects under its script root, plus
-# local.settings.json for `func start` (the project's own, else the example).
-#   assemble_app DEST HANDLER_BINARY
+# local.settings.json for `func start` (the project's own, else the example) unless the third
+# argument is --without-settings (a deployment package carries no local settings).
+#   assemble_app DEST HANDLER_BINARY [--without-settings]
 assemble_app() {
-  local dest=$1 handler=$2 root
+  local dest=$1 handler=$2 settings=${3:-} root
   root=$(repo_root)
   [ -x "$handler" ] || die "no handler binary at $handler"
   rm -rf "$dest"
@@ -57,9 +58,34 @@ assemble_app() {
     mkdir -p "$dest/$(basename "$function")"
     cp "$function/function.json" "$dest/$(basename "$function")/function.json"
   done
-  if [ -f "$root/local.settings.json" ]; then
+  if [ "$settings" = "--without-settings" ]; then
+    return 0
+  elif [ -f "$root/local.settings.json" ]; then
     cp "$root/local.settings.json" "$dest/local.settings.json"
   else
     cp "$root/local.settings.json.example" "$dest/local.settings.json"
+  fi
+}
+
+# The cross-linking toolchain of scripts/package, pinned: zig from PyPI's `ziglang` wheel,
+# installed into target/tools (no virtual environment needed), and cargo-zigbuild from
+# crates.io. Exports CARGO_ZIGBUILD_ZIG_PATH.
+ZIGLANG_VERSION=0.17.1
+CARGO_ZIGBUILD_VERSION=0.24.1
+ensure_zigbuild() {
+  local root dir
+  root=$(repo_root)
+  dir="$root/target/tools/ziglang-$ZIGLANG_VERSION"
+  if [ ! -x "$dir/ziglang/zig" ]; then
+    command -v python3 >/dev/null || die "python3 is not installed (zig comes from PyPI's ziglang package)"
+    say "installing zig (PyPI ziglang==$ZIGLANG_VERSION) into $dir ..."
+    python3 -m pip install --quiet --disable-pip-version-check --target "$dir" "ziglang==$ZIGLANG_VERSION" >&2 \
+      || die "pip could not install ziglang==$ZIGLANG_VERSION"
+  fi
+  export CARGO_ZIGBUILD_ZIG_PATH="$dir/ziglang/zig"
+  if ! cargo zigbuild --version 2>/dev/null | grep -q "$CARGO_ZIGBUILD_VERSION"; then
+    say "installing cargo-zigbuild $CARGO_ZIGBUILD_VERSION ..."
+    cargo install --locked --version "$CARGO_ZIGBUILD_VERSION" cargo-zigbuild >&2 \
+      || die "cargo install cargo-zigbuild failed"
   fi
 }

@@ -178,6 +178,11 @@ impl Host {
         let suffix = unique("").replace('x', "-");
         let dir = std::env::temp_dir().join(format!("devhost-e2e-{suffix}"));
         assemble(&dir, &suffix);
+        Self::start_app(dir, instances, settings)
+    }
+
+    /// Runs devhost over an app folder the test prepared (removed when the host is dropped).
+    pub fn start_app(dir: PathBuf, instances: usize, settings: &[(&str, &str)]) -> Host {
         let ledger = unique("ledger");
         let settings: Vec<(String, String)> = settings
             .iter()
