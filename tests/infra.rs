@@ -174,13 +174,18 @@ fn check_template(name: &str) -> Value {
     doc
 }
 
-fn site(doc: &Value) -> &Value {
+/// The template's one resource of type `kind`.
+fn resource<'a>(doc: &'a Value, kind: &str) -> &'a Value {
     doc["resources"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|r| r["type"] == "Microsoft.Web/sites")
-        .expect("a function app")
+        .find(|r| r["type"] == kind)
+        .unwrap_or_else(|| panic!("no {kind}"))
+}
+
+fn site(doc: &Value) -> &Value {
+    resource(doc, "Microsoft.Web/sites")
 }
 
 fn app_settings(site: &Value) -> Vec<(String, String)> {
@@ -219,12 +224,7 @@ fn the_flex_consumption_template_is_well_formed_and_runs_the_custom_handler() {
     // Flex takes the runtime from functionAppConfig and refuses these settings.
     assert!(!names.contains("FUNCTIONS_WORKER_RUNTIME"));
     assert!(!names.contains("FUNCTIONS_EXTENSION_VERSION"));
-    let plan = doc["resources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["type"] == "Microsoft.Web/serverfarms")
-        .unwrap();
+    let plan = resource(&doc, "Microsoft.Web/serverfarms");
     assert_eq!(plan["sku"]["tier"], "FlexConsumption");
 }
 
@@ -237,12 +237,7 @@ fn the_linux_consumption_template_is_well_formed_and_runs_the_custom_handler() {
     assert!(settings.contains(&("FUNCTIONS_EXTENSION_VERSION".into(), "~4".into())));
     assert!(settings.iter().any(|(n, _)| n == STORAGE_CONNECTION));
     assert!(site["properties"]["siteConfig"]["functionAppScaleLimit"].is_string());
-    let plan = doc["resources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["type"] == "Microsoft.Web/serverfarms")
-        .unwrap();
+    let plan = resource(&doc, "Microsoft.Web/serverfarms");
     assert_eq!(plan["sku"]["name"], "Y1");
 }
 

@@ -37,39 +37,87 @@ fn newest_handler(lines: &Mutex<Vec<String>>) -> Option<u32> {
     handler_pids_in(lines).last().copied()
 }
 
-async fn copy_with_kills(point: Point) {
-    let rows = rows();
-    let source = table_with(&rows).await;
-    let (origin, account) = endpoint("TableEndpoint");
-    // The ledger's tables (AzureWebJobsStorage) and the data's (DATA) through two proxies,
-    // so that a transaction of the ledger and one of the copy can be told apart.
-    let ledger_proxy = FaultProxy::start(origin.clone()).await;
-    let data_proxy = FaultProxy::start(origin).await;
-    let app_storage = storage_with(&[(
-        "TableEndpoint",
-        &format!("http://{}{account}", ledger_proxy.address),
-    )]);
-    let data = storage_with(&[(
-        "TableEndpoint",
-        &format!("http://{}{account}", data_proxy.address),
-    )]);
-    let host = Host::start(
-        1,
-        &[
-            ("AzureWebJobsStorage", app_storage.as_str()),
-            ("DATA", data.as_str()),
-            ("TABLESCAN_STEP_MAX_QUERIES", "2"),
-            ("TABLESCAN_STEP_LEASE_SECONDS", "3"),
-            ("TABLESCAN_REDRIVE_AFTER_SECONDS", "2"),
-        ],
-    );
-    let target_name = unique("crashed");
-    let id = host
-        .start_scan(json!({
-            "table": source.name(), "connection": "DATA", "pageSize": 20,
-            "action": {"type": "copy", "table": target_name, "connection": "DATA"}
-        }))
+/// A copy scan whose ledger (AzureWebJobsStorage) and data (DATA) reach Azurite through two
+/// proxies, so that a transaction of the ledger and one of the copy can be told apart.
+struct ProxiedCopy {
+    rows: Vec<tablescan::storage::table::entity::Entity>,
+    source: tablescan::storage::TableClient,
+    ledger_proxy: FaultProxy,
+    data_proxy: FaultProxy,
+    host: Host,
+    target_name: String,
+    id: String,
+}
+
+impl ProxiedCopy {
+    async fn start(instances: usize, page_size: u32) -> ProxiedCopy {
+        let rows = rows();
+        let source = table_with(&rows).await;
+        let (origin, account) = endpoint("TableEndpoint");
+        let ledger_proxy = FaultProxy::start(origin.clone()).await;
+        let data_proxy = FaultProxy::start(origin).await;
+        let through = |proxy: &FaultProxy| {
+            storage_with(&[(
+                "TableEndpoint",
+                &format!("http://{}{account}", proxy.address),
+            )])
+        };
+        let (app_storage, data) = (through(&ledger_proxy), through(&data_proxy));
+        let host = Host::start(
+            instances,
+            &[
+                ("AzureWebJobsStorage", app_storage.as_str()),
+                ("DATA", data.as_str()),
+                ("TABLESCAN_STEP_MAX_QUERIES", "2"),
+                ("TABLESCAN_STEP_LEASE_SECONDS", "3"),
+                ("TABLESCAN_REDRIVE_AFTER_SECONDS", "2"),
+            ],
+        );
+        let target_name = unique("crashed");
+        let id = host
+            .start_scan(json!({
+                "table": source.name(), "connection": "DATA", "pageSize": page_size,
+                "action": {"type": "copy", "table": target_name, "connection": "DATA"}
+            }))
+            .await;
+        ProxiedCopy {
+            rows,
+            source,
+            ledger_proxy,
+            data_proxy,
+            host,
+            target_name,
+            id,
+        }
+    }
+
+    /// Waits for the copy to end; asserts it succeeded, exact and identical to its source.
+    async fn assert_exact(&self, what: &str) {
+        let done = self.host.wait(&self.id, Duration::from_secs(300)).await;
+        assert_eq!(
+            done["state"],
+            "succeeded",
+            "{what}: {done}\n{}",
+            self.host.log()
+        );
+        assert_eq!(
+            done["progress"]["rowsActed"],
+            self.rows.len() as u64,
+            "{what}: {done}"
+        );
+        let target = tables().table(&self.target_name).unwrap();
+        assert_same_rows(
+            &target,
+            &self.source,
+            &format!("{what}: the copy is identical"),
+        )
         .await;
+    }
+}
+
+async fn copy_with_kills(point: Point) {
+    let copy = ProxiedCopy::start(1, 20).await;
+    let (data_proxy, ledger_proxy, host) = (&copy.data_proxy, &copy.ledger_proxy, &copy.host);
 
     // Armed only now, so the scan's own creation is not hit: every fifth matching request,
     // until two handler processes were killed (requests already in flight from a killed one
@@ -78,9 +126,9 @@ async fn copy_with_kills(point: Point) {
     let seen = Arc::new(AtomicU32::new(0));
     let lines = host.lines.clone();
     let (proxy, method, path_has, moment) = match point {
-        Point::BeforeQuery => (&data_proxy, "GET", "$top=", Moment::Before),
-        Point::AfterActionWrote => (&data_proxy, "POST", "$batch", Moment::After),
-        Point::AfterLedgerWrote => (&ledger_proxy, "POST", "$batch", Moment::After),
+        Point::BeforeQuery => (data_proxy, "GET", "$top=", Moment::Before),
+        Point::AfterActionWrote => (data_proxy, "POST", "$batch", Moment::After),
+        Point::AfterLedgerWrote => (ledger_proxy, "POST", "$batch", Moment::After),
     };
     let (killed_in, lines_in) = (killed.clone(), lines.clone());
     proxy.on(
@@ -106,20 +154,7 @@ async fn copy_with_kills(point: Point) {
         }),
     );
 
-    let done = host.wait(&id, Duration::from_secs(240)).await;
-    assert_eq!(
-        done["state"],
-        "succeeded",
-        "{point:?}: {done}\n{}",
-        host.log()
-    );
-    assert_eq!(
-        done["progress"]["rowsActed"],
-        rows.len() as u64,
-        "{point:?}: {done}"
-    );
-    let target = tables().table(&target_name).unwrap();
-    assert_same_rows(&target, &source, "{point:?}: the copy is identical").await;
+    copy.assert_exact(&format!("{point:?}")).await;
     assert_eq!(
         host.handler_pids().len(),
         3,
@@ -187,35 +222,7 @@ async fn a_copy_survives_a_dozen_handler_kills_and_five_devhost_crashes() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(20261122u64);
-    let rows = rows();
-    let source = table_with(&rows).await;
-    let (origin, account) = endpoint("TableEndpoint");
-    let ledger_proxy = FaultProxy::start(origin.clone()).await;
-    let data_proxy = FaultProxy::start(origin).await;
-    let through = |proxy: &FaultProxy| {
-        storage_with(&[(
-            "TableEndpoint",
-            &format!("http://{}{account}", proxy.address),
-        )])
-    };
-    let (app_storage, data) = (through(&ledger_proxy), through(&data_proxy));
-    let mut host = Host::start(
-        2,
-        &[
-            ("AzureWebJobsStorage", app_storage.as_str()),
-            ("DATA", data.as_str()),
-            ("TABLESCAN_STEP_MAX_QUERIES", "2"),
-            ("TABLESCAN_STEP_LEASE_SECONDS", "3"),
-            ("TABLESCAN_REDRIVE_AFTER_SECONDS", "2"),
-        ],
-    );
-    let target_name = unique("crashed");
-    let id = host
-        .start_scan(json!({
-            "table": source.name(), "connection": "DATA", "pageSize": 10,
-            "action": {"type": "copy", "table": target_name, "connection": "DATA"}
-        }))
-        .await;
+    let mut copy = ProxiedCopy::start(2, 10).await;
 
     // Every storage request of a step is a candidate point: a query of the source, a copy
     // transaction once done, a claim in the ledger before it is made, the ledger's record of a
@@ -244,7 +251,10 @@ async fn a_copy_survives_a_dozen_handler_kills_and_five_devhost_crashes() {
             2,
         ),
     ];
-    for (proxy, points) in [(&data_proxy, data_points), (&ledger_proxy, ledger_points)] {
+    for (proxy, points) in [
+        (&copy.data_proxy, data_points),
+        (&copy.ledger_proxy, ledger_points),
+    ] {
         let chosen: Arc<Mutex<VecDeque<&'static str>>> = Arc::default();
         let trigger = {
             let (killing, dice, chosen) = (killing.clone(), dice.clone(), chosen.clone());
@@ -261,7 +271,7 @@ async fn a_copy_survives_a_dozen_handler_kills_and_five_devhost_crashes() {
             })
         };
         let act = {
-            let (killing, dice, lines) = (killing.clone(), dice.clone(), host.lines.clone());
+            let (killing, dice, lines) = (killing.clone(), dice.clone(), copy.host.lines.clone());
             Box::new(move || {
                 let point = chosen.lock().unwrap().pop_front().unwrap_or("?");
                 let mut killing = killing.lock().unwrap();
@@ -296,11 +306,10 @@ async fn a_copy_survives_a_dozen_handler_kills_and_five_devhost_crashes() {
         // Kill it and start a new one, as the platform replaces a host that stopped.
         if round < ROUNDS {
             tokio::time::sleep(Duration::from_millis(300)).await;
-            host.crash_and_restart();
+            copy.host.crash_and_restart();
             devhost_crashes += 1;
         }
     }
-    let done = host.wait(&id, Duration::from_secs(300)).await;
     let (kills, points) = {
         let killing = killing.lock().unwrap();
         (killing.killed.len(), killing.points.clone())
@@ -309,19 +318,7 @@ async fn a_copy_survives_a_dozen_handler_kills_and_five_devhost_crashes() {
         "seed {seed}: {kills} handler kills ({points:?}), {devhost_crashes} devhost crashes"
     );
     println!("{summary}");
-    assert_eq!(
-        done["state"],
-        "succeeded",
-        "{summary}: {done}\n{}",
-        host.log()
-    );
-    assert_eq!(
-        done["progress"]["rowsActed"],
-        rows.len() as u64,
-        "{summary}: {done}"
-    );
-    let target = tables().table(&target_name).unwrap();
-    assert_same_rows(&target, &source, "the copy is identical after every kill").await;
+    copy.assert_exact(&summary).await;
     assert!(
         kills >= 10,
         "the scan should have outlived most of the planned kills: {summary}"

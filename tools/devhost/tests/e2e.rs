@@ -210,8 +210,11 @@ fn trigger_queue_of(host: &Host, function: &str) -> String {
         .to_string()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn work_items_whose_messages_were_lost_are_sent_again_from_the_ledger() {
+/// A count scan that loses every message waiting in both queues once it has spread, as when
+/// messages expire or someone clears a queue: their work items stay pending in the ledger.
+/// Items untouched for 3 s count as stranded.
+async fn scan_that_loses_its_queued_messages(
+) -> (Host, Vec<tablescan::storage::table::entity::Entity>, String) {
     let rows = rows();
     let source = table_with(&rows).await;
     let host = Host::start(
@@ -224,15 +227,20 @@ async fn work_items_whose_messages_were_lost_are_sent_again_from_the_ledger() {
     let id = host
         .start_scan(json!({ "table": source.name(), "pageSize": 5, "action": {"type": "count"} }))
         .await;
-    // Let the scan spread, then lose every message waiting in both queues, as when messages
-    // expire or someone clears a queue: their work items stay pending in the ledger.
     host.wait_for_steps(&id, 3).await;
     for function in ["ScanRange", "ScanPartition"] {
         let queue = queues().queue(&trigger_queue_of(&host, function)).unwrap();
         queue.clear().await.unwrap();
     }
-    // Reading the status notices the items nobody touched for 3 s and sends them again.
-    let done = host.wait(&id, Duration::from_secs(240)).await;
+    (host, rows, id)
+}
+
+/// The scan ended exact, with messages sent again.
+fn assert_exact_after_redrive(
+    host: &Host,
+    rows: &[tablescan::storage::table::entity::Entity],
+    done: &Value,
+) {
     assert_eq!(done["state"], "succeeded", "{done}\n{}", host.log());
     let distinct: BTreeSet<&str> = rows.iter().map(|e| e.partition_key.as_str()).collect();
     assert_eq!(
@@ -247,37 +255,19 @@ async fn work_items_whose_messages_were_lost_are_sent_again_from_the_ledger() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn work_items_whose_messages_were_lost_are_sent_again_from_the_ledger() {
+    let (host, rows, id) = scan_that_loses_its_queued_messages().await;
+    // Reading the status (and the timer) notices the items nobody touched for 3 s.
+    let done = host.wait(&id, Duration::from_secs(240)).await;
+    assert_exact_after_redrive(&host, &rows, &done);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn the_re_drive_timer_finishes_a_scan_that_lost_its_messages_and_that_nobody_watches() {
-    let rows = rows();
-    let source = table_with(&rows).await;
-    let host = Host::start(
-        1,
-        &[
-            ("TABLESCAN_STEP_MAX_QUERIES", "1"),
-            ("TABLESCAN_REDRIVE_AFTER_SECONDS", "3"),
-        ],
-    );
-    let id = host
-        .start_scan(json!({ "table": source.name(), "pageSize": 5, "action": {"type": "count"} }))
-        .await;
-    host.wait_for_steps(&id, 3).await;
-    for function in ["ScanRange", "ScanPartition"] {
-        let queue = queues().queue(&trigger_queue_of(&host, function)).unwrap();
-        queue.clear().await.unwrap();
-    }
+    let (host, rows, id) = scan_that_loses_its_queued_messages().await;
     // From here on nobody calls GET /api/scans/{id}: only the timer function can notice.
     let done = host.wait_unobserved(&id, Duration::from_secs(240)).await;
-    assert_eq!(done["state"], "succeeded", "{done}\n{}", host.log());
-    let distinct: BTreeSet<&str> = rows.iter().map(|e| e.partition_key.as_str()).collect();
-    assert_eq!(
-        done["result"],
-        json!({"rows": rows.len(), "partitions": distinct.len()}),
-        "exact counts after the timer's re-drive"
-    );
-    assert!(
-        done["progress"]["stepsRedriven"].as_u64().unwrap() > 0,
-        "{done}"
-    );
+    assert_exact_after_redrive(&host, &rows, &done);
     let log = host.log();
     assert!(
         log.contains("RedriveScans (timer): succeeded") && log.contains("work items sent again"),

@@ -299,33 +299,32 @@ impl Host {
 
     /// Waits until the scan is no longer pending or running.
     pub async fn wait(&self, id: &str, limit: Duration) -> Value {
-        let deadline = Instant::now() + limit;
-        loop {
-            let status = self.status(id).await;
-            if !matches!(status["state"].as_str(), Some("pending") | Some("running")) {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "scan {id} did not finish: {status}\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        self.wait_with(id, limit, || self.status(id)).await
     }
 
     /// Waits until the scan is no longer pending or running, reading its status from the
     /// ledger directly: unlike `GET /api/scans/{id}`, that read never re-drives anything.
     pub async fn wait_unobserved(&self, id: &str, limit: Duration) -> Value {
         let ledger = tablescan::job::Ledger::new(tables().table(&self.ledger).unwrap());
-        let deadline = Instant::now() + limit;
-        loop {
+        let read = || async {
             let status = ledger
                 .status(id, time::OffsetDateTime::now_utc())
                 .await
                 .unwrap()
                 .expect("the scan exists");
-            let status = serde_json::to_value(status).unwrap();
+            serde_json::to_value(status).unwrap()
+        };
+        self.wait_with(id, limit, read).await
+    }
+
+    async fn wait_with<F, R>(&self, id: &str, limit: Duration, read: R) -> Value
+    where
+        R: Fn() -> F,
+        F: std::future::Future<Output = Value>,
+    {
+        let deadline = Instant::now() + limit;
+        loop {
+            let status = read().await;
             if !matches!(status["state"].as_str(), Some("pending") | Some("running")) {
                 return status;
             }
