@@ -1,6 +1,10 @@
 //! HTTP triggers: `/{routePrefix}/{route}` on 127.0.0.1, sent to the handler in payload mode
 //! (forwarding mode is not reproduced; devhost refuses to start an app that needs it), and the
 //! `res` output turned back into the HTTP answer.
+//!
+//! Also the host's admin route for running a function that HTTP does not trigger, as `func
+//! start` serves it: `POST /admin/functions/<Function>` with a JSON body (`{"input": ...}`),
+//! answered 202 at once while the function runs. devhost runs timer functions this way.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,6 +23,34 @@ pub struct HttpFront {
     pub route_prefix: String,
     pub dispatcher: Arc<Dispatcher>,
     pub port: u16,
+    /// Timer functions by name, for the admin route.
+    pub timers: BTreeMap<String, Arc<crate::timers::Timer>>,
+}
+
+/// `POST /admin/functions/<name>`: runs a timer function now (202), as the host's admin route
+/// does; 404 for a function that does not exist, 400 for one devhost cannot run this way.
+fn run_by_hand(front: &HttpFront, name: &str) -> Response<Body> {
+    if let Some(timer) = front
+        .timers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, t)| t.clone())
+    {
+        println!("[devhost] {} (timer): run by hand", timer.function.name);
+        tokio::spawn(async move { timer.fire(None).await });
+        return plain(StatusCode::ACCEPTED, "");
+    }
+    if front
+        .functions
+        .iter()
+        .any(|f| f.name.eq_ignore_ascii_case(name))
+    {
+        return plain(
+            StatusCode::BAD_REQUEST,
+            "devhost runs only timer functions through the admin route",
+        );
+    }
+    plain(StatusCode::NOT_FOUND, "no function has this name")
 }
 
 /// Matches a route template (`scans/{id}/cancel`) against a path; returns the parameters.
@@ -65,6 +97,11 @@ pub async fn handle(State(front): State<Arc<HttpFront>>, request: Request) -> Re
     let started = Instant::now();
     let method = request.method().as_str().to_ascii_uppercase();
     let path = request.uri().path().to_string();
+    if let Some(name) = path.strip_prefix("/admin/functions/") {
+        if method == "POST" {
+            return run_by_hand(&front, name);
+        }
+    }
     let prefix = format!("/{}/", front.route_prefix.trim_matches('/'));
     let Some(route_path) = path
         .strip_prefix(&prefix)

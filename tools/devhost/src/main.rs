@@ -139,6 +139,7 @@ async fn run() -> Result<(), String> {
     }
 
     // Timer functions run once per app, not once per instance.
+    let mut timers = std::collections::BTreeMap::new();
     for function in functions
         .iter()
         .filter(|f| f.trigger().is_some_and(|t| t.kind == "timerTrigger"))
@@ -153,6 +154,7 @@ async fn run() -> Result<(), String> {
                     run_on_startup: trigger.run_on_startup,
                     dispatcher: dispatcher.clone(),
                 });
+                timers.insert(function.name.clone(), timer.clone());
                 tokio::spawn(timer.run());
             }
             // The host reports the function in error and runs the others.
@@ -168,6 +170,7 @@ async fn run() -> Result<(), String> {
         route_prefix: host.route_prefix.clone(),
         dispatcher: dispatcher.clone(),
         port: args.port,
+        timers,
     });
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port))
         .await

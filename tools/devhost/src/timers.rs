@@ -71,7 +71,7 @@ impl Timer {
     }
 
     /// One invocation; returns when it started.
-    async fn fire(&self, last: Option<OffsetDateTime>) -> OffsetDateTime {
+    pub async fn fire(&self, last: Option<OffsetDateTime>) -> OffsetDateTime {
         let started = OffsetDateTime::now_utc();
         let Some(trigger) = self.function.trigger() else {
             return started;

@@ -386,3 +386,40 @@ async fn foreign_truncated_and_unknown_messages_fail_alone_and_end_in_poison() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_admin_route_runs_the_re_drive_timer_by_hand() {
+    // The timer's own schedule is pushed to once a year, so only the hand run can fire it.
+    let suffix = unique("").replace('x', "-");
+    let dir = std::env::temp_dir().join(format!("devhost-admin-{suffix}"));
+    assemble(&dir, &suffix);
+    let timer = dir.join("RedriveScans/function.json");
+    let text = std::fs::read_to_string(&timer)
+        .unwrap()
+        .replace("*/2 * * * * *", "0 0 0 1 1 *");
+    std::fs::write(&timer, text).unwrap();
+    let host = Host::start_app(dir, 1, &[]);
+    let admin = |name: &str| {
+        reqwest::Client::new()
+            .post(format!(
+                "http://127.0.0.1:{}/admin/functions/{name}",
+                host.port
+            ))
+            .json(&json!({ "input": "" }))
+            .send()
+    };
+    assert!(!host.log().contains("RedriveScans (timer): succeeded"));
+    assert_eq!(admin("RedriveScans").await.unwrap().status(), 202);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !host.log().contains("RedriveScans (timer): succeeded") {
+        assert!(std::time::Instant::now() < deadline, "{}", host.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        host.log().contains("re-drive sweep: 0 scans in flight"),
+        "{}",
+        host.log()
+    );
+    assert_eq!(admin("StartScan").await.unwrap().status(), 400);
+    assert_eq!(admin("NoSuchFunction").await.unwrap().status(), 404);
+}
