@@ -11,7 +11,7 @@ use common::host::TestHost;
 use common::{fresh_table, load, queues, unique_name};
 use serde_json::{json, Value};
 use tablescan::functions::app::ItemQueues;
-use tablescan::functions::redrive::{sweep, Sweep};
+use tablescan::functions::redrive::{redrive_stranded, sweep, Sweep};
 use tablescan::functions::{AppState, Settings};
 use tablescan::storage::queue::MessageEncoding;
 use tablescan::storage::table::entity::Entity;
@@ -172,4 +172,50 @@ async fn a_timer_invocation_that_is_not_json_fails_alone() {
         "{answer}"
     );
     host.assert_serving().await;
+}
+
+#[tokio::test]
+async fn a_re_drive_starts_nothing_after_its_deadline_and_leaves_the_rest_stranded() {
+    let (state, item_queues) = state().await;
+    let ledger = state.ledger().unwrap().clone();
+    let host = TestHost::serve(state.clone()).await;
+    let table = table_of(10).await;
+    let (_lost, id) = host
+        .start_scan(&json!({ "table": table.name(), "action": {"type": "count"} }))
+        .await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let stranded = |ledger: tablescan::job::Ledger, id: String| async move {
+        ledger
+            .status_and_stranded(
+                &id,
+                time::OffsetDateTime::now_utc(),
+                time::Duration::seconds(1),
+            )
+            .await
+            .unwrap()
+            .unwrap()
+            .1
+    };
+    let items = stranded(ledger.clone(), id.clone()).await;
+    assert_eq!(items.len(), 1);
+    let past = std::time::Instant::now();
+    let sent = redrive_stranded(&state, &ledger, &id, items, past)
+        .await
+        .unwrap();
+    assert_eq!(sent, 0, "nothing starts after the deadline");
+    let items = stranded(ledger.clone(), id.clone()).await;
+    assert_eq!(
+        items.len(),
+        1,
+        "the item is still stranded for the next sweep"
+    );
+    let later = std::time::Instant::now() + Duration::from_secs(30);
+    assert_eq!(
+        redrive_stranded(&state, &ledger, &id, items, later)
+            .await
+            .unwrap(),
+        1
+    );
+    let queue = queues().queue(&item_queues.range).unwrap();
+    assert_eq!(queue.approximate_count().await.unwrap(), 1);
 }

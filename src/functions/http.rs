@@ -225,8 +225,9 @@ pub async fn get_scan(state: &AppState, body: &[u8]) -> Response {
         Ok(Some((status, stranded))) => {
             // Items found stranded in this read are sent again; the next read counts them.
             if super::redrive::wants_redrive(status.state) {
+                let deadline = std::time::Instant::now() + super::redrive::STATUS_READ_REDRIVE_TIME;
                 if let Err(why) =
-                    super::redrive::redrive_stranded(state, ledger, id, stranded).await
+                    super::redrive::redrive_stranded(state, ledger, id, stranded, deadline).await
                 {
                     tracing::warn!(scan = id, "could not re-drive stranded work items: {why}");
                 }

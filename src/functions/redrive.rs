@@ -3,7 +3,7 @@
 //! function), so that a scan nobody watches still finishes. Failures of the status read's
 //! re-drive never fail the read: they are logged, and the next read or sweep tries again.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -22,12 +22,20 @@ pub fn redrive_after(state: &AppState) -> time::Duration {
     time::Duration::try_from(state.redrive_after).unwrap_or(time::Duration::MAX)
 }
 
-/// Sends again the messages of scan `id`'s `stranded` items; returns how many were sent.
+/// How long a status read may spend sending stranded items again: the read must stay quick
+/// (and Azure's front end gives an HTTP call 230 s); what is left waits for the next read or
+/// sweep.
+pub const STATUS_READ_REDRIVE_TIME: Duration = Duration::from_secs(5);
+
+/// Sends again the messages of scan `id`'s `stranded` items, starting none after `deadline`
+/// (each costs three or four requests, and a scan may have lost thousands); returns how many
+/// were sent. Items not reached stay stranded for the next read or sweep.
 pub async fn redrive_stranded(
     state: &AppState,
     ledger: &Ledger,
     id: &str,
     stranded: Vec<Stranded>,
+    deadline: Instant,
 ) -> Result<u64, String> {
     if stranded.is_empty() {
         return Ok(0);
@@ -42,6 +50,14 @@ pub async fn redrive_stranded(
     };
     let mut sent = 0;
     for item in stranded {
+        if Instant::now() >= deadline {
+            tracing::info!(
+                scan = id,
+                sent,
+                "stranded work items left for the next re-drive"
+            );
+            break;
+        }
         let queue = match WorkItem::decode(&item.message).map(|w| w.task) {
             Ok(Task::Range { .. }) => &state.item_queues.range,
             Ok(Task::Partition { .. }) => &state.item_queues.partition,
@@ -114,7 +130,7 @@ pub async fn sweep_handler(state: &AppState, body: &[u8]) -> Response {
 /// Looks at each scan in flight, within the step time budget: sends again the messages of its
 /// stranded items, or takes it off the list once it has settled (or does not exist).
 pub async fn sweep(state: &AppState, ledger: &Ledger) -> Result<Sweep, String> {
-    let started = Instant::now();
+    let deadline = Instant::now() + state.budget.max_duration;
     let ids = ledger.active_scans().await.map_err(|e| e.to_string())?;
     let after = redrive_after(state);
     let mut done = Sweep {
@@ -122,7 +138,7 @@ pub async fn sweep(state: &AppState, ledger: &Ledger) -> Result<Sweep, String> {
         ..Sweep::default()
     };
     for id in &ids {
-        if started.elapsed() >= state.budget.max_duration {
+        if Instant::now() >= deadline {
             done.left += 1;
             continue;
         }
@@ -132,7 +148,7 @@ pub async fn sweep(state: &AppState, ledger: &Ledger) -> Result<Sweep, String> {
             .map_err(|e| e.to_string());
         let result = match looked {
             Ok(Some((status, stranded))) if wants_redrive(status.state) => {
-                redrive_stranded(state, ledger, id, stranded)
+                redrive_stranded(state, ledger, id, stranded, deadline)
                     .await
                     .map(|sent| done.sent += sent)
             }
