@@ -8,7 +8,8 @@
 //! Faults: an error status with a storage-style XML body (503 ServerBusy, 500 InternalError,
 //! 408 OperationTimedOut, optionally with Retry-After), without reaching Azurite; a slow answer;
 //! a connection reset halfway through the answer, after Azurite did the request (the client
-//! sees an error for something that happened); for table queries, a short page (`$top` cut to
+//! sees an error for something that happened); a connection dropped before the request reaches
+//! Azurite (an error for something that did not happen); for table queries, a short page (`$top` cut to
 //! a third) or, when the query resumes from a continuation, an empty page that hands the same
 //! continuation back. Shared Key signatures cover the path, not the host, so Azurite accepts
 //! the forwarded requests as they are. Used by tests/retry.rs and by devhost's fault tests.
@@ -37,6 +38,9 @@ pub enum Fault {
     Slow(Duration),
     /// Forward, then send the headers and half the body and break the connection.
     Reset,
+    /// Break the connection without forwarding: the request never reaches Azurite, and the
+    /// client, which cannot know that, sees the answer break off before its body.
+    Drop,
     /// A table query: forward with `$top` cut to a third.
     ShortPage,
     /// A table query resuming from a continuation: answer an empty page with the same one.
@@ -53,6 +57,7 @@ pub struct Injected {
     pub other_status: AtomicU64,
     pub slow: AtomicU64,
     pub reset: AtomicU64,
+    pub dropped: AtomicU64,
     pub short_page: AtomicU64,
     pub empty_page: AtomicU64,
 }
@@ -65,6 +70,7 @@ impl Injected {
             Fault::Status(..) | Fault::StatusWithRetryAfter(..) => &self.other_status,
             Fault::Slow(_) => &self.slow,
             Fault::Reset => &self.reset,
+            Fault::Drop => &self.dropped,
             Fault::ShortPage => &self.short_page,
             Fault::EmptyPage => &self.empty_page,
         };
@@ -79,6 +85,7 @@ impl Injected {
             + load(&self.other_status)
             + load(&self.slow)
             + load(&self.reset)
+            + load(&self.dropped)
             + load(&self.short_page)
             + load(&self.empty_page)
     }
@@ -86,13 +93,14 @@ impl Injected {
     pub fn summary(&self) -> String {
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
         format!(
-            "forwarded {}, 503 {}, 500 {}, 408 {}, slow {}, reset {}, short page {}, empty page {}",
+            "forwarded {}, 503 {}, 500 {}, 408 {}, slow {}, reset {}, dropped {}, short page {}, empty page {}",
             load(&self.forwarded),
             load(&self.busy),
             load(&self.internal),
             load(&self.other_status),
             load(&self.slow),
             load(&self.reset),
+            load(&self.dropped),
             load(&self.short_page),
             load(&self.empty_page),
         )
@@ -217,6 +225,7 @@ impl Plan {
             Fault::Status(408, "OperationTimedOut"),
             Fault::Slow(Duration::from_millis(200 + (self.draw() * 1000.0) as u64)),
             Fault::Reset,
+            Fault::Drop,
         ];
         if is_query {
             kinds.push(Fault::ShortPage);
@@ -270,6 +279,7 @@ async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Respons
             return error(*status, code, Some(*seconds))
         }
         Some(Fault::EmptyPage) => return empty_page(&query),
+        Some(Fault::Drop) => return broken_off(),
         Some(Fault::Slow(delay)) => tokio::time::sleep(*delay).await,
         Some(Fault::ShortPage) => path = shorten_top(&path),
         Some(Fault::Reset) | None => {}
@@ -309,6 +319,18 @@ async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Respons
     };
     *response.status_mut() = StatusCode::from_u16(status).unwrap();
     copy_headers(&headers, response.headers_mut());
+    response
+}
+
+/// An answer that breaks off before its body: the nearest an HTTP server gets to dropping the
+/// connection, and to the client the same (an error it cannot tell from a reset).
+fn broken_off() -> Response<Body> {
+    let chunks: Vec<Result<Bytes, std::io::Error>> = vec![Err(std::io::Error::new(
+        std::io::ErrorKind::ConnectionAborted,
+        "injected drop",
+    ))];
+    let mut response = Response::new(Body::from_stream(futures_util::stream::iter(chunks)));
+    *response.status_mut() = StatusCode::OK;
     response
 }
 
