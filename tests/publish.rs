@@ -1,5 +1,7 @@
-//! scripts/publish checks its prerequisites before it sends anything, and says what is missing.
-//! (Publishing itself needs an Azure subscription; these machines have none.)
+//! scripts/publish checks its prerequisites before it sends anything, and says what is missing;
+//! with stand-ins for `func` and `az` that record their calls, it publishes what the package
+//! holds the way each tool needs. (Publishing for real needs an Azure subscription; these
+//! machines have none.)
 
 use std::process::Command;
 
@@ -71,4 +73,153 @@ fn unknown_arguments_are_refused() {
     );
     assert!(!ok);
     assert!(err.contains("unknown argument --force"), "{err}");
+}
+
+/// A folder of stand-ins for `func` and `az` that record how they were called (and, for
+/// `func`, what the folder it publishes holds) in `record`.
+fn fake_azure_tools(record: &std::path::Path, with_func: bool) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "publish-fakes-{}-{}",
+        std::process::id(),
+        with_func
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let az = format!(
+        "#!/bin/sh\necho \"az $*\" >> '{}'\nexit 0\n",
+        record.display()
+    );
+    std::fs::write(dir.join("az"), az).unwrap();
+    if with_func {
+        let func = format!(
+            "#!/bin/sh\n{{ echo \"func $*\"; find . -type f | sort; [ -x handler ] && echo executable; cat local.settings.json; }} >> '{}'\n",
+            record.display()
+        );
+        std::fs::write(dir.join("func"), func).unwrap();
+    }
+    for tool in ["az", "func"] {
+        let path = dir.join(tool);
+        if path.exists() {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+    }
+    dir
+}
+
+/// A small package: an executable handler and a host.json, zipped as scripts/package does.
+fn small_package(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let app = dir.join("app");
+    std::fs::create_dir_all(app.join("GetScan")).unwrap();
+    std::fs::write(app.join("handler"), "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(app.join("handler"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(app.join("host.json"), "{}").unwrap();
+    std::fs::write(app.join("GetScan/function.json"), "{}").unwrap();
+    let zip = dir.join("package.zip");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/lib/zip_app.py");
+    let status = Command::new("python3")
+        .arg(script)
+        .arg(&app)
+        .arg(&zip)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    zip
+}
+
+#[test]
+fn with_core_tools_it_publishes_the_unpacked_package_as_a_custom_handler() {
+    let dir = std::env::temp_dir().join(format!("publish-func-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let record = dir.join("record.txt");
+    let fakes = fake_azure_tools(&record, true);
+    let zip = small_package(&dir);
+    let path = format!("{}:{}", fakes.display(), std::env::var("PATH").unwrap());
+    let (ok, err) = publish(
+        &[
+            "--app",
+            "demo",
+            "--resource-group",
+            "rg",
+            "--package",
+            zip.to_str().unwrap(),
+        ],
+        &path,
+    );
+    let calls = std::fs::read_to_string(&record).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&fakes);
+    assert!(ok, "{err}\n{calls}");
+    assert!(
+        calls.contains("az account show"),
+        "signed-in check first: {calls}"
+    );
+    assert!(
+        calls.contains("az functionapp show --name demo --resource-group rg"),
+        "{calls}"
+    );
+    assert!(
+        calls.contains("func azure functionapp publish demo"),
+        "{calls}"
+    );
+    for file in [
+        "./handler",
+        "./host.json",
+        "./GetScan/function.json",
+        "./.funcignore",
+    ] {
+        assert!(
+            calls.contains(file),
+            "{file} in the published folder: {calls}"
+        );
+    }
+    assert!(
+        calls.contains("executable"),
+        "the handler keeps its execute bit: {calls}"
+    );
+    assert!(
+        calls.contains("\"FUNCTIONS_WORKER_RUNTIME\": \"custom\""),
+        "{calls}"
+    );
+}
+
+#[test]
+fn without_core_tools_it_zip_deploys_with_the_azure_cli() {
+    let dir = std::env::temp_dir().join(format!("publish-az-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let record = dir.join("record.txt");
+    let fakes = fake_azure_tools(&record, false);
+    let zip = small_package(&dir);
+    // Only the fakes and the basic tools: no real `func` can be found.
+    let basic = path_without_azure_tools();
+    let path = format!("{}:{basic}", fakes.display());
+    let (ok, err) = publish(
+        &["--app", "demo", "--package", zip.to_str().unwrap()],
+        &path,
+    );
+    assert!(!ok, "the Azure CLI needs the resource group");
+    assert!(err.contains("needs --resource-group"), "{err}");
+    let (ok, err) = publish(
+        &[
+            "--app",
+            "demo",
+            "--resource-group",
+            "rg",
+            "--package",
+            zip.to_str().unwrap(),
+        ],
+        &path,
+    );
+    let calls = std::fs::read_to_string(&record).unwrap_or_default();
+    for folder in [&dir, &fakes, &std::path::PathBuf::from(&basic)] {
+        let _ = std::fs::remove_dir_all(folder);
+    }
+    assert!(ok, "{err}\n{calls}");
+    assert!(
+        calls.contains(&format!(
+            "az functionapp deployment source config-zip --name demo --resource-group rg --src {}",
+            zip.display()
+        )),
+        "{calls}"
+    );
 }
