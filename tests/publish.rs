@@ -127,28 +127,62 @@ fn small_package(dir: &std::path::Path) -> std::path::PathBuf {
     zip
 }
 
+/// A folder with a small package, the stand-ins and their record; removed when dropped.
+struct Publishing {
+    dir: std::path::PathBuf,
+    fakes: std::path::PathBuf,
+    record: std::path::PathBuf,
+    zip: std::path::PathBuf,
+}
+
+impl Publishing {
+    fn new(with_func: bool) -> Publishing {
+        let dir =
+            std::env::temp_dir().join(format!("publish-{}-{}", std::process::id(), with_func));
+        std::fs::create_dir_all(&dir).unwrap();
+        let record = dir.join("record.txt");
+        let fakes = fake_azure_tools(&record, with_func);
+        let zip = small_package(&dir);
+        Publishing {
+            dir,
+            fakes,
+            record,
+            zip,
+        }
+    }
+
+    /// Publishes the package to app `demo` in group `rg` with this PATH.
+    fn publish_to_demo(&self, path: &str) -> (bool, String) {
+        let zip = self.zip.to_str().unwrap();
+        publish(
+            &["--app", "demo", "--resource-group", "rg", "--package", zip],
+            path,
+        )
+    }
+
+    /// What the stand-ins recorded.
+    fn calls(&self) -> String {
+        std::fs::read_to_string(&self.record).unwrap_or_default()
+    }
+}
+
+impl Drop for Publishing {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_dir_all(&self.fakes);
+    }
+}
+
 #[test]
 fn with_core_tools_it_publishes_the_unpacked_package_as_a_custom_handler() {
-    let dir = std::env::temp_dir().join(format!("publish-func-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let record = dir.join("record.txt");
-    let fakes = fake_azure_tools(&record, true);
-    let zip = small_package(&dir);
-    let path = format!("{}:{}", fakes.display(), std::env::var("PATH").unwrap());
-    let (ok, err) = publish(
-        &[
-            "--app",
-            "demo",
-            "--resource-group",
-            "rg",
-            "--package",
-            zip.to_str().unwrap(),
-        ],
-        &path,
+    let publishing = Publishing::new(true);
+    let path = format!(
+        "{}:{}",
+        publishing.fakes.display(),
+        std::env::var("PATH").unwrap()
     );
-    let calls = std::fs::read_to_string(&record).unwrap_or_default();
-    let _ = std::fs::remove_dir_all(&dir);
-    let _ = std::fs::remove_dir_all(&fakes);
+    let (ok, err) = publishing.publish_to_demo(&path);
+    let calls = publishing.calls();
     assert!(ok, "{err}\n{calls}");
     assert!(
         calls.contains("az account show"),
@@ -185,35 +219,20 @@ fn with_core_tools_it_publishes_the_unpacked_package_as_a_custom_handler() {
 
 #[test]
 fn without_core_tools_it_zip_deploys_with_the_azure_cli() {
-    let dir = std::env::temp_dir().join(format!("publish-az-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let record = dir.join("record.txt");
-    let fakes = fake_azure_tools(&record, false);
-    let zip = small_package(&dir);
+    let publishing = Publishing::new(false);
+    let zip = &publishing.zip;
     // Only the fakes and the basic tools: no real `func` can be found.
     let basic = path_without_azure_tools();
-    let path = format!("{}:{basic}", fakes.display());
+    let path = format!("{}:{basic}", publishing.fakes.display());
     let (ok, err) = publish(
         &["--app", "demo", "--package", zip.to_str().unwrap()],
         &path,
     );
     assert!(!ok, "the Azure CLI needs the resource group");
     assert!(err.contains("needs --resource-group"), "{err}");
-    let (ok, err) = publish(
-        &[
-            "--app",
-            "demo",
-            "--resource-group",
-            "rg",
-            "--package",
-            zip.to_str().unwrap(),
-        ],
-        &path,
-    );
-    let calls = std::fs::read_to_string(&record).unwrap_or_default();
-    for folder in [&dir, &fakes, &std::path::PathBuf::from(&basic)] {
-        let _ = std::fs::remove_dir_all(folder);
-    }
+    let (ok, err) = publishing.publish_to_demo(&path);
+    let calls = publishing.calls();
+    let _ = std::fs::remove_dir_all(&basic);
     assert!(ok, "{err}\n{calls}");
     assert!(
         calls.contains(&format!(

@@ -59,16 +59,44 @@ async fn table_of(rows: usize) -> tablescan::storage::TableClient {
     table
 }
 
+/// A handler over its own ledger and queues, with one count scan of `rows` rows started whose
+/// first message was lost (the answer's output is never written).
+struct LostScan {
+    state: Arc<AppState>,
+    item_queues: ItemQueues,
+    ledger: tablescan::job::Ledger,
+    host: TestHost,
+    id: String,
+}
+
+impl LostScan {
+    async fn start(rows: usize, page_size: u32) -> LostScan {
+        let (state, item_queues) = state().await;
+        let ledger = state.ledger().unwrap().clone();
+        let host = TestHost::serve(state.clone()).await;
+        let table = table_of(rows).await;
+        let (_lost, id) = host
+            .start_scan(&json!({ "table": table.name(), "pageSize": page_size, "action": {"type": "count"} }))
+            .await;
+        LostScan {
+            state,
+            item_queues,
+            ledger,
+            host,
+            id,
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_scan_whose_message_was_lost_is_re_driven_by_the_timer_and_then_settles() {
-    let (state, item_queues) = state().await;
-    let ledger = state.ledger().unwrap().clone();
-    let mut host = TestHost::serve(state.clone()).await;
-    let table = table_of(40).await;
-    // The scan's first message is lost: the answer's output is never written.
-    let (_lost, id) = host
-        .start_scan(&json!({ "table": table.name(), "pageSize": 5, "action": {"type": "count"} }))
-        .await;
+    let LostScan {
+        state,
+        item_queues,
+        ledger,
+        mut host,
+        id,
+    } = LostScan::start(40, 5).await;
 
     let fresh = sweep(&state, &ledger).await.unwrap();
     assert_eq!(
@@ -126,13 +154,13 @@ async fn a_scan_whose_message_was_lost_is_re_driven_by_the_timer_and_then_settle
 
 #[tokio::test]
 async fn a_cancelled_scan_is_not_re_driven_and_leaves_the_list() {
-    let (state, item_queues) = state().await;
-    let ledger = state.ledger().unwrap().clone();
-    let host = TestHost::serve(state.clone()).await;
-    let table = table_of(10).await;
-    let (_lost, id) = host
-        .start_scan(&json!({ "table": table.name(), "action": {"type": "count"} }))
-        .await;
+    let LostScan {
+        state,
+        item_queues,
+        ledger,
+        host,
+        id,
+    } = LostScan::start(10, 1000).await;
     let cancel = host
         .http(
             "CancelScan",
@@ -176,13 +204,13 @@ async fn a_timer_invocation_that_is_not_json_fails_alone() {
 
 #[tokio::test]
 async fn a_re_drive_starts_nothing_after_its_deadline_and_leaves_the_rest_stranded() {
-    let (state, item_queues) = state().await;
-    let ledger = state.ledger().unwrap().clone();
-    let host = TestHost::serve(state.clone()).await;
-    let table = table_of(10).await;
-    let (_lost, id) = host
-        .start_scan(&json!({ "table": table.name(), "action": {"type": "count"} }))
-        .await;
+    let LostScan {
+        state,
+        item_queues,
+        ledger,
+        host: _,
+        id,
+    } = LostScan::start(10, 1000).await;
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let stranded = |ledger: tablescan::job::Ledger, id: String| async move {
         ledger
