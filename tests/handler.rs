@@ -289,16 +289,10 @@ async fn a_cancelled_scan_stops_issuing_work() {
     host.enqueue_outputs(&first);
     assert!(!host.queued.is_empty());
 
-    let cancel = host
-        .http(
-            "CancelScan",
-            "POST",
-            &format!("/api/scans/{id}/cancel"),
-            &[("id", &id)],
-            None,
-        )
-        .await;
-    assert_eq!(cancel.res(), (200, json!({"id": id, "state": "cancelled"})));
+    assert_eq!(
+        host.cancel(&id).await,
+        (200, json!({"id": id, "state": "cancelled"}))
+    );
     while let Some((function, text)) = host.queued.pop_front() {
         let answer = host.deliver(&function, &text, 1).await;
         assert_eq!(answer.status, 200);

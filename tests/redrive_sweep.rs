@@ -161,16 +161,8 @@ async fn a_cancelled_scan_is_not_re_driven_and_leaves_the_list() {
         host,
         id,
     } = LostScan::start(10, 1000).await;
-    let cancel = host
-        .http(
-            "CancelScan",
-            "POST",
-            &format!("/api/scans/{id}/cancel"),
-            &[("id", &id)],
-            None,
-        )
-        .await;
-    assert_eq!(cancel.res().0, 200, "{}", cancel.text);
+    let (status, body) = host.cancel(&id).await;
+    assert_eq!(status, 200, "{body}");
     tokio::time::sleep(Duration::from_millis(1200)).await;
 
     // Neither the status read nor the sweep sends the cancelled scan's item again.

@@ -49,6 +49,7 @@ pub async fn redrive_stranded(
         ..PutOptions::default()
     };
     let mut sent = 0;
+    let mut failure = None;
     for item in stranded {
         if Instant::now() >= deadline {
             tracing::info!(
@@ -63,23 +64,43 @@ pub async fn redrive_stranded(
             Ok(Task::Partition { .. }) => &state.item_queues.partition,
             Err(_) => continue,
         };
-        if !ledger
-            .mark_redriven(id, &item, now)
-            .await
-            .map_err(|e| e.to_string())?
-        {
-            continue;
+        let resent = async {
+            if !ledger
+                .mark_redriven(id, &item, now)
+                .await
+                .map_err(|e| e.to_string())?
+            {
+                return Ok(false);
+            }
+            queues
+                .queue(queue)
+                .map_err(|e| e.to_string())?
+                .put_message(item.message.as_bytes(), &options)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>(true)
+        };
+        match resent.await {
+            Ok(true) => {
+                tracing::warn!(scan = id, item = %item.row_key, queue, "sent a stranded work item again");
+                sent += 1;
+            }
+            Ok(false) => {}
+            Err(why) => {
+                failure = Some(why);
+                break;
+            }
         }
-        queues
-            .queue(queue)
-            .map_err(|e| e.to_string())?
-            .put_message(item.message.as_bytes(), &options)
-            .await
-            .map_err(|e| e.to_string())?;
-        tracing::warn!(scan = id, item = %item.row_key, queue, "sent a stranded work item again");
-        sent += 1;
     }
-    Ok(sent)
+    // Counted once for the whole re-drive, also when it stopped at a failure.
+    ledger
+        .count_redriven(id, sent)
+        .await
+        .map_err(|e| e.to_string())?;
+    match failure {
+        Some(why) => Err(why),
+        None => Ok(sent),
+    }
 }
 
 /// Whether a scan in `state` may still have work for its stranded items: a cancelled scan's

@@ -69,13 +69,20 @@ impl Ledger {
             .update(&mark, WriteMode::Merge, &IfMatch::Etag(item.etag.clone()))
             .await
         {
-            Ok(_) => {}
-            Err(e) if matches!(e.status(), Some(404) | Some(412)) => return Ok(false),
-            Err(e) => return Err(e.into()),
+            Ok(_) => Ok(true),
+            Err(e) if matches!(e.status(), Some(404) | Some(412)) => Ok(false),
+            Err(e) => Err(e.into()),
         }
-        // The count shown in the status; a lost race between two readers only undercounts.
+    }
+
+    /// Adds `sent` to the count of messages sent again that the status shows: once per
+    /// re-drive, not per item. A lost race between two re-drives only undercounts.
+    pub async fn count_redriven(&self, id: &str, sent: u64) -> Result<(), LedgerError> {
+        if sent == 0 {
+            return Ok(());
+        }
         let counter = self.table().get_entity(id, REDRIVEN_ROW).await?;
-        let count = counter.as_ref().map_or(0, |c| number(c, "count")) + 1;
+        let count = counter.as_ref().map_or(0, |c| number(c, "count")) + sent;
         let update = Entity::new(id, REDRIVEN_ROW).with("count", int(count));
         let written = match counter.and_then(|c| c.etag) {
             Some(etag) => {
@@ -86,11 +93,9 @@ impl Ledger {
             None => self.table().insert(&update).await,
         };
         match written {
-            Ok(_) => {}
-            Err(e) if matches!(e.status(), Some(409) | Some(412)) => {}
-            Err(e) => return Err(e.into()),
+            Err(e) if !matches!(e.status(), Some(409) | Some(412)) => Err(e.into()),
+            _ => Ok(()),
         }
-        Ok(true)
     }
 }
 

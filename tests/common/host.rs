@@ -262,6 +262,19 @@ impl TestHost {
         .await
         .res()
     }
+
+    /// Cancels a scan; the HTTP answer.
+    pub async fn cancel(&self, id: &str) -> (u16, Value) {
+        self.http(
+            "CancelScan",
+            "POST",
+            &format!("/api/scans/{id}/cancel"),
+            &[("id", id)],
+            None,
+        )
+        .await
+        .res()
+    }
 }
 
 impl Drop for TestHost {

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{rows, Host};
+use common::{free_port, rows, Host};
 use serde_json::json;
 use tablescan::storage::{ClientOptions, StorageAccount, TableServiceClient};
 
@@ -23,14 +23,6 @@ struct Emulator {
     child: Option<Child>,
     location: PathBuf,
     ports: [u16; 3],
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 impl Emulator {
@@ -98,15 +90,7 @@ impl Emulator {
 
     fn signal(&mut self, signal: &str) {
         if let Some(mut child) = self.child.take() {
-            let _ = Command::new("kill")
-                .args([signal, &child.id().to_string()])
-                .status();
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
+            common::stop::signal_and_wait(&mut child, signal, Duration::from_secs(10));
         }
     }
 

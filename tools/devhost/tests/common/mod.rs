@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 #[path = "../../src/stop.rs"]
-mod stop;
+pub mod stop;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
@@ -20,6 +20,15 @@ use tablescan::storage::table::entity::{Entity, Value as Edm};
 use tablescan::storage::{
     ClientOptions, QueueServiceClient, StorageAccount, TableClient, TableServiceClient,
 };
+
+/// A port nobody listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
 
 pub fn storage() -> String {
     std::env::var("TABLESCAN_TEST_STORAGE")
@@ -433,11 +442,7 @@ fn launch(
     settings: &[(String, String)],
     lines: &Arc<Mutex<Vec<String>>>,
 ) -> (Child, u16) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_devhost"))
         .args([
             "--script-root",
