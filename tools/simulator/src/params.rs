@@ -1,152 +1,344 @@
-//! Every parameter of the model, with its default and where the default comes from. Each is a
-//! command-line flag (`--name value`).
+//! Every parameter of the model, parsed once from the command line into typed values, each with
+//! its default and where the default comes from. A value out of range is refused with the flag's
+//! name; no parameter silently overrides another.
 
-use tablescan::scan::ScanOptions;
+use clap::{Args, ValueEnum};
 
-/// The model's parameters.
-#[derive(Debug, Clone)]
-pub struct Params {
-    // Storage (Azure Table and Queue scalability targets, docs "Scalability and performance
-    // targets for Table storage / Queue storage").
-    /// Requests per second one storage account serves (a query page or a batch is one request).
-    pub account_requests_per_second: f64,
-    /// Entities per second one partition serves.
-    pub partition_entities_per_second: f64,
-    /// Messages per second one queue accepts.
-    pub queue_messages_per_second: f64,
-    /// Fixed part of a query's latency, ms. With `query_ms_per_entity` this gives 137 ms for a
-    /// full page: the published serial read of 3.5M rows took 8 minutes (3,500 pages).
-    pub query_base_ms: f64,
-    pub query_ms_per_entity: f64,
-    /// Latency of an entity group transaction, ms, plus per entity.
-    pub batch_base_ms: f64,
-    pub batch_ms_per_entity: f64,
-    /// Latency of a queue put, ms.
-    pub queue_put_ms: f64,
-    /// Latency varies uniformly by this fraction either way (seeded, so runs repeat exactly).
-    pub jitter: f64,
-    /// Rows per partition server range: a page never crosses one (it ends early, with a
-    /// continuation), as the service does at partition-server boundaries.
-    pub server_range_rows: u64,
-    /// A query that would wait longer than this on a busy partition is refused with 503
-    /// ServerBusy instead (the service throttles rather than queue), ms. Not documented by
-    /// Azure: assumed 3 s, below the 5 s a query may run on the server.
-    pub throttle_after_ms: f64,
-    /// How long a failed message stays invisible before it is retried (host.json), ms.
-    pub retry_after_ms: f64,
-    // Functions (target-based scaling docs; the Queues extension's defaults).
-    /// Most instances: 100 on Consumption, 1,000 on Flex Consumption.
-    pub max_instances: usize,
-    pub first_instances: usize,
-    /// Concurrent invocations per instance: batchSize 16 + newBatchThreshold 8.
-    pub per_instance: usize,
-    /// How often the scale controller decides, ms, and how many instances it may add at once.
-    pub scale_interval_ms: f64,
-    pub scale_step: usize,
-    /// Seconds before a new instance takes work.
-    pub cold_start_ms: f64,
-    /// Delay before a queued message is picked up, ms (polling; the local host polls at most
-    /// every 2 s, a busy one almost at once).
-    pub poll_ms: f64,
-    // The scan.
-    pub page_size: u16,
-    pub max_queries: u32,
-    pub max_seconds: f64,
-    /// Pieces a step's remainder is handed on in (ScanOptions::fan_out).
-    pub fan_out: usize,
-    /// Queries of the first step; each level below may make twice as many
-    /// (ScanOptions::first_step_queries).
-    pub first_step_queries: u32,
-    /// Simulation tick, ms.
-    pub tick_ms: f64,
-    pub seed: u64,
+/// Where the Functions app runs (azure-scale facts in docs/performance.md, "The model").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Plan {
+    /// Linux Consumption: at most 100 instances, one core each, one scale decision per interval.
+    Consumption,
+    /// Windows Consumption: as Linux, at most 200 instances.
+    ConsumptionWindows,
+    /// Flex Consumption: one instance group per queue-triggered function, 100 instances each by
+    /// default (1 to 1,000), within a regional quota of cores.
+    Flex,
 }
 
-impl Default for Params {
-    fn default() -> Self {
-        Params {
-            account_requests_per_second: 20_000.0,
-            partition_entities_per_second: 2_000.0,
-            queue_messages_per_second: 2_000.0,
-            query_base_ms: 30.0,
-            query_ms_per_entity: 0.107,
-            batch_base_ms: 30.0,
-            batch_ms_per_entity: 0.1,
-            queue_put_ms: 10.0,
-            jitter: 0.2,
-            server_range_rows: 250_000,
-            throttle_after_ms: 3_000.0,
-            retry_after_ms: 30_000.0,
-            max_instances: 100,
-            first_instances: 1,
-            per_instance: 24,
-            scale_interval_ms: 1_000.0,
-            scale_step: 4,
-            cold_start_ms: 1_000.0,
-            poll_ms: 200.0,
-            page_size: 1000,
-            max_queries: 20,
-            max_seconds: 15.0,
-            fan_out: 4,
-            first_step_queries: ScanOptions::default().first_step_queries,
-            tick_ms: 5.0,
-            seed: 1,
+impl Plan {
+    /// The most instances the plan allows (per function group on Flex).
+    pub fn instance_ceiling(self) -> usize {
+        match self {
+            Plan::Consumption => 100,
+            Plan::ConsumptionWindows => 200,
+            Plan::Flex => 1000,
+        }
+    }
+
+    /// The instance cap when none is given.
+    pub fn default_instances(self) -> usize {
+        match self {
+            Plan::Consumption => 100,
+            Plan::ConsumptionWindows => 200,
+            Plan::Flex => 100,
         }
     }
 }
 
+/// Where the scan's bookkeeping (ledger and work queues) lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AppAccount {
+    /// In the account of the table being scanned (the default setup: one connection).
+    Source,
+    /// In an account of its own.
+    Separate,
+}
+
+/// The synthetic NuGet-like table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Shape {
+    /// Package ids with about 3.4 versions each (most one or two, a few dozens).
+    Catalog,
+    /// Package ids with about 13.6 versions each: the catalog shape with four times the
+    /// versions per id, which is what the published runs' execution counts imply (see
+    /// docs/performance.md, "Calibration").
+    Ids,
+}
+
+/// The model's parameters. Rates are per second; times in milliseconds unless named otherwise.
+#[derive(Debug, Clone, Args)]
+pub struct Params {
+    // Storage: the Table service's scalability targets count entities (scanned, inserted,
+    // updated or deleted), not requests; queues count messages.
+    /// Entities per second one storage account serves (documented target: 20,000).
+    #[arg(long, default_value_t = 20_000.0, value_parser = positive)]
+    pub account_entities_per_second: f64,
+    /// Entities per second one table partition serves (documented target: 2,000).
+    #[arg(long, default_value_t = 2_000.0, value_parser = positive)]
+    pub partition_entities_per_second: f64,
+    /// Messages per second one queue accepts (documented target: 2,000).
+    #[arg(long, default_value_t = 2_000.0, value_parser = positive)]
+    pub queue_messages_per_second: f64,
+    /// A request that would wait longer than this for capacity is answered 503 Server Busy
+    /// instead. Not documented: assumed.
+    #[arg(long, default_value_t = 2_000.0, value_parser = positive)]
+    pub throttle_after_ms: f64,
+    /// How long a refused request takes to come back with its 503. Not documented: assumed.
+    #[arg(long, default_value_t = 300.0, value_parser = non_negative)]
+    pub busy_reply_ms: f64,
+    /// Fixed part of a query's latency; with the per-entity part a full page takes 137 ms, the
+    /// published serial read (3.5M rows in about 8 minutes).
+    #[arg(long, default_value_t = 30.0, value_parser = non_negative)]
+    pub query_base_ms: f64,
+    #[arg(long, default_value_t = 0.107, value_parser = non_negative)]
+    pub query_ms_per_entity: f64,
+    /// Latency of an entity group transaction, plus per entity.
+    #[arg(long, default_value_t = 30.0, value_parser = non_negative)]
+    pub batch_base_ms: f64,
+    #[arg(long, default_value_t = 0.1, value_parser = non_negative)]
+    pub batch_ms_per_entity: f64,
+    /// Latency of a single-entity request (a ledger read or claim).
+    #[arg(long, default_value_t = 15.0, value_parser = non_negative)]
+    pub entity_ms: f64,
+    /// Latency of a queue put.
+    #[arg(long, default_value_t = 10.0, value_parser = non_negative)]
+    pub queue_put_ms: f64,
+    /// Latency varies uniformly by this fraction either way (seeded: runs repeat exactly).
+    #[arg(long, default_value_t = 0.2, value_parser = fraction)]
+    pub jitter: f64,
+    /// Rows per partition-server range: a page never crosses one (it ends early with a
+    /// continuation), as the service does at server boundaries.
+    #[arg(long, default_value_t = 250_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub server_range_rows: u64,
+
+    // Functions.
+    #[arg(long, value_enum, default_value_t = Plan::Consumption)]
+    pub plan: Plan,
+    /// Most instances (per function group on Flex); defaults to the plan's default.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub max_instances: Option<u64>,
+    /// Flex instance memory: 512, 2048 or 4096 MB (0.25, 1 or 2 cores).
+    #[arg(long, default_value_t = 2048, value_parser = instance_memory)]
+    pub instance_memory_mb: u32,
+    /// Flex regional quota of cores across all instances of the subscription.
+    #[arg(long, default_value_t = 250.0, value_parser = positive)]
+    pub region_cores: f64,
+    /// Invocations one instance runs at once, and the target-based scaler's target per
+    /// instance: the Queues extension's batchSize 16 + newBatchThreshold 8.
+    #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub per_instance: u64,
+    /// Seconds between two scale decisions. Consumption documents "at most once every 30
+    /// seconds" for non-HTTP triggers; Flex documents none (defaults to 5 s, assumed).
+    #[arg(long, value_parser = positive)]
+    pub scale_interval_s: Option<f64>,
+    /// Instances one decision may add (target-based scaling adds up to four at a time).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub scale_step: u64,
+    /// Seconds before a new instance takes work. Not documented: assumed.
+    #[arg(long, default_value_t = 5.0, value_parser = non_negative)]
+    pub cold_start_s: f64,
+    /// Delay between a message becoming visible and an invocation picking it up.
+    #[arg(long, default_value_t = 200.0, value_parser = non_negative)]
+    pub poll_ms: f64,
+    /// The host's work per invocation (dispatch, bindings) before the handler starts.
+    #[arg(long, default_value_t = 5.0, value_parser = non_negative)]
+    pub invocation_ms: f64,
+    /// How long a failed message stays invisible before it is delivered again (host.json
+    /// visibilityTimeout).
+    #[arg(long, default_value_t = 30.0, value_parser = non_negative)]
+    pub visibility_timeout_s: f64,
+    /// Deliveries before a message goes to the poison queue (host.json maxDequeueCount).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub max_dequeue_count: u32,
+    /// Handler CPU per 1,000 rows on one core, ms (benches/handler_cost: count 3.19, copy
+    /// 8.16, enqueue 8.09); copy's figure is used for copy and delete.
+    #[arg(long, default_value_t = 3.19, value_parser = non_negative)]
+    pub count_cpu_ms_per_1000: f64,
+    #[arg(long, default_value_t = 8.16, value_parser = non_negative)]
+    pub copy_cpu_ms_per_1000: f64,
+
+    // The scan's bookkeeping.
+    #[arg(long, value_enum, default_value_t = AppAccount::Source)]
+    pub app_account: AppAccount,
+    /// Seconds between status reads of a client following the scan (0: nobody polls). The
+    /// README's client polls twice a second.
+    #[arg(long, default_value_t = 5.0, value_parser = non_negative)]
+    pub status_poll_s: f64,
+    /// Seconds between two re-drive sweeps (the RedriveScans timer: 5 minutes).
+    #[arg(long, default_value_t = 300.0, value_parser = positive)]
+    pub sweep_s: f64,
+    /// The claim's lease; steps longer than this can run twice.
+    #[arg(long, default_value_t = 60.0, value_parser = positive)]
+    pub lease_s: f64,
+
+    // The scan engine.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub page_size: u16,
+    /// Queries one step may make.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub max_queries: u32,
+    /// Seconds one step may read for.
+    #[arg(long, default_value_t = 15.0, value_parser = positive)]
+    pub max_seconds: f64,
+    /// Pieces a step's remainder is handed on in.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub fan_out: u64,
+    /// Queries of the first step; each level below may make twice as many.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub first_step_queries: u32,
+
+    // The table.
+    #[arg(long, value_enum, default_value_t = Shape::Ids)]
+    pub shape: Shape,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
 impl Params {
-    /// Applies `--name value` flags; returns the arguments that are not parameters.
-    pub fn apply_flags(&mut self, args: &[String]) -> Result<Vec<String>, String> {
-        let mut rest = Vec::new();
-        let mut i = 0;
-        while i < args.len() {
-            let name = args[i].trim_start_matches("--").replace('-', "_");
-            let Some(value) = args.get(i + 1) else {
-                rest.push(args[i].clone());
-                i += 1;
-                continue;
-            };
-            let number = || {
-                value
-                    .parse::<f64>()
-                    .map_err(|_| format!("--{name} takes a number"))
-            };
-            match name.as_str() {
-                "account_requests_per_second" => self.account_requests_per_second = number()?,
-                "partition_entities_per_second" => self.partition_entities_per_second = number()?,
-                "queue_messages_per_second" => self.queue_messages_per_second = number()?,
-                "query_base_ms" => self.query_base_ms = number()?,
-                "query_ms_per_entity" => self.query_ms_per_entity = number()?,
-                "batch_base_ms" => self.batch_base_ms = number()?,
-                "batch_ms_per_entity" => self.batch_ms_per_entity = number()?,
-                "queue_put_ms" => self.queue_put_ms = number()?,
-                "jitter" => self.jitter = number()?,
-                "server_range_rows" => self.server_range_rows = number()? as u64,
-                "throttle_after_ms" => self.throttle_after_ms = number()?,
-                "retry_after_ms" => self.retry_after_ms = number()?,
-                "max_instances" => self.max_instances = number()? as usize,
-                "first_instances" => self.first_instances = number()? as usize,
-                "per_instance" => self.per_instance = number()? as usize,
-                "scale_interval_ms" => self.scale_interval_ms = number()?,
-                "scale_step" => self.scale_step = number()? as usize,
-                "cold_start_ms" => self.cold_start_ms = number()?,
-                "poll_ms" => self.poll_ms = number()?,
-                "page_size" => self.page_size = number()? as u16,
-                "max_queries" => self.max_queries = number()? as u32,
-                "max_seconds" => self.max_seconds = number()?,
-                "fan_out" => self.fan_out = number()? as usize,
-                "first_step_queries" => self.first_step_queries = number()? as u32,
-                "tick_ms" => self.tick_ms = number()?,
-                "seed" => self.seed = number()? as u64,
-                _ => {
-                    rest.push(args[i].clone());
-                    i += 1;
-                    continue;
-                }
-            }
-            i += 2;
+    /// The instance cap, checked against the plan's ceiling.
+    pub fn max_instances(&self) -> Result<usize, String> {
+        let cap = self
+            .max_instances
+            .map_or(self.plan.default_instances(), |n| n as usize);
+        if cap > self.plan.instance_ceiling() {
+            return Err(format!(
+                "--max-instances {cap} is more than the {:?} plan allows ({})",
+                self.plan,
+                self.plan.instance_ceiling()
+            ));
         }
-        Ok(rest)
+        Ok(cap)
+    }
+
+    /// Seconds between scale decisions.
+    pub fn scale_interval(&self) -> f64 {
+        self.scale_interval_s.unwrap_or(match self.plan {
+            Plan::Flex => 5.0,
+            _ => 30.0,
+        })
+    }
+
+    /// Cores of one instance.
+    pub fn cores(&self) -> f64 {
+        match self.plan {
+            Plan::Flex => f64::from(self.instance_memory_mb) / 2048.0,
+            _ => 1.0,
+        }
+    }
+
+    /// Instances the Flex regional quota allows across all groups (no limit elsewhere).
+    pub fn quota_instances(&self) -> usize {
+        match self.plan {
+            Plan::Flex => (self.region_cores / self.cores()).floor().max(1.0) as usize,
+            _ => usize::MAX,
+        }
+    }
+}
+
+fn number(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number"))?;
+    if value.is_finite() {
+        Ok(value)
+    } else {
+        Err(format!("{text} is not a finite number"))
+    }
+}
+
+fn positive(text: &str) -> Result<f64, String> {
+    let value = number(text)?;
+    if value > 0.0 {
+        Ok(value)
+    } else {
+        Err(format!("{text} must be more than 0"))
+    }
+}
+
+fn non_negative(text: &str) -> Result<f64, String> {
+    let value = number(text)?;
+    if value >= 0.0 {
+        Ok(value)
+    } else {
+        Err(format!("{text} must be 0 or more"))
+    }
+}
+
+fn fraction(text: &str) -> Result<f64, String> {
+    let value = number(text)?;
+    if (0.0..1.0).contains(&value) {
+        Ok(value)
+    } else {
+        Err(format!("{text} must be at least 0 and below 1"))
+    }
+}
+
+fn instance_memory(text: &str) -> Result<u32, String> {
+    match text {
+        "512" => Ok(512),
+        "2048" => Ok(2048),
+        "4096" => Ok(4096),
+        _ => Err(format!(
+            "{text} is not a Flex instance size (512, 2048 or 4096)"
+        )),
+    }
+}
+
+/// Parses `args` as the command line's parameters (for tests).
+#[cfg(test)]
+pub fn parse(args: &[&str]) -> Result<Params, String> {
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        params: Params,
+    }
+
+    Cli::try_parse_from(std::iter::once("simulator").chain(args.iter().copied()))
+        .map(|c| c.params)
+        .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_values_name_their_flag() {
+        for (args, flag) in [
+            (&["--per-instance", "0"][..], "--per-instance"),
+            (&["--max-seconds=0"][..], "--max-seconds"),
+            (&["--jitter", "1.5"][..], "--jitter"),
+            (&["--page-size", "70000"][..], "--page-size"),
+            (
+                &["--instance-memory-mb", "1000"][..],
+                "--instance-memory-mb",
+            ),
+            (
+                &["--account-entities-per-second=-5"][..],
+                "--account-entities-per-second",
+            ),
+        ] {
+            let error = parse(args)
+                .err()
+                .unwrap_or_else(|| panic!("{args:?} accepted"));
+            assert!(error.contains(flag), "{args:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn the_plan_sets_defaults_without_overriding_explicit_values() {
+        let flex = parse(&["--plan", "flex"]).unwrap();
+        assert_eq!(flex.max_instances().unwrap(), 100);
+        assert_eq!(flex.scale_interval(), 5.0);
+        let capped = parse(&["--max-instances", "40", "--plan", "flex"]).unwrap();
+        assert_eq!(capped.max_instances().unwrap(), 40);
+        let over = parse(&["--plan", "consumption", "--max-instances", "300"]).unwrap();
+        assert!(over
+            .max_instances()
+            .unwrap_err()
+            .contains("--max-instances"));
+        assert_eq!(parse(&[]).unwrap().scale_interval(), 30.0);
+    }
+
+    #[test]
+    fn flex_instances_follow_their_size_and_the_quota() {
+        let small = parse(&["--plan", "flex", "--instance-memory-mb", "512"]).unwrap();
+        assert_eq!(small.cores(), 0.25);
+        assert_eq!(small.quota_instances(), 1000);
+        let default = parse(&["--plan", "flex"]).unwrap();
+        assert_eq!(default.quota_instances(), 250);
     }
 }

@@ -1,456 +1,494 @@
-//! The simulation: the real scan engine steps through a synthetic table on virtual time, the
-//! real copy planner decides the writes, and a model of the Functions platform decides when and
-//! where each step runs.
+//! The simulation loop: discrete events on virtual time. Messages wait on their queues, the
+//! platform's scale controller adds instances as documented, each instance runs a fixed number
+//! of invocations at once, and a design (tablescan's engine, or the published scanner) decides
+//! what one invocation does to storage and which messages it hands on.
 
-use std::collections::VecDeque;
-use std::sync::Mutex;
-use std::time::Duration;
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 
-use tablescan::actions::{plan_transactions, COPY_CONCURRENCY};
-use tablescan::scan::item::WorkItem;
-use tablescan::scan::keys::KeyRange;
-use tablescan::scan::reader::{PageRequest, TableReader};
-use tablescan::scan::{run_step, Budget, Clock, RowSink, ScanOptions, Strategy};
-use tablescan::storage::table::batch::Operation;
-use tablescan::storage::table::entity::Entity;
-use tablescan::storage::table::query::Page;
-use tablescan::storage::StorageError;
+use crate::params::{Params, Plan};
+use crate::stats::Stats;
+use crate::storage::{Limit, Partition, Purpose, Request, Role, Storage};
 
-use crate::params::Params;
-use crate::storage::Storage;
-use crate::table::SyntheticTable;
-
-/// What a scan does with its rows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    Count,
-    /// Copy to a table in another storage account (its own request-rate target).
-    Copy,
+/// A message one execution hands on, and whether the execution put it on its queue itself
+/// (the published design enqueues from its own code) or the host puts it afterwards (output
+/// bindings, as tablescan does).
+pub struct FollowUp<M> {
+    pub message: M,
+    /// When the message is on its queue, if the execution put it there.
+    pub queued_at: Option<f64>,
 }
 
-/// The outcome of one simulated scan.
-#[derive(Debug, Default)]
-pub struct Outcome {
-    pub seconds: f64,
-    pub rows: u64,
-    pub steps: u64,
-    pub queries: u64,
-    pub writes: u64,
-    pub longest_step: f64,
-    pub critical_path: u32,
-    pub peak_instances: usize,
-    /// Rows read in each 5-second window.
-    pub rows_per_window: Vec<u64>,
-    /// Batch writes completed in each 5-second window.
-    pub writes_per_window: Vec<u64>,
-    /// Seconds requests waited on each limit.
-    pub waited_account: f64,
-    pub waited_target: f64,
-    pub waited_partition: f64,
-    /// Seconds during which every invocation slot was busy while work waited.
-    pub saturated_seconds: f64,
-    pub bound_by: String,
-    /// The shortest makespan the model's request-rate and partition targets allow, seconds:
-    /// the fewest queries at the source account's rate, the fewest transactions at the target
-    /// account's rate, and the largest partition at its entity rate, whichever is longest.
-    pub bound: f64,
-    pub failed_attempts: u64,
-    pub throttled: u64,
+/// What one execution did.
+pub struct Execution<M> {
+    pub end: f64,
+    pub follow_ups: Vec<FollowUp<M>>,
+    /// It failed: the host makes the message visible again after the visibility timeout.
+    pub failed: bool,
 }
 
-pub const WINDOW: f64 = 5.0;
-
-/// A step's own clock, in virtual seconds. The engine reads page n+1 while the action works on
-/// page n and waits for both (`run_step`), so both start when the later of read n and the
-/// action on page n-1 ended. The simulation polls the two one after the other, so each works
-/// out that start from the timeline rather than from whichever ran first.
-struct StepClock(Mutex<Timeline>);
-
-struct Timeline {
-    started: f64,
-    /// When each read ended, in order.
-    reads: Vec<f64>,
-    /// When each non-empty page arrived (the end of its read), not yet taken by the action.
-    arrivals: VecDeque<f64>,
-    /// When the action finished each page it took: (arrival of the page, end).
-    accepts: Vec<(f64, f64)>,
+/// What the instances, the storage and the statistics look like to a design.
+pub struct World {
+    pub params: Params,
+    pub storage: Storage,
+    /// Each instance's CPU, in core-seconds per second.
+    cpu: HashMap<usize, Limit>,
+    pub stats: Stats,
 }
 
-impl StepClock {
-    fn new(t: f64) -> Self {
-        StepClock(Mutex::new(Timeline {
-            started: t,
-            reads: Vec::new(),
-            arrivals: VecDeque::new(),
-            accepts: Vec::new(),
-        }))
-    }
-
-    /// When the next read starts: after the last read and after the action on every page that
-    /// arrived before it (the action on the last page runs alongside).
-    fn read_start(&self) -> f64 {
-        let timeline = self.0.lock().unwrap();
-        let last_read = timeline.reads.last().copied().unwrap_or(timeline.started);
-        let action = timeline
-            .accepts
-            .iter()
-            .rev()
-            .find(|(arrival, _)| *arrival < last_read)
-            .map_or(timeline.started, |(_, end)| *end);
-        last_read.max(action)
-    }
-
-    fn read_ended(&self, end: f64, rows: bool) {
-        let mut timeline = self.0.lock().unwrap();
-        timeline.reads.push(end);
-        if rows {
-            timeline.arrivals.push_back(end);
+impl World {
+    pub fn new(params: Params, storage: Storage) -> Self {
+        World {
+            params,
+            storage,
+            cpu: HashMap::new(),
+            stats: Stats::default(),
         }
     }
 
-    /// When the action on the next page starts: when the page arrived and the action on the
-    /// page before is done. Returns the page's arrival too.
-    fn accept_start(&self) -> (f64, f64) {
-        let mut timeline = self.0.lock().unwrap();
-        let arrival = timeline.arrivals.pop_front().unwrap_or(timeline.started);
-        let previous = timeline.accepts.last().map_or(timeline.started, |a| a.1);
-        (arrival, arrival.max(previous))
-    }
-
-    fn accept_ended(&self, arrival: f64, end: f64) {
-        self.0.lock().unwrap().accepts.push((arrival, end));
-    }
-
-    /// The step's time: everything it started has ended.
-    fn now(&self) -> f64 {
-        let timeline = self.0.lock().unwrap();
-        let read = timeline.reads.last().copied().unwrap_or(timeline.started);
-        let action = timeline.accepts.last().map_or(timeline.started, |a| a.1);
-        read.max(action)
+    /// `seconds` of one core's work on `instance`, ready at `t`: when it is done.
+    pub fn compute(&mut self, instance: usize, t: f64, seconds: f64) -> f64 {
+        let cores = self.params.cores();
+        let limit = self
+            .cpu
+            .entry(instance)
+            .or_insert_with(|| Limit::new(cores));
+        limit.admit(t, seconds)
     }
 }
 
-impl Clock for StepClock {
-    fn now(&self) -> Duration {
-        Duration::from_secs_f64(StepClock::now(self))
+/// A way of scanning a table: what one execution of each of its messages does.
+pub trait Design {
+    type Message;
+    /// The queue (and queue-triggered function) a message goes to.
+    fn queue(&self, message: &Self::Message) -> usize;
+    /// Runs `message` from `t` on `instance`.
+    fn execute(
+        &mut self,
+        world: &mut World,
+        message: &Self::Message,
+        t: f64,
+        instance: usize,
+    ) -> Execution<Self::Message>;
+    /// Whether the design keeps a ledger that status reads and re-drive sweeps read whole.
+    fn has_ledger(&self) -> bool;
+}
+
+struct Queued<M> {
+    visible: f64,
+    seq: u64,
+    dequeues: u32,
+    message: M,
+}
+
+impl<M> PartialEq for Queued<M> {
+    fn eq(&self, other: &Self) -> bool {
+        self.seq == other.seq
+    }
+}
+impl<M> Eq for Queued<M> {}
+impl<M> PartialOrd for Queued<M> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl<M> Ord for Queued<M> {
+    /// Earliest visible first (a min-heap through `Reverse`), then first queued.
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.visible
+            .total_cmp(&other.visible)
+            .then(self.seq.cmp(&other.seq))
     }
 }
 
-struct World<'a> {
-    table: &'a SyntheticTable,
-    storage: Mutex<Storage>,
-    windows: Mutex<Vec<u64>>,
-    /// Batch writes completed in each window.
-    write_windows: Mutex<Vec<u64>>,
-}
-
-struct Reader<'a> {
-    world: &'a World<'a>,
-    clock: &'a StepClock,
-}
-
-impl TableReader for Reader<'_> {
-    async fn read_page(&self, request: &PageRequest<'_>) -> Result<Page, StorageError> {
-        let server_range = self.world.storage.lock().unwrap().params.server_range_rows;
-        let raw = self
-            .world
-            .table
-            .read(request.scope, request.top, request.cursor, server_range);
-        // The handler's reader retries a refused read briefly (the same policy as the real
-        // step reads), then gives up and the step hands its range on.
-        let policy = tablescan::scan::budget::read_retry_policy();
-        let mut retry = 0;
-        let mut now = self.clock.read_start();
-        let done = loop {
-            let answered = self
-                .world
-                .storage
-                .lock()
-                .unwrap()
-                .query(now, &raw.partitions);
-            match answered {
-                Ok(done) => break done,
-                Err(refused) => {
-                    now = refused;
-                    if retry >= policy.max_retries {
-                        self.clock.read_ended(now, false);
-                        return Err(StorageError::from_service(
-                            "query entities",
-                            "simulated table",
-                            tablescan::storage::ServiceError {
-                                status: 503,
-                                code: Some("ServerBusy".into()),
-                                message: "partition over its target".into(),
-                                request_id: None,
-                            },
-                        ));
-                    }
-                    retry += 1;
-                    let unit = self.world.storage.lock().unwrap().unit();
-                    now = refused + policy.delay(retry, unit, None).as_secs_f64();
-                }
-            }
-        };
-        self.clock.read_ended(done, !raw.rows.is_empty());
-        let window = (done / WINDOW) as usize;
-        let mut windows = self.world.windows.lock().unwrap();
-        if windows.len() <= window {
-            windows.resize(window + 1, 0);
-        }
-        windows[window] += raw.rows.len() as u64;
-        Ok(Page {
-            entities: raw.rows,
-            continuation: raw.continuation,
-        })
-    }
-}
-
-struct Sink<'a> {
-    world: &'a World<'a>,
-    clock: &'a StepClock,
-    action: Action,
-    /// The instance the step runs on: its writes share that process's cap.
-    instance: usize,
-    writes: u64,
-}
-
-impl RowSink for Sink<'_> {
-    type Error = String;
-
-    async fn accept(&mut self, rows: Vec<Entity>, deadline: Duration) -> Result<usize, String> {
-        let (arrival, start) = self.clock.accept_start();
-        if self.action == Action::Count {
-            self.clock.accept_ended(arrival, start);
-            return Ok(rows.len());
-        }
-        // The copy action keeps up to COPY_CONCURRENCY transactions in flight: each lane takes
-        // the next transaction as soon as its last one is answered, and none is started after
-        // the deadline (but the first).
-        let deadline = deadline.as_secs_f64();
-        let transactions = plan_transactions(rows);
-        let mut storage = self.world.storage.lock().unwrap();
-        let mut lanes = vec![start; COPY_CONCURRENCY];
-        let mut finished = 0;
-        for (started, ops) in transactions.iter().enumerate() {
-            let lane = lanes
-                .iter_mut()
-                .min_by(|a, b| a.total_cmp(b))
-                .expect("at least one lane");
-            if started > 0 && *lane >= deadline {
-                break;
-            }
-            finished += ops.len();
-            let pk = match &ops[0] {
-                Operation::UpsertReplace(e) => e.partition_key.as_str(),
-                _ => "",
-            };
-            let done = storage.batch(*lane, self.instance, partition_hash(pk), ops.len());
-            *lane = done;
-            self.writes += 1;
-            let window = (done / WINDOW) as usize;
-            let mut windows = self.world.write_windows.lock().unwrap();
-            if windows.len() <= window {
-                windows.resize(window + 1, 0);
-            }
-            windows[window] += 1;
-        }
-        let end = lanes.into_iter().fold(start, f64::max);
-        self.clock.accept_ended(arrival, end);
-        Ok(finished)
-    }
-}
-
-fn partition_hash(key: &str) -> usize {
-    key.bytes().fold(1469598103934665603u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(1099511628211)
-    }) as usize
-}
-
-/// Polls a future that never waits (everything here completes at once) to its end.
-fn complete<F: std::future::Future>(future: F) -> F::Output {
-    let mut future = std::pin::pin!(future);
-    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
-    match future.as_mut().poll(&mut context) {
-        std::task::Poll::Ready(value) => value,
-        std::task::Poll::Pending => unreachable!("simulated I/O completes immediately"),
-    }
-}
-
-struct Running {
+struct Running<M> {
     end: f64,
+    seq: u64,
     instance: usize,
-    follow_ups: Vec<WorkItem>,
+    queue: usize,
+    dequeues: u32,
+    message: M,
+    execution: Execution<M>,
 }
 
-/// Simulates one scan of `table` from start to end.
-pub fn simulate(
-    table: &SyntheticTable,
-    action: Action,
-    strategy: Strategy,
-    params: &Params,
-) -> Outcome {
-    let options = ScanOptions {
-        strategy,
-        page_size: params.page_size,
-        budget: Budget {
-            max_queries: params.max_queries,
-            max_duration: Duration::from_secs_f64(params.max_seconds),
-        },
-        columns: None,
-        fan_out: params.fan_out,
-        first_step_queries: params.first_step_queries,
-        ..ScanOptions::default()
-    };
-    let world = World {
-        table,
-        storage: Mutex::new(Storage::new(params.clone())),
-        windows: Mutex::new(Vec::new()),
-        write_windows: Mutex::new(Vec::new()),
-    };
-    let mut outcome = Outcome::default();
-    let tick = params.tick_ms / 1000.0;
-    let mut t = 0.0;
-    // (visible at, item)
-    let mut queue: VecDeque<(f64, WorkItem)> =
-        VecDeque::from([(0.0, WorkItem::root("sim", KeyRange::all(), ""))]);
-    let mut running: Vec<Running> = Vec::new();
-    // Per instance: when it is ready, and invocations in flight.
-    let mut instances: Vec<(f64, usize)> = vec![(0.0, 0); params.first_instances.max(1)];
-    let mut next_scale = params.scale_interval_ms / 1000.0;
-    while !queue.is_empty() || !running.is_empty() {
-        // Finished steps hand their follow-ups to the queue.
-        let mut finished = Vec::new();
-        running.retain_mut(|r| {
-            if r.end <= t {
-                finished.push((r.end, r.instance, std::mem::take(&mut r.follow_ups)));
-                false
-            } else {
-                true
-            }
-        });
-        for (end, instance, follow_ups) in finished {
-            instances[instance].1 -= 1;
-            let mut storage = world.storage.lock().unwrap();
-            for item in follow_ups {
-                let written = storage.put(end);
-                queue.push_back((written + params.poll_ms / 1000.0, item));
-            }
-        }
-        // The scale controller (target-based scaling): queue length / per-instance concurrency.
-        if t >= next_scale {
-            // The queue's approximate count includes messages being processed (invisible), so
-            // the target is work waiting plus work running, per instance's concurrency.
-            let want = (queue.len() + running.len())
-                .div_ceil(params.per_instance)
-                .min(params.max_instances);
-            let add = want.saturating_sub(instances.len()).min(params.scale_step);
-            instances.extend(std::iter::repeat_n(
-                (t + params.cold_start_ms / 1000.0, 0),
-                add,
-            ));
-            next_scale += params.scale_interval_ms / 1000.0;
-        }
-        outcome.peak_instances = outcome.peak_instances.max(instances.len());
-        // Hand visible messages to free invocation slots.
-        let mut waiting_visible = false;
-        // The first message that is visible now (a retried one waits out its delay without
-        // holding up those behind it).
-        while let Some(position) = queue.iter().position(|(visible, _)| *visible <= t) {
-            let Some(slot) = instances
-                .iter()
-                .enumerate()
-                .filter(|(_, (ready, busy))| *ready <= t && *busy < params.per_instance)
-                .min_by_key(|(_, (_, busy))| *busy)
-                .map(|(i, _)| i)
-            else {
-                waiting_visible = true;
-                break;
-            };
-            let (_, item) = queue.remove(position).expect("a visible item");
-            let clock = StepClock::new(t);
-            let reader = Reader {
-                world: &world,
-                clock: &clock,
-            };
-            let mut sink = Sink {
-                world: &world,
-                clock: &clock,
-                action,
-                instance: slot,
-                writes: 0,
-            };
-            let report = match complete(run_step(&reader, &item, &options, &clock, &mut sink)) {
-                Ok(report) => report,
-                Err(_) => {
-                    // The invocation failed; the host makes the message visible again later.
-                    outcome.failed_attempts += 1;
-                    queue.push_back((clock.now() + params.retry_after_ms / 1000.0, item));
-                    continue;
+impl<M> PartialEq for Running<M> {
+    fn eq(&self, other: &Self) -> bool {
+        self.seq == other.seq
+    }
+}
+impl<M> Eq for Running<M> {}
+impl<M> PartialOrd for Running<M> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl<M> Ord for Running<M> {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.end
+            .total_cmp(&other.end)
+            .then(self.seq.cmp(&other.seq))
+    }
+}
+
+/// A group of instances that scales as one: the whole app on Consumption, one function's
+/// group on Flex.
+#[derive(Default)]
+struct Group {
+    instances: usize,
+    /// Free invocation slots of ready instances, by instance (each instance appears once per
+    /// free slot; first in, first out spreads work over instances).
+    free: VecDeque<usize>,
+    /// Instances still starting: (ready at, instance).
+    starting: Vec<(f64, usize)>,
+}
+
+/// The platform: instance groups and the scale controller.
+struct Platform {
+    groups: Vec<Group>,
+    next_instance: usize,
+    max_instances: usize,
+    quota: usize,
+    per_instance: usize,
+    step: usize,
+    interval: f64,
+    cold_start: f64,
+    next_decision: f64,
+}
+
+impl Platform {
+    fn new(params: &Params, groups: usize) -> Result<Self, String> {
+        let mut platform = Platform {
+            groups: (0..groups).map(|_| Group::default()).collect(),
+            next_instance: 0,
+            max_instances: params.max_instances()?,
+            quota: params.quota_instances(),
+            per_instance: params.per_instance as usize,
+            step: params.scale_step as usize,
+            interval: params.scale_interval(),
+            cold_start: params.cold_start_s,
+            next_decision: params.scale_interval(),
+        };
+        // The start request woke the app: one instance is ready.
+        platform.add(0, 0.0);
+        Ok(platform)
+    }
+
+    fn add(&mut self, group: usize, ready: f64) {
+        let instance = self.next_instance;
+        self.next_instance += 1;
+        self.groups[group].instances += 1;
+        self.groups[group].starting.push((ready, instance));
+    }
+
+    fn total(&self) -> usize {
+        self.groups.iter().map(|g| g.instances).sum()
+    }
+
+    /// Instances whose cold start ended by `t` take work.
+    fn wake(&mut self, t: f64) {
+        let per_instance = self.per_instance;
+        for group in &mut self.groups {
+            group.starting.retain(|&(ready, instance)| {
+                if ready <= t {
+                    group
+                        .free
+                        .extend(std::iter::repeat_n(instance, per_instance));
+                    false
+                } else {
+                    true
                 }
-            };
-            let end = clock.now();
-            outcome.steps += 1;
-            outcome.queries += u64::from(report.queries);
-            outcome.writes += sink.writes;
-            outcome.rows += report.rows_read;
-            outcome.longest_step = outcome.longest_step.max(end - t);
-            outcome.critical_path = outcome.critical_path.max(item.depth + 1);
-            instances[slot].1 += 1;
-            running.push(Running {
-                end,
-                instance: slot,
-                follow_ups: report.follow_ups,
             });
         }
-        if waiting_visible {
-            outcome.saturated_seconds += tick;
-        }
-        t += tick;
     }
-    let storage = world.storage.into_inner().unwrap();
-    outcome.seconds = t;
-    outcome.rows_per_window = world.windows.into_inner().unwrap();
-    outcome.writes_per_window = world.write_windows.into_inner().unwrap();
-    outcome.waited_account = storage.source.waited;
-    outcome.waited_target = storage.target.waited;
-    outcome.waited_partition = storage.partition_wait;
-    outcome.throttled = storage.throttled;
-    outcome.bound_by = bound_by(&outcome, params);
-    outcome.bound = bound(table, action, params);
-    outcome
+
+    /// One decision of target-based scaling: desired instances = messages (waiting and in
+    /// flight, as the queue's length counts them) / target executions per instance; at most
+    /// `step` more at a time, within the caps.
+    fn decide(&mut self, t: f64, lengths: &[usize]) {
+        for (group, &length) in lengths.iter().enumerate() {
+            let desired = length.div_ceil(self.per_instance).min(self.max_instances);
+            let room = self.quota.saturating_sub(self.total());
+            let add = desired
+                .saturating_sub(self.groups[group].instances)
+                .min(self.step)
+                .min(room);
+            for _ in 0..add {
+                self.add(group, t + self.cold_start);
+            }
+        }
+        self.next_decision = t + self.interval;
+    }
+
+    fn next_ready(&self) -> Option<f64> {
+        self.groups
+            .iter()
+            .flat_map(|g| g.starting.iter().map(|s| s.0))
+            .min_by(f64::total_cmp)
+    }
 }
 
-/// The shortest makespan the request-rate and partition targets allow (see [`Outcome::bound`]).
-pub fn bound(table: &SyntheticTable, action: Action, params: &Params) -> f64 {
-    let reads = table.rows().div_ceil(1000) as f64 / params.account_requests_per_second;
-    let writes = match action {
-        Action::Count => 0.0,
-        Action::Copy => table.fewest_transactions() as f64 / params.account_requests_per_second,
+/// A client following the scan, and the re-drive timer: both read the whole ledger partition.
+struct LedgerReaders {
+    next_poll: Option<f64>,
+    poll_interval: f64,
+    next_sweep: f64,
+    sweep_interval: f64,
+}
+
+impl LedgerReaders {
+    fn next(&self) -> f64 {
+        self.next_poll.unwrap_or(f64::INFINITY).min(self.next_sweep)
+    }
+}
+
+/// Reads `entities` ledger rows in pages of 1,000, one after another, from `t`: when done.
+fn read_ledger(world: &mut World, t: f64, entities: u64) -> f64 {
+    let policy = tablescan::scan::budget::read_retry_policy();
+    let mut now = t;
+    let mut left = entities.max(1);
+    while left > 0 {
+        let page = left.min(1000);
+        let request = Request {
+            role: Role::App,
+            purpose: Purpose::Bookkeeping,
+            entities: page as f64,
+            partition: Some(Partition::Ledger),
+            latency: query_latency(&world.params, page as f64),
+        };
+        world.stats.status_entities += page;
+        world.stats.ledger_requests += 1;
+        match world.storage.send(now, &policy, &request) {
+            Ok(done) => now = done,
+            Err(gave_up) => {
+                return gave_up;
+            }
+        }
+        left -= page;
+    }
+    world.stats.status_reads += 1;
+    now
+}
+
+/// A query's latency for `entities` rows, seconds.
+pub fn query_latency(params: &Params, entities: f64) -> f64 {
+    (params.query_base_ms + params.query_ms_per_entity * entities) / 1000.0
+}
+
+/// A transaction's latency for `entities` rows, seconds.
+pub fn batch_latency(params: &Params, entities: f64) -> f64 {
+    (params.batch_base_ms + params.batch_ms_per_entity * entities) / 1000.0
+}
+
+/// Runs a scan that starts with `first` until no message is left; the statistics are in the
+/// returned world.
+pub fn simulate<D: Design>(
+    design: &mut D,
+    first: D::Message,
+    queues: usize,
+    mut world: World,
+) -> Result<World, String> {
+    let params = world.params.clone();
+    let groups = if params.plan == Plan::Flex { queues } else { 1 };
+    let group_of = |queue: usize| if groups == 1 { 0 } else { queue };
+    let mut platform = Platform::new(&params, groups)?;
+    let mut waiting: Vec<BinaryHeap<Reverse<Queued<D::Message>>>> =
+        (0..queues).map(|_| BinaryHeap::new()).collect();
+    let mut in_flight = vec![0usize; queues];
+    let mut running: BinaryHeap<Reverse<Running<D::Message>>> = BinaryHeap::new();
+    let mut seq = 0u64;
+    let poll = params.poll_ms / 1000.0;
+    let first_queue = design.queue(&first);
+    waiting[first_queue].push(Reverse(Queued {
+        visible: 0.0,
+        seq,
+        dequeues: 0,
+        message: first,
+    }));
+    let mut readers = LedgerReaders {
+        next_poll: (design.has_ledger() && params.status_poll_s > 0.0)
+            .then_some(params.status_poll_s),
+        poll_interval: params.status_poll_s,
+        next_sweep: if design.has_ledger() {
+            params.sweep_s
+        } else {
+            f64::INFINITY
+        },
+        sweep_interval: params.sweep_s,
     };
-    let partition = table.largest_partition() as f64 / params.partition_entities_per_second;
-    reads.max(writes).max(partition)
+    let mut t: f64 = 0.0;
+    let mut next_forget = 60.0;
+    loop {
+        // Executions that ended hand their follow-ups on, or go back to their queue.
+        while running.peek().is_some_and(|r| r.0.end <= t) {
+            let Reverse(done) = running.pop().expect("peeked");
+            in_flight[done.queue] -= 1;
+            platform.groups[group_of(done.queue)]
+                .free
+                .push_back(done.instance);
+            if done.execution.failed {
+                let dequeues = done.dequeues + 1;
+                if dequeues >= params.max_dequeue_count {
+                    world.stats.failed_for_good += 1;
+                } else {
+                    seq += 1;
+                    waiting[done.queue].push(Reverse(Queued {
+                        visible: done.end + params.visibility_timeout_s,
+                        seq,
+                        dequeues,
+                        message: done.message,
+                    }));
+                }
+                continue;
+            }
+            world.stats.executions_done_ok += 1;
+            for follow_up in done.execution.follow_ups {
+                let queue = design.queue(&follow_up.message);
+                world.stats.queue_operations += 1;
+                let queued = follow_up
+                    .queued_at
+                    .unwrap_or_else(|| world.storage.put_message(done.end, queue));
+                seq += 1;
+                waiting[queue].push(Reverse(Queued {
+                    visible: queued + poll,
+                    seq,
+                    dequeues: 0,
+                    message: follow_up.message,
+                }));
+            }
+        }
+        let outstanding: usize = waiting.iter().map(BinaryHeap::len).sum::<usize>() + running.len();
+        if outstanding == 0 {
+            break;
+        }
+        platform.wake(t);
+        if t >= platform.next_decision {
+            let mut lengths = vec![0usize; groups];
+            for queue in 0..queues {
+                lengths[group_of(queue)] += waiting[queue].len() + in_flight[queue];
+            }
+            platform.decide(t, &lengths);
+            world.stats.peak_instances = world.stats.peak_instances.max(platform.total());
+        }
+        // Visible messages go to free invocation slots of their group.
+        for queue in 0..queues {
+            let group = &mut platform.groups[group_of(queue)];
+            while waiting[queue].peek().is_some_and(|m| m.0.visible <= t) {
+                let Some(instance) = group.free.pop_front() else {
+                    break;
+                };
+                let Reverse(message) = waiting[queue].pop().expect("peeked");
+                world.storage.take_message(t);
+                world.stats.queue_operations += 2;
+                world.stats.executions += 1;
+                world.stats.count_execution(t);
+                let execution = design.execute(&mut world, &message.message, t, instance);
+                world.stats.longest_execution =
+                    world.stats.longest_execution.max(execution.end - t);
+                in_flight[queue] += 1;
+                seq += 1;
+                running.push(Reverse(Running {
+                    end: execution.end.max(t),
+                    seq,
+                    instance,
+                    queue,
+                    dequeues: message.dequeues,
+                    message: message.message,
+                    execution,
+                }));
+            }
+        }
+        // The ledger's readers: they read every entity of the scan's partition.
+        if t >= readers.next() {
+            let rows = 1
+                + world.stats.executions_done_ok
+                + outstanding as u64
+                + world.stats.failed_for_good;
+            if readers.next_poll.is_some_and(|p| t >= p) {
+                let done = read_ledger(&mut world, t, rows);
+                readers.next_poll = Some(done + readers.poll_interval);
+            }
+            if t >= readers.next_sweep {
+                read_ledger(&mut world, t, rows);
+                readers.next_sweep = t + readers.sweep_interval;
+            }
+        }
+        if t >= next_forget {
+            // Every request still to come arrives at t or later (running steps booked theirs
+            // when they started); a margin keeps the slots a late retry might look at.
+            world.storage.forget_before((t - 600.0).max(0.0));
+            next_forget = t + 60.0;
+        }
+        // The next moment anything can happen.
+        let mut next = platform.next_decision.min(readers.next());
+        if let Some(r) = running.peek() {
+            next = next.min(r.0.end);
+        }
+        if let Some(ready) = platform.next_ready() {
+            next = next.min(ready);
+        }
+        for (queue, heap) in waiting.iter().enumerate() {
+            if let Some(m) = heap.peek() {
+                let free = !platform.groups[group_of(queue)].free.is_empty();
+                if m.0.visible > t || free {
+                    next = next.min(m.0.visible.max(t));
+                }
+            }
+        }
+        if next <= t {
+            // Something is due now but could not proceed: move on by the smallest step.
+            next = t + 1e-6;
+        }
+        t = next;
+    }
+    world.stats.seconds = t;
+    Ok(world)
 }
 
-/// Which limit shaped the run: the one requests waited on most, or the platform, or the chain
-/// of dependent steps when nothing waited.
-fn bound_by(o: &Outcome, params: &Params) -> String {
-    let candidates = [
-        ("source account request rate", o.waited_account),
-        ("target account request rate", o.waited_target),
-        ("partition throughput", o.waited_partition),
-    ];
-    let (name, waited) = candidates
-        .iter()
-        .cloned()
-        .fold(("", 0.0), |a, b| if b.1 > a.1 { b } else { a });
-    let total_step_seconds = o.seconds.max(1e-9);
-    if waited > total_step_seconds {
-        name.to_string()
-    } else if o.saturated_seconds > 0.25 * o.seconds && o.peak_instances >= params.max_instances {
-        format!("instances ({} at most)", params.max_instances)
-    } else if o.saturated_seconds > 0.25 * o.seconds {
-        "scale-out speed".to_string()
-    } else {
-        "chain of dependent steps (fan-out)".to_string()
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(args: &[&str]) -> Params {
+        crate::params::parse(args).expect("valid parameters")
+    }
+
+    #[test]
+    fn consumption_adds_at_most_four_instances_a_decision_up_to_its_cap() {
+        let mut platform = Platform::new(&params(&[]), 1).unwrap();
+        let mut t = 0.0;
+        for decision in 1..=40 {
+            t += 30.0;
+            platform.decide(t, &[1_000_000]);
+            assert_eq!(platform.total(), (1 + 4 * decision).min(100));
+        }
+        // New instances take work only after their cold start.
+        platform.wake(t);
+        assert!(platform.groups[0].starting.is_empty());
+        let mut quiet = Platform::new(&params(&[]), 1).unwrap();
+        quiet.decide(30.0, &[24]);
+        assert_eq!(quiet.total(), 1, "24 messages want one instance");
+    }
+
+    #[test]
+    fn flex_groups_scale_apart_within_the_core_quota() {
+        let p = params(&[
+            "--plan",
+            "flex",
+            "--max-instances",
+            "1000",
+            "--scale-step",
+            "1000",
+        ]);
+        let mut platform = Platform::new(&p, 2).unwrap();
+        platform.decide(5.0, &[1_000_000, 1_000_000]);
+        assert_eq!(platform.total(), 250, "250 cores of one-core instances");
+        assert_eq!(platform.groups[0].instances, 250);
+        let small = params(&["--plan", "flex", "--instance-memory-mb", "512"]);
+        let mut platform = Platform::new(&small, 2).unwrap();
+        platform.decide(5.0, &[0, 48]);
+        assert_eq!(
+            (platform.groups[0].instances, platform.groups[1].instances),
+            (1, 2)
+        );
     }
 }

@@ -1,11 +1,14 @@
-//! The storage model: latency of each request, and the service's throughput targets as rate
-//! limits. A limit admits work in order: a request that finds the limit busy waits.
+//! The storage model: latency of each request, and the service's scalability targets as rate
+//! limits counted the way the service counts them: every entity scanned, inserted, updated or
+//! deleted counts against its account and its partition, every message against its queue.
+//! A request that finds its limit briefly busy waits; one that would wait longer than
+//! `throttle_after_ms` is answered 503 Server Busy instead, and the caller's retry code reacts.
 
 use std::collections::HashMap;
 
-use tablescan::actions::PROCESS_WRITES_IN_FLIGHT;
+use tablescan::storage::retry::RetryPolicy;
 
-use crate::params::Params;
+use crate::params::{AppAccount, Params};
 
 /// A rate limit: `rate` units per second, kept as a sparse calendar of 10 ms slots. Work is
 /// admitted into the first slots at or after its arrival that have room, so requests arriving in
@@ -76,130 +79,215 @@ impl Limit {
         self.waited += served - t;
         served
     }
+
+    /// Drops the slots before `t`.
+    pub fn forget_before(&mut self, t: f64) {
+        let first = (t / SLOT) as u64;
+        if self.used.len() > 4096 {
+            self.used.retain(|slot, _| *slot >= first);
+        }
+    }
+}
+
+/// The accounts a scan touches, by role. A case maps roles onto physical accounts: a copy
+/// within the account writes where it reads, and the ledger and work queues live in the
+/// source account unless `--app-account separate`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Source,
+    Target,
+    App,
+}
+
+/// The partition a request lands on, when that partition may come near its target: slices of
+/// at least 100 entities and the scan's ledger partition. Smaller slices of a partition are
+/// never tracked (a table of 25 million partitions would need a calendar each for nothing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Partition {
+    /// Partition `index` of the scanned table.
+    Source(usize),
+    /// Partition `index` of the copy's target table.
+    Target(usize),
+    /// The scan's ledger partition.
+    Ledger,
+}
+
+/// What one physical account served.
+#[derive(Debug, Clone)]
+pub struct Account {
+    limit: Limit,
+    /// Entities (and queue messages) it served.
+    pub entities: f64,
+    /// Of those, the scan's bookkeeping: ledger entities and work-queue messages.
+    pub bookkeeping: f64,
+    /// Requests it answered 503 Server Busy.
+    pub throttled: u64,
+}
+
+/// Whether a request is the scan's own bookkeeping (ledger, queues) or its work on rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    Rows,
+    Bookkeeping,
+}
+
+/// One request to the table service.
+#[derive(Debug, Clone, Copy)]
+pub struct Request {
+    pub role: Role,
+    pub purpose: Purpose,
+    /// Entities it scans or writes (at least 1: an empty page still costs a request).
+    pub entities: f64,
+    pub partition: Option<Partition>,
+    /// Its latency once admitted, seconds, before jitter.
+    pub latency: f64,
 }
 
 /// Everything the storage accounts and queues share across steps.
 pub struct Storage {
     pub params: Params,
-    pub source: Limit,
-    pub target: Limit,
-    pub queues: Limit,
-    partitions: HashMap<(bool, usize), Limit>,
-    /// Each instance's cap on writes in flight, as a rate.
-    instances: HashMap<usize, Limit>,
-    /// Entities seen per target partition until it is busy enough to need a limit.
-    partition_load: HashMap<usize, u64>,
-    pub partition_wait: f64,
-    pub requests: u64,
-    pub target_requests: u64,
-    /// Queries refused with 503 ServerBusy.
-    pub throttled: u64,
+    pub accounts: Vec<Account>,
+    roles: [usize; 3],
+    partitions: HashMap<(usize, Partition), Limit>,
+    queues: HashMap<usize, Limit>,
     random: u64,
 }
 
 impl Storage {
-    pub fn new(params: Params) -> Self {
-        Storage {
-            source: Limit::new(params.account_requests_per_second),
-            target: Limit::new(params.account_requests_per_second),
-            queues: Limit::new(params.queue_messages_per_second),
-            partitions: HashMap::new(),
-            instances: HashMap::new(),
-            partition_load: HashMap::new(),
-            partition_wait: 0.0,
-            requests: 0,
-            target_requests: 0,
+    /// `copy_within` puts the copy's target table in the source account.
+    pub fn new(params: Params, copy_within: bool) -> Self {
+        let target = if copy_within { 0 } else { 1 };
+        let app = match params.app_account {
+            AppAccount::Source => 0,
+            AppAccount::Separate => 2,
+        };
+        let account = Account {
+            limit: Limit::new(params.account_entities_per_second),
+            entities: 0.0,
+            bookkeeping: 0.0,
             throttled: 0,
+        };
+        Storage {
+            accounts: vec![account; 3],
+            roles: [0, target, app],
+            partitions: HashMap::new(),
+            queues: HashMap::new(),
             random: params.seed ^ 0xA076_1D64_78BD_642F,
             params,
         }
     }
 
-    /// A seeded number in [0, 1), for retry jitter.
-    pub fn unit(&mut self) -> f64 {
-        (self.jitter() - 1.0 + self.params.jitter) / (2.0 * self.params.jitter).max(1e-9)
+    /// The physical account that plays `role`.
+    pub fn account_of(&self, role: Role) -> usize {
+        self.roles[role as usize]
     }
 
-    fn jitter(&mut self) -> f64 {
+    /// A seeded number in [0, 1), for retry jitter.
+    pub fn unit(&mut self) -> f64 {
         self.random ^= self.random << 13;
         self.random ^= self.random >> 7;
         self.random ^= self.random << 17;
-        let unit = (self.random % 10_000) as f64 / 10_000.0;
-        1.0 + self.params.jitter * (2.0 * unit - 1.0)
+        (self.random % 1_000_000) as f64 / 1_000_000.0
     }
 
-    /// One partition's throughput limit (`target` for the copy's target account).
-    fn partition(&mut self, target: bool, index: usize) -> &mut Limit {
+    /// A latency factor around 1.
+    fn jitter(&mut self) -> f64 {
+        1.0 + self.params.jitter * (2.0 * self.unit() - 1.0)
+    }
+
+    fn partition_limit(&mut self, account: usize, partition: Partition) -> &mut Limit {
         let rate = self.params.partition_entities_per_second;
         self.partitions
-            .entry((target, index))
+            .entry((account, partition))
             .or_insert_with(|| Limit::new(rate))
     }
 
-    /// A query page returning `partitions` (index, rows) at time `t`: when it completes, or
-    /// `Err(when)` if a partition was too busy and the service answered 503 ServerBusy.
-    pub fn query(&mut self, t: f64, partitions: &[(usize, u32)]) -> Result<f64, f64> {
-        self.requests += 1;
-        let mut start = self.source.admit(t, 1.0);
-        let entities: u32 = partitions.iter().map(|p| p.1).sum();
-        // Small slices of a partition never approach its target; only track the big ones.
-        let busy: Vec<(usize, u32)> = partitions
-            .iter()
-            .copied()
-            .filter(|(_, rows)| *rows >= 100)
-            .collect();
+    /// One attempt at `request` arriving at `t`: when it completes, or `Err(when)` the 503
+    /// comes back if its account or partition would make it wait too long. A refused request
+    /// takes no capacity.
+    pub fn attempt(&mut self, t: f64, request: &Request) -> Result<f64, f64> {
+        let account = self.account_of(request.role);
+        let entities = request.entities.max(1.0);
         let max_wait = self.params.throttle_after_ms / 1000.0;
-        for (index, rows) in &busy {
-            if self.partition(false, *index).peek(start, f64::from(*rows)) - start > max_wait {
-                // The service refuses rather than queueing: the answer comes back quickly.
-                self.throttled += 1;
-                return Err(start + self.params.query_base_ms / 1000.0 * self.jitter());
+        let mut start = self.accounts[account].limit.peek(t, entities);
+        if let Some(partition) = request.partition {
+            start = start.max(self.partition_limit(account, partition).peek(t, entities));
+        }
+        if start - t > max_wait {
+            self.accounts[account].throttled += 1;
+            return Err(t + self.params.busy_reply_ms / 1000.0 * self.jitter());
+        }
+        let mut served = self.accounts[account].limit.admit(t, entities);
+        if let Some(partition) = request.partition {
+            served = served.max(self.partition_limit(account, partition).admit(t, entities));
+        }
+        let charged = &mut self.accounts[account];
+        charged.entities += entities;
+        if request.purpose == Purpose::Bookkeeping {
+            charged.bookkeeping += entities;
+        }
+        Ok(served + request.latency * self.jitter())
+    }
+
+    /// `request` with retries after 503s as `policy` says: when it completes, or `Err(when)`
+    /// the caller gives up.
+    pub fn send(&mut self, t: f64, policy: &RetryPolicy, request: &Request) -> Result<f64, f64> {
+        let mut now = t;
+        let mut retry = 0;
+        loop {
+            match self.attempt(now, request) {
+                Ok(done) => return Ok(done),
+                Err(refused) if retry < policy.max_retries => {
+                    retry += 1;
+                    let unit = self.unit();
+                    now = refused + policy.delay(retry, unit, None).as_secs_f64();
+                }
+                Err(refused) => return Err(refused),
             }
         }
-        for (index, rows) in &busy {
-            let served = self.partition(false, *index).admit(start, f64::from(*rows));
-            self.partition_wait += served - start;
-            start = start.max(served);
-        }
-        let latency = (self.params.query_base_ms
-            + self.params.query_ms_per_entity * f64::from(entities))
-            / 1000.0;
-        Ok(start + latency * self.jitter())
     }
 
-    /// An entity group transaction of `entities` rows into target partition `index`, sent by a
-    /// step on `instance`.
-    pub fn batch(&mut self, t: f64, instance: usize, index: usize, entities: usize) -> f64 {
-        self.target_requests += 1;
-        // One process keeps at most PROCESS_WRITES_IN_FLIGHT writes in flight: at the base
-        // latency, that many per latency period.
-        let rate = PROCESS_WRITES_IN_FLIGHT as f64 / (self.params.batch_base_ms / 1000.0);
-        let t = self
-            .instances
-            .entry(instance)
+    /// A message put on queue `queue` at `t` by the host's output binding (which retries on its
+    /// own: a put waits rather than fails): when it is on the queue.
+    pub fn put_message(&mut self, t: f64, queue: usize) -> f64 {
+        let rate = self.params.queue_messages_per_second;
+        let start = self
+            .queues
+            .entry(queue)
             .or_insert_with(|| Limit::new(rate))
             .admit(t, 1.0);
-        let start = self.target.admit(t, 1.0);
-        // Only a partition that receives more than a second's worth of its target can be slowed
-        // by it; tracking every small one would cost memory for nothing.
-        let load = self.partition_load.entry(index).or_insert(0);
-        *load += entities as u64;
-        let served = if *load as f64 > self.params.partition_entities_per_second {
-            self.partition(true, index).admit(start, entities as f64)
-        } else {
-            start
-        };
-        self.partition_wait += served - start;
-        let latency = (self.params.batch_base_ms
-            + self.params.batch_ms_per_entity * entities as f64)
-            / 1000.0;
-        served.max(start) + latency * self.jitter()
+        let account = self.account_of(Role::App);
+        let start = start.max(self.accounts[account].limit.admit(t, 1.0));
+        self.charge_messages(1.0);
+        start + self.params.queue_put_ms / 1000.0 * self.jitter()
     }
 
-    /// A queue message put at `t`.
-    pub fn put(&mut self, t: f64) -> f64 {
-        let start = self.queues.admit(t, 1.0);
-        start + self.params.queue_put_ms / 1000.0 * self.jitter()
+    /// The host's get and delete of one delivered message: two messages' worth of the app
+    /// account's target (they are never what a step waits on, so they take capacity at once).
+    pub fn take_message(&mut self, t: f64) {
+        let account = self.account_of(Role::App);
+        self.accounts[account].limit.admit(t, 2.0);
+        self.charge_messages(2.0);
+    }
+
+    fn charge_messages(&mut self, messages: f64) {
+        let account = self.account_of(Role::App);
+        self.accounts[account].entities += messages;
+        self.accounts[account].bookkeeping += messages;
+    }
+
+    /// Drops calendar slots before `t` (no request arrives before the earliest running step's
+    /// start), so that hours of virtual time keep a bounded memory.
+    pub fn forget_before(&mut self, t: f64) {
+        for account in &mut self.accounts {
+            account.limit.forget_before(t);
+        }
+        for limit in self.partitions.values_mut() {
+            limit.forget_before(t);
+        }
+        for limit in self.queues.values_mut() {
+            limit.forget_before(t);
+        }
     }
 }
 

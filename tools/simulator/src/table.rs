@@ -24,12 +24,50 @@ pub struct RawPage {
     pub partitions: Vec<(usize, u32)>,
 }
 
+impl RawPage {
+    /// The partition this page reads most of, by its hash, if it reads enough of it (100 rows)
+    /// to come near the partition's target; smaller slices are never tracked.
+    pub fn hottest_partition(&self, table: &SyntheticTable) -> Option<usize> {
+        self.partitions
+            .iter()
+            .filter(|(_, rows)| *rows >= 100)
+            .max_by_key(|(_, rows)| *rows)
+            .map(|(index, _)| partition_hash(table.key(*index)))
+    }
+}
+
 impl SyntheticTable {
     /// A NuGet-like table shaped like the catalog the published scan copied: package ids with
     /// about 3.4 versions each on average, generated as the engine's model tables are.
     pub fn nuget_like(rows: u64, seed: u64) -> Self {
         use tablescan::scan::model::{nuget_partitions, Versions};
         Self::new(nuget_partitions(rows, seed, Versions::Catalog))
+    }
+
+    /// The catalog shape with `factor` times the versions per package id (ids of the catalog
+    /// table taken `factor` at a time into one partition): about 13.6 rows per partition for 4.
+    pub fn nuget_ids(rows: u64, seed: u64, factor: usize) -> Self {
+        use tablescan::scan::model::{nuget_partitions, Versions};
+        let partitions = nuget_partitions(rows, seed, Versions::Catalog)
+            .chunks(factor.max(1))
+            .map(|ids| (ids[0].0.clone(), ids.iter().map(|id| id.1).sum()))
+            .collect();
+        Self::new(partitions)
+    }
+
+    /// The PartitionKey of partition `index`.
+    pub fn key(&self, index: usize) -> &str {
+        &self.keys[index]
+    }
+
+    /// The index of the partition `key`, if the table has it.
+    pub fn index_of(&self, key: &str) -> Option<usize> {
+        self.partition_index(key).ok()
+    }
+
+    /// Characters of every RowKey.
+    pub fn row_key_width(&self) -> usize {
+        self.width
     }
 
     /// One partition of `rows` rows.
@@ -75,14 +113,6 @@ impl SyntheticTable {
     /// Rows of the largest partition.
     pub fn largest_partition(&self) -> u64 {
         self.counts.iter().copied().max().map_or(0, u64::from)
-    }
-
-    /// The fewest entity group transactions a copy can write: one per 100 rows of a partition.
-    pub fn fewest_transactions(&self) -> u64 {
-        self.counts
-            .iter()
-            .map(|&c| u64::from(c).div_ceil(100))
-            .sum()
     }
 
     fn row_key(&self, row: u32) -> String {
@@ -208,6 +238,13 @@ impl SyntheticTable {
     }
 }
 
+/// A stable 64-bit hash of a PartitionKey (FNV-1a), naming a partition for its rate limit.
+pub fn partition_hash(key: &str) -> usize {
+    key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    }) as usize
+}
+
 impl std::fmt::Debug for SyntheticTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
@@ -243,6 +280,15 @@ mod tests {
         }
         assert_eq!(seen, 10_000);
         assert!((10..=14).contains(&pages), "{pages}");
+    }
+
+    #[test]
+    fn the_ids_shape_has_four_times_the_rows_per_partition() {
+        let catalog = SyntheticTable::nuget_like(100_000, 1);
+        let ids = SyntheticTable::nuget_ids(100_000, 1, 4);
+        assert_eq!(ids.rows(), 100_000);
+        let ratio = catalog.partitions() as f64 / ids.partitions() as f64;
+        assert!((3.9..4.1).contains(&ratio), "{ratio}");
     }
 
     #[test]

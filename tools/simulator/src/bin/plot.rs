@@ -1,5 +1,6 @@
-//! Draws rows/s over time for every simulated case (the CSV files `simulator --csv DIR` wrote),
-//! prefix against serial, one panel per case, into a PNG.
+//! Draws rows/s over time for every simulated case (the CSV files `simulator --csv DIR` wrote)
+//! on the Consumption plan, tablescan against the published design where both ran, one panel
+//! per case, into a PNG.
 //!
 //!     plot DIR OUT.png [FONT.ttf]
 //!
@@ -10,7 +11,7 @@ use std::path::Path;
 use plotters::prelude::*;
 use plotters::style::register_font;
 
-/// The cases the simulator wrote CSV files for (`<case>-prefix.csv`), by name.
+/// The cases the simulator wrote tablescan CSV files for on the Consumption plan, by name.
 fn cases(dir: &Path) -> Vec<String> {
     let mut cases: Vec<String> = std::fs::read_dir(dir)
         .map(|entries| {
@@ -19,7 +20,7 @@ fn cases(dir: &Path) -> Vec<String> {
                 .filter_map(|e| {
                     e.file_name()
                         .to_str()?
-                        .strip_suffix("-prefix.csv")
+                        .strip_suffix(TABLESCAN)
                         .map(str::to_string)
                 })
                 .collect()
@@ -42,6 +43,9 @@ fn read(path: &Path) -> Vec<(f64, f64)> {
         .collect()
 }
 
+const TABLESCAN: &str = "-tablescan-consumption.csv";
+const PUBLISHED: &str = "-published-consumption.csv";
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (Some(dir), Some(out)) = (args.first(), args.get(1)) else {
@@ -62,7 +66,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cases = cases(Path::new(dir));
     if cases.is_empty() {
         return Err(format!(
-            "no <case>-prefix.csv files in {dir}; run `simulator --csv {dir}` first"
+            "no <case>{TABLESCAN} files in {dir}; run `simulator --csv {dir}` first"
         )
         .into());
     }
@@ -70,20 +74,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = BitMapBackend::new(out, (1600, 450 * rows as u32)).into_drawing_area();
     root.fill(&WHITE)?;
     let root = root.titled(
-        "Simulated rows/s over time: prefix (blue) and serial (red)",
+        "Simulated rows read per second, Consumption plan: tablescan (blue), published design (red)",
         ("sans-serif", 28),
     )?;
     for (panel, case) in root.split_evenly((rows, 2)).iter().zip(&cases) {
-        let prefix = read(&Path::new(dir).join(format!("{case}-prefix.csv")));
-        let serial = read(&Path::new(dir).join(format!("{case}-serial.csv")));
-        // The prefix run is the short one; show it whole and the serial run over the same span.
-        let span = prefix.last().map_or(60.0, |p| p.0 + 5.0).max(30.0);
-        let top = prefix
+        let ours = read(&Path::new(dir).join(format!("{case}{TABLESCAN}")));
+        let theirs = read(&Path::new(dir).join(format!("{case}{PUBLISHED}")));
+        let span = ours
             .iter()
-            .chain(&serial)
-            .map(|p| p.1)
-            .fold(1.0, f64::max)
-            * 1.1;
+            .chain(&theirs)
+            .map(|p| p.0 + 5.0)
+            .fold(30.0, f64::max);
+        let top = ours.iter().chain(&theirs).map(|p| p.1).fold(1.0, f64::max) * 1.1;
         let mut chart = ChartBuilder::on(panel)
             .caption(case, ("sans-serif", 22))
             .margin(12)
@@ -96,14 +98,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .y_desc("rows/s")
             .label_style(("sans-serif", 14))
             .draw()?;
-        chart.draw_series(LineSeries::new(
-            prefix.iter().copied(),
-            BLUE.stroke_width(2),
-        ))?;
-        chart.draw_series(LineSeries::new(
-            serial.iter().copied().filter(|p| p.0 <= span),
-            RED.stroke_width(2),
-        ))?;
+        chart.draw_series(LineSeries::new(ours.iter().copied(), BLUE.stroke_width(2)))?;
+        chart.draw_series(LineSeries::new(theirs.iter().copied(), RED.stroke_width(2)))?;
     }
     root.present()?;
     println!("wrote {out}");

@@ -1,0 +1,142 @@
+//! One Markdown row per simulated scan, and the CSV of rows read over time.
+
+use std::io::Write;
+use std::path::Path;
+
+use crate::cases::Outcome;
+use crate::params::Plan;
+use crate::stats::ROW_WINDOW;
+use crate::{DesignName, ReportKind};
+
+/// List prices used for the cost report (East US, LRS, pay as you go, as docs/deployment.md
+/// gives them; check the Azure pricing pages before relying on them): table and queue
+/// transactions per 10,000; executions per million and GB-seconds, Consumption (1.5 GB per
+/// instance at most) and Flex Consumption on demand (the instance's memory).
+const TABLE_PER_10K: f64 = 0.00036;
+const QUEUE_PER_10K: f64 = 0.004;
+
+/// (USD per million executions, USD per GB-second, GB per instance) of a plan.
+fn compute_prices(plan: Plan, memory_mb: u32) -> (f64, f64, f64) {
+    match plan {
+        Plan::Flex => (0.40, 0.000026, f64::from(memory_mb) / 1024.0),
+        _ => (0.20, 0.000016, 1.5),
+    }
+}
+
+/// The published measurements of the blog's prefix-scan copies within one storage account
+/// (Consumption plan, December 2020): duration, longest execution, most executions in 30 s.
+fn published(case: &str) -> Option<&'static str> {
+    match case {
+        "copy-within-3.5m" => Some("5 min; 7.8 s; 58,471"),
+        "copy-within-7m" => Some("6 min; 11.5 s; 94,134"),
+        "copy-within-35m" => Some("28 min; 177 s; 110,857"),
+        _ => None,
+    }
+}
+
+pub fn print_header(kind: ReportKind) {
+    if kind == ReportKind::Cost {
+        println!(
+            "| design | case | plan | per million rows: executions | queries | write transactions | \
+             ledger requests | queue operations | instance-seconds, at most | price, at most (USD) |"
+        );
+        println!("|{}", " --- |".repeat(10));
+        return;
+    }
+    println!(
+        "| design | case | plan | account target (entities/s) | minutes | bound (min) | x bound | \
+         bound by | peak instances | throttled requests | ledger entities per step | \
+         ledger share of its account | longest step (s) | lease overruns | failed attempts (ledger/read/write) | failed for good | \
+         rows acted | most executions per 30 s | published (minutes; longest; executions per 30 s) |"
+    );
+    println!("|{}", " --- |".repeat(19));
+}
+
+pub fn print_row(kind: ReportKind, o: &Outcome) {
+    let s = &o.stats;
+    let plan = match o.params.plan {
+        Plan::Consumption => "consumption",
+        Plan::ConsumptionWindows => "consumption-windows",
+        Plan::Flex => "flex",
+    };
+    let design = match o.design {
+        DesignName::Tablescan => "tablescan",
+        DesignName::Published => "published",
+    };
+    if kind == ReportKind::Cost {
+        let per_million = |n: f64| n * 1_000_000.0 / o.table_rows.max(1) as f64;
+        let executions = per_million(s.executions as f64);
+        let queries = per_million(s.queries as f64);
+        let writes = per_million(s.writes as f64);
+        let ledger = per_million(s.ledger_requests as f64);
+        let queue = per_million(s.queue_operations as f64);
+        let instance_seconds = per_million(s.peak_instances as f64 * s.seconds);
+        let (per_million_executions, gb_second, gb) =
+            compute_prices(o.params.plan, o.params.instance_memory_mb);
+        let price = (queries + writes + ledger) / 10_000.0 * TABLE_PER_10K
+            + queue / 10_000.0 * QUEUE_PER_10K
+            + executions / 1_000_000.0 * per_million_executions
+            + instance_seconds * gb * gb_second;
+        println!(
+            "| {design} | {} | {plan} | {executions:.0} | {queries:.0} | {writes:.0} | {ledger:.0} | \
+             {queue:.0} | {instance_seconds:.0} | {price:.4} |",
+            o.case
+        );
+        return;
+    }
+    let ledger = s.step_ledger_entities + s.status_entities;
+    let (per_step, share) = if o.design == DesignName::Tablescan {
+        (
+            format!("{:.1}", ledger as f64 / s.executions.max(1) as f64),
+            format!(
+                "{:.1}%",
+                100.0 * ledger as f64 / o.app_account_entities.max(1.0)
+            ),
+        )
+    } else {
+        ("none".to_string(), "none".to_string())
+    };
+    println!(
+        "| {design} | {} | {plan} | {:.0} | {:.1} | {:.1} | {:.2} | {} | {} | {} | {per_step} | \
+         {share} | {:.1} | {} | {}/{}/{} | {} | {:.2}% | {} | {} |",
+        o.case,
+        o.params.account_entities_per_second,
+        s.seconds / 60.0,
+        o.bound.seconds / 60.0,
+        s.seconds / o.bound.seconds.max(1e-9),
+        o.bound.by,
+        s.peak_instances,
+        o.throttled,
+        s.longest_execution,
+        s.lease_overruns,
+        s.failed_on_ledger,
+        s.failed_on_read,
+        s.failed_on_write,
+        s.failed_for_good,
+        100.0 * s.rows_acted as f64 / o.table_rows.max(1) as f64,
+        s.most_executions_per_window(),
+        published(&o.case).unwrap_or(""),
+    );
+}
+
+/// Rows read per second, per window, into DIR/<case>-<design>-<plan>.csv.
+pub fn write_csv(dir: &Path, o: &Outcome) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let name = format!(
+        "{}-{}-{}.csv",
+        o.case,
+        format!("{:?}", o.design).to_lowercase(),
+        format!("{:?}", o.params.plan).to_lowercase()
+    );
+    let mut file = std::io::BufWriter::new(std::fs::File::create(dir.join(name))?);
+    writeln!(file, "seconds,rows_per_second")?;
+    for (i, rows) in o.stats.rows_per_window.iter().enumerate() {
+        writeln!(
+            file,
+            "{},{:.1}",
+            i as f64 * ROW_WINDOW,
+            *rows as f64 / ROW_WINDOW
+        )?;
+    }
+    file.flush()
+}
