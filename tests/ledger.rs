@@ -5,7 +5,7 @@ mod common;
 
 use common::{tables, unique_name};
 use tablescan::job::spec::ScanSpec;
-use tablescan::job::{Begin, Finish, Ledger, State, StepCounts};
+use tablescan::job::{Begin, FailureRecord, Finish, Ledger, State, StepCounts};
 use tablescan::scan::item::{Task, WorkItem};
 use tablescan::scan::keys::KeyRange;
 use time::{Duration, OffsetDateTime};
@@ -80,7 +80,7 @@ async fn one_delivery_at_a_time_and_a_lost_claim_is_noticed() {
     );
 
     match ledger.begin(&root, later, lease).await.unwrap() {
-        Begin::AlreadyDone(children) => assert_eq!(children, vec![child.encode()]),
+        Begin::AlreadyDone(children) => assert_eq!(children, vec![child.id()]),
         other => panic!("{other:?}"),
     }
     let status = ledger.status(&root.scan, later).await.unwrap().unwrap();
@@ -96,17 +96,32 @@ async fn failures_release_the_claim_and_the_last_one_fails_the_scan() {
     let lease = Duration::seconds(60);
     let attempt = claim(ledger.begin(&root, now, lease).await.unwrap());
     ledger
-        .fail(&root, &attempt, "table went away", false, now)
+        .fail(
+            &root,
+            &attempt,
+            "table went away",
+            FailureRecord::Retry {
+                failing_since: None,
+            },
+            now,
+        )
         .await
         .unwrap();
     let status = ledger.status(&root.scan, now).await.unwrap().unwrap();
-    assert_eq!(status.progress.steps_retrying, 1);
+    assert_eq!(status.progress.attempts_failed, 1);
+    assert_eq!(status.progress.steps_pending, 1);
     assert_eq!(status.state, State::Running);
 
     // Released: the retry can claim at once.
     let retry = claim(ledger.begin(&root, now, lease).await.unwrap());
     ledger
-        .fail(&root, &retry, "table went away for good", true, now)
+        .fail(
+            &root,
+            &retry,
+            "table went away for good",
+            FailureRecord::Final,
+            now,
+        )
         .await
         .unwrap();
     let status = ledger.status(&root.scan, now).await.unwrap().unwrap();
@@ -144,4 +159,146 @@ async fn unknown_scans_and_cancelled_scans() {
         status.progress.steps_pending, 0,
         "the dropped item is no longer pending"
     );
+}
+
+fn partition_child(root: &WorkItem, n: usize) -> WorkItem {
+    root.follow_up(Task::Partition {
+        partition_key: format!("p{n:04}"),
+        row_keys: KeyRange::all(),
+        prefix: String::new(),
+        cursor: None,
+    })
+}
+
+async fn run_to_done(ledger: &Ledger, item: &WorkItem, children: &[WorkItem]) {
+    let now = OffsetDateTime::now_utc();
+    let claim = claim(ledger.begin(item, now, Duration::MINUTE).await.unwrap());
+    let counts = StepCounts {
+        rows_read: 1,
+        rows_acted: 1,
+        ..StepCounts::default()
+    };
+    assert_eq!(
+        ledger
+            .finish(item, &claim, counts, children, now)
+            .await
+            .unwrap(),
+        Finish::Recorded
+    );
+}
+
+/// A redelivered message of a finished item sends again only its children that have not
+/// started: none once they are all done, so one duplicate of the root never re-walks the tree.
+#[tokio::test]
+async fn a_redelivered_finished_item_sends_only_its_unstarted_children() {
+    let (ledger, root) = ledger_with_scan().await;
+    let children: Vec<WorkItem> = (0..3).map(|n| partition_child(&root, n)).collect();
+    run_to_done(&ledger, &root, &children).await;
+    let now = OffsetDateTime::now_utc();
+    let again = |ledger: Ledger, root: WorkItem| async move {
+        match ledger.begin(&root, now, Duration::MINUTE).await.unwrap() {
+            Begin::AlreadyDone(ids) => ledger.unstarted(&root.scan, &ids, now).await.unwrap(),
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(again(ledger.clone(), root.clone()).await.len(), 3);
+    run_to_done(&ledger, &children[0], &[]).await;
+    // A running child is not sent again either.
+    let _running = claim(
+        ledger
+            .begin(&children[1], now, Duration::MINUTE)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        again(ledger.clone(), root.clone()).await,
+        vec![children[2].encode()]
+    );
+    run_to_done(&ledger, &children[2], &[]).await;
+    let status = ledger.status(&root.scan, now).await.unwrap().unwrap();
+    assert_eq!(status.progress.steps_pending, 1, "{status:?}");
+    assert_eq!(status.state, State::Running);
+}
+
+/// More children than one transaction holds: those written ahead count once the parent's
+/// finish lists them; a finish that died after writing them ahead and chose other children
+/// when it ran again leaves orphans that are dropped, never run.
+#[tokio::test]
+async fn children_written_ahead_count_only_when_their_parent_lists_them() {
+    let (ledger, root) = ledger_with_scan().await;
+    let now = OffsetDateTime::now_utc();
+    let many: Vec<WorkItem> = (0..250).map(|n| partition_child(&root, n)).collect();
+    run_to_done(&ledger, &root, &many).await;
+    let status = ledger.status(&root.scan, now).await.unwrap().unwrap();
+    assert_eq!(status.progress.steps_pending, 250);
+    for child in [&many[0], &many[200]] {
+        assert!(matches!(
+            ledger.begin(child, now, Duration::MINUTE).await.unwrap(),
+            Begin::Run(_)
+        ));
+    }
+
+    // An orphan: a pending row written ahead by `root`, which its done row does not list.
+    let orphan = partition_child(&root, 9999);
+    let row = tablescan::job::rows::PendingRow {
+        parent: Some(root.id()),
+        ..tablescan::job::rows::PendingRow::new(orphan.encode(), 1)
+    };
+    ledger
+        .table()
+        .upsert(
+            &row.to_entity(&root.scan, &orphan.id()),
+            tablescan::storage::table::WriteMode::Replace,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        ledger.begin(&orphan, now, Duration::MINUTE).await.unwrap(),
+        Begin::Orphan
+    ));
+    assert!(matches!(
+        ledger.begin(&orphan, now, Duration::MINUTE).await.unwrap(),
+        Begin::UnknownItem
+    ));
+    let status = ledger.status(&root.scan, now).await.unwrap().unwrap();
+    assert_eq!(
+        status.progress.steps_pending, 250,
+        "the orphan never counted"
+    );
+}
+
+/// Finishes racing for the same counter shards all count: the totals are exact, and the scan
+/// is complete exactly when the last item is done.
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_finishes_count_exactly_and_completion_is_exact() {
+    let (ledger, root) = ledger_with_scan().await;
+    let children: Vec<WorkItem> = (0..60).map(|n| partition_child(&root, n)).collect();
+    run_to_done(&ledger, &root, &children).await;
+    let mut tasks = tokio::task::JoinSet::new();
+    for chunk in children.chunks(6) {
+        let (ledger, chunk) = (ledger.clone(), chunk.to_vec());
+        tasks.spawn(async move {
+            for child in &chunk {
+                run_to_done(&ledger, child, &[]).await;
+            }
+        });
+    }
+    let status = ledger
+        .status(&root.scan, OffsetDateTime::now_utc())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(status.state, State::Succeeded, "finishes are still running");
+    while let Some(done) = tasks.join_next().await {
+        done.unwrap();
+    }
+    let status = ledger
+        .status(&root.scan, OffsetDateTime::now_utc())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.state, State::Succeeded, "{status:?}");
+    assert_eq!(status.progress.steps_done, 61);
+    assert_eq!(status.progress.rows_read, 61);
+    assert_eq!(status.result.unwrap().rows, 61);
 }

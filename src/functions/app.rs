@@ -64,6 +64,9 @@ pub struct AppState {
     /// How long a pending work item may go untouched before a status read sends its message
     /// again (`TABLESCAN_REDRIVE_AFTER_SECONDS`).
     pub redrive_after: Duration,
+    /// How long a work item may keep failing for transient reasons (throttling, an outage)
+    /// before it is failed for good (`TABLESCAN_OUTAGE_WINDOW_SECONDS`).
+    pub outage_window: Duration,
     /// The queues of range and partition work items, as the app's function.json files name
     /// them (see [`item_queues`]).
     pub item_queues: ItemQueues,
@@ -132,12 +135,14 @@ impl AppState {
         // Past the host's 10-minute hold on a message being processed and the function
         // timeout, so a message that still exists has surely been delivered by then.
         let redrive_after = Duration::from_secs(number("TABLESCAN_REDRIVE_AFTER_SECONDS", 900));
+        let outage_window = Duration::from_secs(number("TABLESCAN_OUTAGE_WINDOW_SECONDS", 30 * 60));
         let state = AppState {
             settings: settings.clone(),
             ledger: Err(String::new()),
             budget,
             lease,
             redrive_after,
+            outage_window,
             item_queues: item_queues(&std::env::current_dir().unwrap_or_default()),
             clients: Mutex::new(HashMap::new()),
         };

@@ -29,7 +29,8 @@ pub const STATUS_READ_REDRIVE_TIME: Duration = Duration::from_secs(5);
 
 /// Sends again the messages of scan `id`'s `stranded` items, starting none after `deadline`
 /// (each costs three or four requests, and a scan may have lost thousands); returns how many
-/// were sent. Items not reached stay stranded for the next read or sweep.
+/// were sent. Items not reached stay stranded for the next read or sweep; items whose message
+/// may still wait in a backlog (see [`waits_in_backlog`]) are left alone.
 pub async fn redrive_stranded(
     state: &AppState,
     ledger: &Ledger,
@@ -50,6 +51,8 @@ pub async fn redrive_stranded(
     };
     let mut sent = 0;
     let mut failure = None;
+    // Per queue, when its oldest visible message was put (looked up once per re-drive).
+    let mut oldest: std::collections::HashMap<String, Option<u64>> = Default::default();
     for item in stranded {
         if Instant::now() >= deadline {
             tracing::info!(
@@ -64,6 +67,24 @@ pub async fn redrive_stranded(
             Ok(Task::Partition { .. }) => &state.item_queues.partition,
             Err(_) => continue,
         };
+        if !oldest.contains_key(queue) {
+            let looked = match queues.queue(queue) {
+                Ok(client) => client.oldest_visible_ms().await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            match looked {
+                Ok(put) => {
+                    oldest.insert(queue.clone(), put);
+                }
+                Err(why) => {
+                    failure = Some(why);
+                    break;
+                }
+            }
+        }
+        if waits_in_backlog(item.touched_ms, oldest[queue]) {
+            continue;
+        }
         let resent = async {
             if !ledger
                 .mark_redriven(id, &item, now)
@@ -101,6 +122,17 @@ pub async fn redrive_stranded(
         Some(why) => Err(why),
         None => Ok(sent),
     }
+}
+
+/// How much later than its ledger row a work item's message may have been put (the host
+/// writes a step's output messages after the step's ledger transaction).
+const SEND_AFTER_WRITE: u64 = 2 * 60 * 1000;
+
+/// Whether the message of an item last touched at `touched_ms` may still be waiting in a
+/// queue whose oldest visible message was put at `oldest_ms`: a backlog older than the item
+/// has not reached its message yet, and sending it again would only lengthen the backlog.
+pub fn waits_in_backlog(touched_ms: u64, oldest_ms: Option<u64>) -> bool {
+    oldest_ms.is_some_and(|oldest| oldest <= touched_ms.saturating_add(SEND_AFTER_WRITE))
 }
 
 /// Whether a scan in `state` may still have work for its stranded items: a cancelled scan's
@@ -186,4 +218,23 @@ pub async fn sweep(state: &AppState, ledger: &Ledger) -> Result<Sweep, String> {
         }
     }
     Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_backlog_older_than_the_item_is_waited_for() {
+        let minute = 60 * 1000;
+        let touched = 100 * minute;
+        // The queue is empty: the message is gone.
+        assert!(!waits_in_backlog(touched, None));
+        // The oldest message is older than the item: the backlog has not reached it.
+        assert!(waits_in_backlog(touched, Some(touched - 30 * minute)));
+        // Put just after the item's write: it may be the item's own message.
+        assert!(waits_in_backlog(touched, Some(touched + minute)));
+        // Everything older was delivered: the item's message was lost.
+        assert!(!waits_in_backlog(touched, Some(touched + 10 * minute)));
+    }
 }

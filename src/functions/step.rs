@@ -6,13 +6,16 @@ use std::time::Duration;
 use time::OffsetDateTime;
 
 use super::app::AppState;
-use super::names::{ITEM_BINDING, MAX_DEQUEUE_COUNT, PARTITION_OUTPUT, RANGE_OUTPUT};
+use super::names::{
+    ITEM_BINDING, MAX_DEQUEUE_COUNT, PARTITION_OUTPUT, RANGE_OUTPUT, STORAGE_CONNECTION,
+};
 use super::plan::{action_for, scan_options};
 use super::protocol::{Failure, Invocation, Outcome};
 use crate::actions::{Action, ActionCounts};
-use crate::job::{Begin, Claim, Finish, StepCounts};
+use crate::job::{Begin, Claim, FailureRecord, Finish, StepCounts};
 use crate::scan::item::{Task, WorkItem};
-use crate::scan::{run_step, Clock, RowSink, SystemClock};
+use crate::scan::{run_step, Clock, RowSink, StepError, SystemClock};
+use crate::storage::queue::{MessageEncoding, PutOptions};
 use crate::storage::table::entity::Entity;
 use crate::storage::StorageError;
 
@@ -56,13 +59,36 @@ pub async fn handle(state: &AppState, queue: Queue, body: &[u8]) -> Response {
     let claim = match begin {
         Begin::Run(claim) => claim,
         Begin::AlreadyDone(children) => {
-            // A redelivery of finished work: send its children again (harmless if they were
-            // already sent), do nothing else.
-            let (ranges, partitions) = split_messages(children);
+            // A redelivery of finished work. Its children's messages may have been lost with
+            // the first answer: send again those not started yet, and nothing else (a done
+            // child's subtree is never walked again).
+            let unstarted = match ledger
+                .unstarted(&item.scan, &children, OffsetDateTime::now_utc())
+                .await
+            {
+                Ok(messages) => messages,
+                Err(e) => {
+                    tracing::warn!("could not look for unstarted children of {id}: {e}");
+                    Vec::new()
+                }
+            };
+            let resent = unstarted.len();
+            let (ranges, partitions) = split_messages(unstarted);
             return Outcome::default()
                 .messages(RANGE_OUTPUT, ranges)
                 .messages(PARTITION_OUTPUT, partitions)
-                .log(format!("step {id} of scan {} was already done", item.scan))
+                .log(format!(
+                    "step {id} of scan {} was already done; {resent} unstarted children sent again",
+                    item.scan
+                ))
+                .into_response();
+        }
+        Begin::Orphan => {
+            return Outcome::default()
+                .log(format!(
+                    "step {id} of scan {} was written ahead by a finish that chose other work; dropped",
+                    item.scan
+                ))
                 .into_response();
         }
         Begin::Cancelled => {
@@ -133,25 +159,101 @@ pub async fn handle(state: &AppState, queue: Queue, body: &[u8]) -> Response {
                 ))
                 .into_response()
         }
-        Err(why) => {
+        Err(failure) => {
             let attempt = invocation.dequeue_count().unwrap_or(claim.attempt);
-            let final_attempt = attempt >= MAX_DEQUEUE_COUNT;
-            tracing::error!(scan = %item.scan, step = %id, attempt, final_attempt, "step failed: {why}");
-            if let Err(e) = ledger
-                .fail(
-                    &item,
-                    &claim,
-                    &why,
-                    final_attempt,
-                    OffsetDateTime::now_utc(),
-                )
-                .await
-            {
-                tracing::warn!("could not record the failure: {e}");
-            }
-            Failure::new(StatusCode::INTERNAL_SERVER_ERROR, why).into_response()
+            on_failure(state, ledger, queue, &item, &claim, attempt, failure).await
         }
     }
+}
+
+/// Records a failed step and answers the host.
+///
+/// A permanent failure (a missing table, refused credentials, a bad request) fails the item
+/// for good at once, with its cause in the status: more attempts would only spend time. A
+/// transient one (throttling, an outage) leaves the item pending for the host's next delivery;
+/// on the message's last delivery the item is handed on in a fresh message, sent with a delay,
+/// so that no outage shorter than the outage window fails an item for good.
+async fn on_failure(
+    state: &AppState,
+    ledger: &crate::job::Ledger,
+    queue: Queue,
+    item: &WorkItem,
+    claim: &Claim,
+    attempt: u32,
+    failure: StepFailure,
+) -> Response {
+    let id = item.id();
+    let now = OffsetDateTime::now_utc();
+    let now_ms = crate::job::rows::millis(now);
+    let why = failure.message.clone();
+    let (record, hand_on) = match failure.kind {
+        FailureKind::Permanent => (FailureRecord::Final, false),
+        FailureKind::Transient => {
+            let since = claim.failing_since.unwrap_or(now_ms);
+            let window = state.outage_window.as_millis() as u64;
+            if now_ms.saturating_sub(since) >= window {
+                (FailureRecord::Final, false)
+            } else {
+                let record = FailureRecord::Retry {
+                    failing_since: Some(since),
+                };
+                (record, attempt >= MAX_DEQUEUE_COUNT)
+            }
+        }
+    };
+    tracing::error!(scan = %item.scan, step = %id, attempt, kind = ?failure.kind, ?record, "step failed: {why}");
+    if let Err(e) = ledger.fail(item, claim, &why, record, now).await {
+        tracing::warn!("could not record the failure: {e}");
+        return Failure::new(StatusCode::INTERNAL_SERVER_ERROR, why).into_response();
+    }
+    if record == FailureRecord::Final {
+        // Recorded: the message is done with; the status shows the cause.
+        return Outcome::default()
+            .log(format!(
+                "step {id} of scan {} failed for good: {why}",
+                item.scan
+            ))
+            .into_response();
+    }
+    if hand_on {
+        match send_again_later(state, queue, item).await {
+            Ok(()) => {
+                return Outcome::default()
+                    .log(format!(
+                        "step {id} of scan {} failed on its message's last delivery ({why}); handed on in a new message",
+                        item.scan
+                    ))
+                    .into_response()
+            }
+            Err(e) => tracing::warn!("could not hand step {id} on: {e}"),
+        }
+    }
+    Failure::new(StatusCode::INTERNAL_SERVER_ERROR, why).into_response()
+}
+
+/// How long a work item handed on after a transient failure waits before it is delivered.
+const HAND_ON_DELAY: Duration = Duration::from_secs(60);
+
+/// Puts `item`'s message in its queue again, invisible for [`HAND_ON_DELAY`].
+async fn send_again_later(state: &AppState, queue: Queue, item: &WorkItem) -> Result<(), String> {
+    let queues = state.clients(STORAGE_CONNECTION)?.queues;
+    let name = match queue {
+        Queue::Range => &state.item_queues.range,
+        Queue::Partition => &state.item_queues.partition,
+    };
+    let options = PutOptions {
+        encoding: MessageEncoding::Base64,
+        visibility_timeout: HAND_ON_DELAY,
+        at_least_once: true,
+        ..PutOptions::default()
+    };
+    queues
+        .queue(name)
+        .map_err(|e| e.to_string())?
+        .put_message(item.encode().as_bytes(), &options)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 /// Claims the work item. If another delivery holds the claim (a duplicate message, or a retry
@@ -238,16 +340,61 @@ impl RowSink for ActionSink {
     }
 }
 
-/// Runs the step; the error text is what the status will show.
+/// Whether a failed step may succeed if tried again later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FailureKind {
+    /// Throttling, a timeout, a dropped connection, a server error.
+    Transient,
+    /// Anything another attempt would meet again: a missing table, refused credentials, a
+    /// bad setting.
+    Permanent,
+}
+
+/// Why a step failed; the message is what the status shows.
+#[derive(Debug)]
+struct StepFailure {
+    kind: FailureKind,
+    message: String,
+}
+
+impl StepFailure {
+    fn permanent(message: String) -> Self {
+        StepFailure {
+            kind: FailureKind::Permanent,
+            message,
+        }
+    }
+}
+
+impl From<StepError<StorageError>> for StepFailure {
+    fn from(e: StepError<StorageError>) -> Self {
+        let transient = match &e {
+            StepError::Read(e) | StepError::Action(e) => e.is_transient(),
+            _ => false,
+        };
+        StepFailure {
+            kind: if transient {
+                FailureKind::Transient
+            } else {
+                FailureKind::Permanent
+            },
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Runs the step.
 async fn run(
     state: &AppState,
     item: &WorkItem,
     claim: &Claim,
-) -> Result<(StepCounts, Vec<WorkItem>), String> {
+) -> Result<(StepCounts, Vec<WorkItem>), StepFailure> {
     let started = std::time::Instant::now();
     let spec = &claim.scan.spec;
-    let source = state.scan_source(&spec.connection, &spec.table)?;
-    let action = action_for(state, spec)?;
+    let source = state
+        .scan_source(&spec.connection, &spec.table)
+        .map_err(StepFailure::permanent)?;
+    let action = action_for(state, spec).map_err(StepFailure::permanent)?;
     let options = scan_options(spec, state.budget);
     let clock = SystemClock::default();
     let mut sink = ActionSink {
@@ -255,9 +402,7 @@ async fn run(
         counts: ActionCounts::default(),
         clock,
     };
-    let report = run_step(&source, item, &options, &clock, &mut sink)
-        .await
-        .map_err(|e| e.to_string())?;
+    let report = run_step(&source, item, &options, &clock, &mut sink).await?;
     let counts = StepCounts {
         rows_read: report.rows_read,
         rows_acted: sink.counts.acted,

@@ -1,20 +1,24 @@
 //! The ledger: what a scan is and where each of its work items stands, in a table of the app's
-//! own storage account.
+//! own storage account. Its rows are described in `job::rows`.
 //!
-//! One partition per scan (PartitionKey = scan id) holds the scan record (`scan`) and one entity
-//! per work item: `pending:<id>` until it is done, then `done:<id>` with its counts, or
-//! `failed:<id>` when it failed for good. A step's end is one entity group transaction: insert
-//! its children as pending, delete its own pending entity (on the etag of its claim), insert its
-//! done entity. So children are recorded exactly when their parent is marked done, a scan is
-//! complete exactly when it has no pending entity, and counts summed over done entities are exact
-//! however often a message is delivered.
+//! A step's end is one entity group transaction in the scan's partition: insert its children as
+//! pending, delete its own pending row (on the etag of its claim), insert its done row, and add
+//! its counts to one counter shard (on the shard's etag). So children are recorded exactly when
+//! their parent is marked done, each item counts once however often its message is delivered,
+//! and the counter shards always agree with the item rows. A status read sums the shards (a
+//! few entities, whatever the scan's size); a scan is complete exactly when the shards, read
+//! twice with no change between the reads, show no item unsettled (see `job::status`).
 //!
-//! A step claims its pending entity before working (a lease, by etag), so a duplicate delivery
+//! A step claims its pending row before working (a lease, by etag), so a duplicate delivery
 //! that arrives while the first is running backs off instead of acting twice.
 
 use serde::Serialize;
 use time::OffsetDateTime;
 
+use super::rows::{
+    self, counter_key, date, done_key, millis, pending_key, shard_of, text, DoneRow, FailedRow,
+    PendingRow, ScanRow, Tallies, LEDGER_FORMAT, SHARDS,
+};
 use super::spec::ScanSpec;
 use crate::scan::item::WorkItem;
 use crate::storage::table::batch::{IfMatch, Operation};
@@ -26,15 +30,13 @@ use crate::storage::{ErrorKind, StorageError, TableClient};
 
 /// The ledger table's name unless the `TABLESCAN_LEDGER_TABLE` setting says otherwise.
 pub const DEFAULT_LEDGER_TABLE: &str = "tablescanledger";
-const SCAN_ROW: &str = "scan";
 const INDEX_PARTITION: &str = "~index";
 const REJECTED_PARTITION: &str = "~rejected";
-const PENDING: &str = "pending:";
-const DONE: &str = "done:";
-const FAILED: &str = "failed:";
-/// Children's messages are kept with the done entity (to send them again if the first answer was
-/// lost) while they fit one string property comfortably.
-const MAX_STORED_CHILDREN_BYTES: usize = 60 * 1024;
+/// Room in a transaction (100 operations) for children, next to the step's own three: its
+/// pending row's delete, its done row and its counter shard.
+const CHILDREN_IN_FINISH: usize = 100 - 3;
+/// How often a transaction is tried again when another finish updated its counter shard first.
+const SHARD_CONFLICT_RETRIES: u32 = 30;
 
 /// A failed ledger operation.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +45,8 @@ pub enum LedgerError {
     Storage(#[from] StorageError),
     #[error("the ledger entry {0} is unreadable: {1}")]
     Corrupt(String, String),
+    #[error("scan {0} was started by an earlier version of tablescan (ledger format {1}, this version reads {LEDGER_FORMAT}); finish or cancel it with that version")]
+    OldFormat(String, u64),
 }
 
 impl LedgerError {
@@ -66,7 +70,8 @@ pub struct ScanRecord {
 pub enum Begin {
     /// Work: the item is claimed until the lease ends.
     Run(Box<Claim>),
-    /// Already done; these are the messages of its children, to send again.
+    /// Already done; these are its children's ids (to send again those not started, if the
+    /// first answer's messages were lost).
     AlreadyDone(Vec<String>),
     /// The scan was cancelled: drop the item.
     Cancelled,
@@ -76,6 +81,9 @@ pub enum Begin {
     UnknownScan,
     /// The scan exists but never recorded this item (or it failed for good already).
     UnknownItem,
+    /// A child written ahead of a finish that never completed with it (the step ran again and
+    /// chose other children): dropped, it was never counted.
+    Orphan,
 }
 
 /// A claimed work item.
@@ -85,6 +93,8 @@ pub struct Claim {
     etag: String,
     /// How many times this item has been started, this time included.
     pub attempt: u32,
+    /// When its current run of transient failures began (ms since the epoch), if it is in one.
+    pub failing_since: Option<u64>,
 }
 
 /// What a finished step contributes to the scan's progress.
@@ -108,40 +118,20 @@ pub enum Finish {
     AlreadyFinished,
 }
 
+/// How a failed attempt is recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureRecord {
+    /// The item stays pending for another attempt; `failing_since` (ms since the epoch) is when
+    /// its current run of transient failures began, `None` if this failure is not transient.
+    Retry { failing_since: Option<u64> },
+    /// The item is failed for good; the scan will end failed.
+    Final,
+}
+
 /// The ledger of every scan.
 #[derive(Clone)]
 pub struct Ledger {
     table: TableClient,
-}
-
-pub(crate) fn text(entity: &Entity, name: &str) -> Option<String> {
-    match entity.properties.get(name) {
-        Some(Value::String(s)) => Some(s.clone()),
-        _ => None,
-    }
-}
-
-pub(crate) fn number(entity: &Entity, name: &str) -> u64 {
-    match entity.properties.get(name) {
-        Some(Value::Int64(n)) => (*n).max(0) as u64,
-        Some(Value::Int32(n)) => (*n).max(0) as u64,
-        _ => 0,
-    }
-}
-
-fn date(entity: &Entity, name: &str) -> Option<OffsetDateTime> {
-    match entity.properties.get(name) {
-        Some(Value::DateTime(t)) => Some(t.time()),
-        _ => None,
-    }
-}
-
-fn date_value(time: OffsetDateTime) -> Value {
-    Value::DateTime(EdmDateTime::new(time))
-}
-
-pub(crate) fn int(n: u64) -> Value {
-    Value::Int64(n.min(i64::MAX as u64) as i64)
 }
 
 impl Ledger {
@@ -159,7 +149,7 @@ impl Ledger {
         Ok(())
     }
 
-    /// Records a new scan and its first work item.
+    /// Records a new scan, its counter shards and its first work item, in one transaction.
     pub async fn create_scan(
         &self,
         spec: &ScanSpec,
@@ -167,19 +157,23 @@ impl Ledger {
         now: OffsetDateTime,
     ) -> Result<(), LedgerError> {
         let id = &root.scan;
-        let record = Entity::new(id.clone(), SCAN_ROW)
-            .with(
-                "spec",
-                Value::String(serde_json::to_string(spec).expect("a spec serialises")),
-            )
-            .with("createdAt", date_value(now));
+        let spec = serde_json::to_string(spec).expect("a spec serialises");
+        let root_id = root.id();
+        let mut operations = vec![
+            Operation::Insert(ScanRow::new(spec, now).to_entity(id)),
+            Operation::Insert(
+                PendingRow::new(root.encode(), u64::from(root.depth)).to_entity(id, &root_id),
+            ),
+        ];
+        for shard in 0..SHARDS {
+            let mut tallies = Tallies::default();
+            if shard == shard_of(&root_id) {
+                tallies.created = 1;
+            }
+            operations.push(Operation::Insert(tallies.to_entity(id, shard)));
+        }
         self.list_active(id).await?;
-        self.table
-            .submit_transaction(&[
-                Operation::Insert(record),
-                Operation::Insert(pending_entity(root)),
-            ])
-            .await?;
+        self.table.submit_transaction(&operations).await?;
         // Newest first: the RowKey counts down with time.
         let inverted = i64::MAX - (now.unix_timestamp_nanos() / 1_000_000) as i64;
         let index = Entity::new(INDEX_PARTITION, format!("{inverted:019}-{id}"))
@@ -193,7 +187,7 @@ impl Ledger {
         if !is_scan_id(id) {
             return Ok(None);
         }
-        match self.table.get_entity(id, SCAN_ROW).await? {
+        match self.table.get_entity(id, rows::SCAN_ROW).await? {
             Some(entity) => record_from(id, &entity).map(Some),
             None => Ok(None),
         }
@@ -209,13 +203,56 @@ impl Ledger {
             return Ok(None);
         };
         if record.cancelled_at.is_none() {
-            let update = Entity::new(id, SCAN_ROW).with("cancelledAt", date_value(now));
             self.table
-                .update(&update, WriteMode::Merge, &IfMatch::Any)
+                .update(
+                    &ScanRow::cancelled(id, now),
+                    WriteMode::Merge,
+                    &IfMatch::Any,
+                )
                 .await?;
             record.cancelled_at = Some(now);
         }
         Ok(Some(record))
+    }
+
+    /// Submits `operations` together with `delta` added to counter shard `shard`, reading the
+    /// shard and trying again while other finishes update it first. A failure of one of
+    /// `operations` comes back as it is (its index is its index in `operations`).
+    async fn commit_counted(
+        &self,
+        scan: &str,
+        shard: u8,
+        operations: Vec<Operation>,
+        delta: Tallies,
+    ) -> Result<(), LedgerError> {
+        let shard_index = operations.len();
+        let mut batch = operations;
+        for conflict in 0.. {
+            let Some(current) = self.table.get_entity(scan, &counter_key(shard)).await? else {
+                return Err(LedgerError::Corrupt(
+                    format!("scan {scan}"),
+                    format!("counter shard {shard} is missing"),
+                ));
+            };
+            let mut next = Tallies::from_entity(&current);
+            next.add(delta);
+            let etag = IfMatch::Etag(current.etag.clone().unwrap_or_default());
+            batch.truncate(shard_index);
+            batch.push(Operation::Update(next.to_entity(scan, shard), etag));
+            match self.table.submit_transaction(&batch).await {
+                Ok(_) => return Ok(()),
+                Err(e)
+                    if conflict < SHARD_CONFLICT_RETRIES
+                        && matches!(e.kind(), ErrorKind::Batch { index, error }
+                            if *index == shard_index && error.status == 412) =>
+                {
+                    // Another finish took the shard between our read and our write.
+                    tokio::time::sleep(conflict_pause(conflict)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        unreachable!("the loop returns")
     }
 
     /// Decides whether a delivered work item should run, and claims it if so.
@@ -229,52 +266,72 @@ impl Ledger {
             return Ok(Begin::UnknownScan);
         };
         let id = item.id();
-        let Some(pending) = self
-            .table
-            .get_entity(&item.scan, &format!("{PENDING}{id}"))
-            .await?
-        else {
-            return match self
-                .table
-                .get_entity(&item.scan, &format!("{DONE}{id}"))
-                .await?
-            {
-                Some(done) => Ok(Begin::AlreadyDone(stored_children(&done))),
+        let Some(entity) = self.table.get_entity(&item.scan, &pending_key(&id)).await? else {
+            return match self.table.get_entity(&item.scan, &done_key(&id)).await? {
+                Some(done) => Ok(Begin::AlreadyDone(
+                    DoneRow::children_of(&done).unwrap_or_default(),
+                )),
                 None if scan.cancelled_at.is_some() => Ok(Begin::Cancelled),
                 None => Ok(Begin::UnknownItem),
             };
         };
+        let pending = PendingRow::from_entity(&entity)
+            .ok_or_else(|| LedgerError::Corrupt(pending_key(&id), "no message".into()))?;
+        let etag = pending.etag.clone().unwrap_or_default();
+        if let Some(parent) = &pending.parent {
+            match self.written_ahead(&item.scan, parent, &id).await? {
+                Ahead::Counted => {}
+                Ahead::ParentRunning => return Ok(Begin::Busy(std::time::Duration::from_secs(5))),
+                Ahead::Orphan => {
+                    self.delete_quietly(&item.scan, &pending_key(&id), &etag)
+                        .await?;
+                    return Ok(Begin::Orphan);
+                }
+            }
+        }
         if scan.cancelled_at.is_some() {
-            // Drop the item so the scan's pending count falls to zero.
+            // Dropped, and counted as dropped so that the scan's unsettled count falls to zero.
+            let drop = vec![Operation::Delete {
+                partition_key: item.scan.clone(),
+                row_key: pending_key(&id),
+                if_match: IfMatch::Etag(etag),
+            }];
+            let delta = Tallies {
+                dropped: 1,
+                ..Tallies::default()
+            };
             match self
-                .table
-                .delete(&item.scan, &format!("{PENDING}{id}"), &IfMatch::Any)
+                .commit_counted(&item.scan, shard_of(&id), drop, delta)
                 .await
             {
                 Ok(()) => {}
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e.into()),
+                // Dropped or claimed by another delivery meanwhile.
+                Err(LedgerError::Storage(e))
+                    if matches!(e.kind(), ErrorKind::Batch { index: 0, .. }) => {}
+                Err(e) => return Err(e),
             }
             return Ok(Begin::Cancelled);
         }
-        let lease_until = number(&pending, "leaseUntil");
-        let now_ms = (now.unix_timestamp_nanos() / 1_000_000) as u64;
-        if lease_until > now_ms {
+        let now_ms = millis(now);
+        if !pending.is_free(now_ms) {
             return Ok(Begin::Busy(std::time::Duration::from_millis(
-                lease_until - now_ms,
+                pending.lease_until - now_ms,
             )));
         }
-        let attempt = number(&pending, "attempts") as u32 + 1;
-        let mut claimed = pending.clone();
-        claimed.properties.insert(
-            "leaseUntil".into(),
-            int(now_ms + lease.whole_milliseconds().max(0) as u64),
-        );
-        claimed
-            .properties
-            .insert("attempts".into(), int(u64::from(attempt)));
-        let etag = IfMatch::Etag(pending.etag.clone().unwrap_or_default());
-        let etag = match self.table.update(&claimed, WriteMode::Replace, &etag).await {
+        let attempt = pending.attempts + 1;
+        let failing_since = pending.failing_since;
+        let mut claimed = pending;
+        claimed.lease_until = now_ms + lease.whole_milliseconds().max(0) as u64;
+        claimed.attempts = attempt;
+        let etag = match self
+            .table
+            .update(
+                &claimed.to_entity(&item.scan, &id),
+                WriteMode::Replace,
+                &IfMatch::Etag(etag),
+            )
+            .await
+        {
             Ok(etag) => etag,
             // Another delivery claimed it between our read and our write.
             Err(e) if matches!(e.status(), Some(412) | Some(404)) => {
@@ -283,20 +340,64 @@ impl Ledger {
             Err(e) => return Err(e.into()),
         };
         if scan.started_at.is_none() {
-            let started =
-                Entity::new(item.scan.clone(), SCAN_ROW).with("startedAt", date_value(now));
             self.table
-                .update(&started, WriteMode::Merge, &IfMatch::Any)
+                .update(
+                    &ScanRow::started(&item.scan, now),
+                    WriteMode::Merge,
+                    &IfMatch::Any,
+                )
                 .await?;
         }
         Ok(Begin::Run(Box::new(Claim {
             scan,
             etag,
-            attempt,
+            attempt: attempt.min(u64::from(u32::MAX)) as u32,
+            failing_since,
         })))
     }
 
-    /// Records a finished step: its children pending, itself done with its counts, atomically.
+    /// Whether a child written ahead of its parent's finish (see `finish`) belongs to the scan.
+    async fn written_ahead(
+        &self,
+        scan: &str,
+        parent: &str,
+        child: &str,
+    ) -> Result<Ahead, LedgerError> {
+        if let Some(done) = self.table.get_entity(scan, &done_key(parent)).await? {
+            let listed = DoneRow::children_of(&done)
+                .is_some_and(|children| children.iter().any(|c| c == child));
+            return Ok(if listed {
+                Ahead::Counted
+            } else {
+                Ahead::Orphan
+            });
+        }
+        Ok(
+            match self.table.get_entity(scan, &pending_key(parent)).await? {
+                Some(_) => Ahead::ParentRunning,
+                None => Ahead::Orphan,
+            },
+        )
+    }
+
+    async fn delete_quietly(&self, scan: &str, row: &str, etag: &str) -> Result<(), LedgerError> {
+        match self
+            .table
+            .delete(scan, row, &IfMatch::Etag(etag.to_string()))
+            .await
+        {
+            Err(e) if !matches!(e.status(), Some(404) | Some(412)) => Err(e.into()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Records a finished step: its children pending, itself done with its counts, its counts
+    /// added to its counter shard, atomically.
+    ///
+    /// Children beyond what one transaction holds are written first, marked with their parent;
+    /// they count only once the parent's done row lists them (`begin` checks), so a step that
+    /// dies between the transactions and chooses other children when it runs again leaves
+    /// nothing that could act twice.
     pub async fn finish(
         &self,
         item: &WorkItem,
@@ -306,104 +407,208 @@ impl Ledger {
         now: OffsetDateTime,
     ) -> Result<Finish, LedgerError> {
         let id = item.id();
-        let messages: Vec<String> = children.iter().map(WorkItem::encode).collect();
-        let stored = serde_json::to_string(&messages).expect("strings serialise");
-        let mut done = Entity::new(item.scan.clone(), format!("{DONE}{id}"))
-            .with("rowsRead", int(counts.rows_read))
-            .with("rowsActed", int(counts.rows_acted))
-            .with("rowsSkipped", int(counts.rows_skipped))
-            .with("partitions", int(counts.partitions))
-            .with("queries", int(counts.queries))
-            .with("durationMs", int(counts.duration_ms))
-            .with("depth", int(u64::from(item.depth)))
-            .with("finishedAt", date_value(now));
-        if stored.len() <= MAX_STORED_CHILDREN_BYTES {
-            done.properties
-                .insert("children".into(), Value::String(stored));
-        }
-        // Children are upserted (repeating a partly recorded finish is harmless: no child can
-        // have started before its parent is done). Any that do not fit the last transaction go
-        // in earlier ones; the last always holds the step's own two entities, so the item is
-        // marked done only once every child is recorded.
-        let mut children: Vec<Operation> = children
+        let child_ids: Vec<String> = children.iter().map(WorkItem::id).collect();
+        let pending = |child: &WorkItem, child_id: &str, parent: Option<&str>| {
+            let mut row = PendingRow::new(child.encode(), u64::from(child.depth));
+            row.parent = parent.map(str::to_string);
+            Operation::UpsertReplace(row.to_entity(&item.scan, child_id))
+        };
+        let ahead = children.len().saturating_sub(CHILDREN_IN_FINISH);
+        let early: Vec<Operation> = children[..ahead]
             .iter()
-            .map(|c| Operation::UpsertReplace(pending_entity(c)))
+            .zip(&child_ids)
+            .map(|(c, cid)| pending(c, cid, Some(&id)))
             .collect();
-        let own_room = 100 - 2;
-        let tail_start = children.len().saturating_sub(own_room);
-        let tail: Vec<Operation> = children.split_off(tail_start);
-        for chunk in children.chunks(100) {
+        for chunk in early.chunks(100) {
             self.table.submit_transaction(chunk).await?;
         }
-        let delete_index = tail.len();
-        let mut last = tail;
+        let mut last: Vec<Operation> = children[ahead..]
+            .iter()
+            .zip(&child_ids[ahead..])
+            .map(|(c, cid)| pending(c, cid, None))
+            .collect();
+        let delete_index = last.len();
         last.push(Operation::Delete {
             partition_key: item.scan.clone(),
-            row_key: format!("{PENDING}{id}"),
+            row_key: pending_key(&id),
             if_match: IfMatch::Etag(claim.etag.clone()),
         });
-        last.push(Operation::Insert(done));
-        if let Err(e) = self.table.submit_transaction(&last).await {
-            let lost_claim = matches!(e.kind(), ErrorKind::Batch { index, error }
-                if *index == delete_index && matches!(error.status, 404 | 412));
-            if lost_claim {
-                return Ok(Finish::AlreadyFinished);
+        let done = DoneRow {
+            counts,
+            depth: u64::from(item.depth),
+            finished_at: now,
+            children: Some(child_ids),
+        };
+        last.push(Operation::Insert(done.to_entity(&item.scan, &id)));
+        let delta = Tallies {
+            created: children.len() as u64,
+            done: 1,
+            rows_read: counts.rows_read,
+            rows_acted: counts.rows_acted,
+            rows_skipped: counts.rows_skipped,
+            partitions: counts.partitions,
+            queries: counts.queries,
+            longest_step_ms: counts.duration_ms,
+            last_finished_ms: millis(now),
+            ..Tallies::default()
+        };
+        match self
+            .commit_counted(&item.scan, shard_of(&id), last, delta)
+            .await
+        {
+            Ok(()) => Ok(Finish::Recorded),
+            Err(LedgerError::Storage(e))
+                if matches!(e.kind(), ErrorKind::Batch { index, error }
+                    if *index == delete_index && matches!(error.status, 404 | 412)) =>
+            {
+                Ok(Finish::AlreadyFinished)
             }
-            return Err(e.into());
+            Err(e) => Err(e),
         }
-        Ok(Finish::Recorded)
     }
 
-    /// Records a failed attempt: the error for the status, the lease released. On the final
-    /// attempt (the message goes to the poison queue) the item is marked failed for good.
+    /// Records a failed attempt: the cause for the status and the lease released, or, when
+    /// `record` is final, the item failed for good.
     pub async fn fail(
         &self,
         item: &WorkItem,
         claim: &Claim,
         error: &str,
-        final_attempt: bool,
+        record: FailureRecord,
         now: OffsetDateTime,
     ) -> Result<(), LedgerError> {
         let id = item.id();
-        let pending_key = format!("{PENDING}{id}");
         let error: String = error.chars().take(2000).collect();
-        if final_attempt {
-            let failed = Entity::new(item.scan.clone(), format!("{FAILED}{id}"))
-                .with("error", Value::String(error))
-                .with("attempts", int(u64::from(claim.attempt)))
-                .with("message", Value::String(item.encode()))
-                .with("finishedAt", date_value(now));
-            let operations = [
-                Operation::Delete {
-                    partition_key: item.scan.clone(),
-                    row_key: pending_key,
-                    if_match: IfMatch::Etag(claim.etag.clone()),
-                },
-                Operation::Insert(failed),
-            ];
-            match self.table.submit_transaction(&operations).await {
-                Ok(_) => Ok(()),
-                Err(e) if matches!(e.kind(), ErrorKind::Batch { index: 0, .. }) => Ok(()),
-                Err(e) => Err(e.into()),
+        let (operations, delta) = match record {
+            FailureRecord::Final => {
+                let failed = FailedRow {
+                    error,
+                    attempts: u64::from(claim.attempt),
+                    message: item.encode(),
+                    finished_at: now,
+                };
+                let operations = vec![
+                    Operation::Delete {
+                        partition_key: item.scan.clone(),
+                        row_key: pending_key(&id),
+                        if_match: IfMatch::Etag(claim.etag.clone()),
+                    },
+                    Operation::Insert(failed.to_entity(&item.scan, &id)),
+                ];
+                let delta = Tallies {
+                    failed: 1,
+                    last_finished_ms: millis(now),
+                    ..Tallies::default()
+                };
+                (operations, delta)
             }
-        } else {
-            let released = Entity::new(item.scan.clone(), pending_key)
-                .with("leaseUntil", int(0))
-                .with("lastError", Value::String(error));
-            match self
-                .table
-                .update(
-                    &released,
-                    WriteMode::Merge,
-                    &IfMatch::Etag(claim.etag.clone()),
-                )
-                .await
+            FailureRecord::Retry { failing_since } => {
+                let released = Entity::new(item.scan.clone(), pending_key(&id))
+                    .with("leaseUntil", rows::int(0))
+                    .with("lastError", Value::String(error))
+                    .with("failingSince", rows::int(failing_since.unwrap_or(0)));
+                let operations = vec![Operation::Merge(
+                    released,
+                    IfMatch::Etag(claim.etag.clone()),
+                )];
+                let delta = Tallies {
+                    attempts_failed: 1,
+                    ..Tallies::default()
+                };
+                (operations, delta)
+            }
+        };
+        match self
+            .commit_counted(&item.scan, shard_of(&id), operations, delta)
+            .await
+        {
+            // The claim was lost: another delivery owns the item now.
+            Err(LedgerError::Storage(e))
+                if matches!(e.kind(), ErrorKind::Batch { index: 0, error }
+                    if matches!(error.status, 404 | 412)) =>
             {
-                Ok(_) => Ok(()),
-                Err(e) if matches!(e.status(), Some(404) | Some(412)) => Ok(()),
-                Err(e) => Err(e.into()),
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    /// The messages of those of `children` that are pending and not claimed: after a finished
+    /// item's redelivery, the ones whose first messages may have been lost. Done and running
+    /// children are skipped, so a duplicate never re-walks a finished subtree.
+    pub async fn unstarted(
+        &self,
+        scan: &str,
+        children: &[String],
+        now: OffsetDateTime,
+    ) -> Result<Vec<String>, LedgerError> {
+        let now_ms = millis(now);
+        let mut messages = Vec::new();
+        for child in children {
+            if let Some(entity) = self.table.get_entity(scan, &pending_key(child)).await? {
+                if let Some(row) = PendingRow::from_entity(&entity) {
+                    if row.is_free(now_ms) {
+                        messages.push(row.message);
+                    }
+                }
             }
         }
+        Ok(messages)
+    }
+
+    /// Adds `delta` to a scan's totals outside a step (the re-drive's count of messages sent).
+    pub(crate) async fn add_to_totals(
+        &self,
+        scan: &str,
+        delta: Tallies,
+    ) -> Result<(), LedgerError> {
+        self.commit_counted(scan, 0, Vec::new(), delta).await
+    }
+
+    /// The scan's totals, summed over its counter shards from one query, with each shard's
+    /// etag (two reads with equal etags saw the same state).
+    pub(crate) async fn totals(&self, scan: &str) -> Result<(Tallies, Vec<String>), LedgerError> {
+        let (low, high) = rows::counter_range();
+        let query = Query::filtered(
+            Filter::partition_key(Comparison::Eq, scan)
+                .and(Filter::row_key(Comparison::Ge, &low))
+                .and(Filter::row_key(Comparison::Lt, &high)),
+        );
+        let shards = self.table.query_all(&query).await?;
+        if shards.len() != usize::from(SHARDS) {
+            return Err(LedgerError::Corrupt(
+                format!("scan {scan}"),
+                format!("{} counter shards instead of {SHARDS}", shards.len()),
+            ));
+        }
+        let mut sum = Tallies::default();
+        let mut etags = Vec::with_capacity(shards.len());
+        for shard in &shards {
+            sum.add(Tallies::from_entity(shard));
+            etags.push(shard.etag.clone().unwrap_or_default());
+        }
+        Ok((sum, etags))
+    }
+
+    /// Up to `limit` of a scan's items that failed for good.
+    pub(crate) async fn failures(
+        &self,
+        scan: &str,
+        limit: u16,
+    ) -> Result<Vec<(String, FailedRow)>, LedgerError> {
+        let (low, high) = rows::failed_range();
+        let query = Query::filtered(
+            Filter::partition_key(Comparison::Eq, scan)
+                .and(Filter::row_key(Comparison::Ge, &low))
+                .and(Filter::row_key(Comparison::Lt, &high)),
+        )
+        .top(limit.clamp(1, 1000));
+        let page = self.table.query_page(&query, None).await?;
+        Ok(page
+            .entities
+            .iter()
+            .filter_map(FailedRow::from_entity)
+            .collect())
     }
 
     /// Remembers a queue message that is not a valid work item, for the scans list.
@@ -429,7 +634,7 @@ impl Ledger {
         )
         .with("error", Value::String(error.chars().take(2000).collect()))
         .with("sample", Value::String(sample.chars().take(200).collect()))
-        .with("at", date_value(now));
+        .with("at", rows::date_value(now));
         match self.table.upsert(&entity, WriteMode::Replace).await {
             // A message can be refused before the first scan created the ledger.
             Err(e) if e.is_not_found() => {
@@ -451,8 +656,10 @@ impl Ledger {
         let mut records = Vec::new();
         for entry in page.entities {
             if let Some(id) = text(&entry, "scan") {
-                if let Some(record) = self.scan(&id).await? {
-                    records.push(record);
+                match self.scan(&id).await {
+                    Ok(Some(record)) => records.push(record),
+                    Ok(None) | Err(LedgerError::OldFormat(..)) => {}
+                    Err(e) => return Err(e),
                 }
             }
         }
@@ -475,14 +682,40 @@ impl Ledger {
             })
             .collect())
     }
+}
 
-    /// Every entry of a scan's partition: its record and work items.
-    pub(crate) async fn entries(&self, id: &str) -> Result<Vec<Entity>, LedgerError> {
-        Ok(self
-            .table
-            .query_all(&Query::filtered(Filter::partition_key(Comparison::Eq, id)))
-            .await?)
+/// Where a child written ahead of its parent's finish stands.
+enum Ahead {
+    /// The parent's done row lists it: an item like any other.
+    Counted,
+    /// The parent is still pending: its finish may yet list the child.
+    ParentRunning,
+    /// The parent finished (or failed, or was dropped) without it.
+    Orphan,
+}
+
+/// A short, growing, slightly uneven pause after losing a counter shard to another finish, so
+/// that the finishes that collided do not collide again.
+fn conflict_pause(conflict: u32) -> std::time::Duration {
+    let spread = u64::from(std::process::id() ^ conflict.wrapping_mul(2_654_435_761)) % 20;
+    std::time::Duration::from_millis(5 + 10 * u64::from(conflict.min(10)) + spread)
+}
+
+fn record_from(id: &str, entity: &Entity) -> Result<ScanRecord, LedgerError> {
+    let row = ScanRow::from_entity(entity)
+        .ok_or_else(|| LedgerError::Corrupt(format!("scan {id}"), "no spec".into()))?;
+    if row.format != LEDGER_FORMAT {
+        return Err(LedgerError::OldFormat(id.to_string(), row.format));
     }
+    let spec: ScanSpec = serde_json::from_str(&row.spec)
+        .map_err(|e| LedgerError::Corrupt(format!("scan {id}"), e.to_string()))?;
+    Ok(ScanRecord {
+        id: id.to_string(),
+        spec,
+        created_at: row.created_at.unwrap_or(OffsetDateTime::UNIX_EPOCH),
+        started_at: row.started_at,
+        cancelled_at: row.cancelled_at,
+    })
 }
 
 /// A message refused because it is not a work item.
@@ -511,92 +744,4 @@ pub fn new_scan_id() -> String {
 
 pub(crate) fn format_time(time: OffsetDateTime) -> String {
     EdmDateTime::new(time).to_string()
-}
-
-/// Whether a ledger row is a pending work item.
-pub(crate) fn is_pending(row_key: &str) -> bool {
-    row_key.starts_with(PENDING)
-}
-
-fn pending_entity(item: &WorkItem) -> Entity {
-    Entity::new(item.scan.clone(), format!("{PENDING}{}", item.id()))
-        .with("message", Value::String(item.encode()))
-        .with("depth", int(u64::from(item.depth)))
-        .with("attempts", int(0))
-        .with("leaseUntil", int(0))
-}
-
-fn stored_children(done: &Entity) -> Vec<String> {
-    text(done, "children")
-        .and_then(|json| serde_json::from_str(&json).ok())
-        .unwrap_or_default()
-}
-
-fn record_from(id: &str, entity: &Entity) -> Result<ScanRecord, LedgerError> {
-    let spec = text(entity, "spec")
-        .ok_or_else(|| LedgerError::Corrupt(format!("scan {id}"), "no spec".into()))?;
-    let spec: ScanSpec = serde_json::from_str(&spec)
-        .map_err(|e| LedgerError::Corrupt(format!("scan {id}"), e.to_string()))?;
-    Ok(ScanRecord {
-        id: id.to_string(),
-        spec,
-        created_at: date(entity, "createdAt").unwrap_or(OffsetDateTime::UNIX_EPOCH),
-        started_at: date(entity, "startedAt"),
-        cancelled_at: date(entity, "cancelledAt"),
-    })
-}
-
-/// Sorts a scan's entries into counts and errors (used by the status).
-pub(crate) struct Tally {
-    pub counts: StepCounts,
-    pub done: u64,
-    pub pending: u64,
-    pub failed: u64,
-    pub retrying: u64,
-    pub errors: Vec<(String, String, u64)>,
-    pub last_finished: Option<OffsetDateTime>,
-}
-
-pub(crate) fn tally(entries: &[Entity]) -> Tally {
-    let mut t = Tally {
-        counts: StepCounts::default(),
-        done: 0,
-        pending: 0,
-        failed: 0,
-        retrying: 0,
-        errors: Vec::new(),
-        last_finished: None,
-    };
-    for e in entries {
-        let finished = date(e, "finishedAt");
-        if let Some(id) = e.row_key.strip_prefix(DONE) {
-            let _ = id;
-            t.done += 1;
-            t.counts.rows_read += number(e, "rowsRead");
-            t.counts.rows_acted += number(e, "rowsActed");
-            t.counts.rows_skipped += number(e, "rowsSkipped");
-            t.counts.partitions += number(e, "partitions");
-            t.counts.queries += number(e, "queries");
-            t.counts.duration_ms = t.counts.duration_ms.max(number(e, "durationMs"));
-        } else if let Some(id) = e.row_key.strip_prefix(FAILED) {
-            t.failed += 1;
-            t.errors.push((
-                id.to_string(),
-                text(e, "error").unwrap_or_default(),
-                number(e, "attempts"),
-            ));
-        } else if e.row_key.starts_with(PENDING) {
-            t.pending += 1;
-            if text(e, "lastError").is_some() {
-                t.retrying += 1;
-            }
-            continue;
-        } else {
-            continue;
-        }
-        if finished > t.last_finished {
-            t.last_finished = finished;
-        }
-    }
-    t
 }

@@ -4,9 +4,12 @@
 pub mod active;
 pub mod ledger;
 pub mod redrive;
+pub mod rows;
 pub mod spec;
 pub mod status;
 
-pub use ledger::{Begin, Claim, Finish, Ledger, LedgerError, ScanRecord, StepCounts};
+pub use ledger::{
+    Begin, Claim, FailureRecord, Finish, Ledger, LedgerError, ScanRecord, StepCounts,
+};
 pub use spec::{ActionSpec, ScanSpec, SpecError};
 pub use status::{ScanStatus, State};

@@ -1,12 +1,19 @@
-//! A scan's status, derived from its ledger entries every time it is asked for, so it is never
-//! stale and never disagrees with the ledger.
+//! A scan's status, read from its counter shards every time it is asked for: a few entities
+//! whatever the scan's size, never stale, and never disagreeing with the ledger.
 
 use serde::Serialize;
 use time::OffsetDateTime;
 
-use super::ledger::{format_time, tally, Ledger, LedgerError, ScanRecord, StepCounts};
-use super::redrive::{stranded_among, Stranded};
+use super::ledger::{format_time, Ledger, LedgerError, ScanRecord};
+use super::redrive::Stranded;
+use super::rows::Tallies;
 use super::spec::{ActionSpec, ScanSpec};
+
+/// How many items that failed for good a status lists (the count is always exact).
+pub const ERRORS_LISTED: u16 = 20;
+/// How many times a status read tries to see the shards twice unchanged before it settles for
+/// `running`: finishes landing between the reads only delay the verdict to the next read.
+const CONSISTENT_READ_TRIES: usize = 3;
 
 /// Where a scan stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -50,8 +57,8 @@ pub struct Progress {
     pub steps_done: u64,
     pub steps_pending: u64,
     pub steps_failed: u64,
-    /// Pending steps whose last attempt failed and that will be tried again.
-    pub steps_retrying: u64,
+    /// Attempts that failed and were tried again (a count of attempts, not of items).
+    pub attempts_failed: u64,
     pub queries: u64,
     pub rows_per_second: f64,
     /// The longest single step, in seconds.
@@ -84,39 +91,76 @@ impl Ledger {
         id: &str,
         now: OffsetDateTime,
     ) -> Result<Option<ScanStatus>, LedgerError> {
-        Ok(self
-            .status_and_stranded(id, now, time::Duration::MAX)
-            .await?
-            .map(|(status, _)| status))
+        let Some(record) = self.scan(id).await? else {
+            return Ok(None);
+        };
+        let (totals, settled) = self.consistent_totals(id).await?;
+        let errors = if totals.failed > 0 {
+            self.failures(id, ERRORS_LISTED).await?
+        } else {
+            Vec::new()
+        };
+        let errors = errors
+            .into_iter()
+            .map(|(step, failed)| StepFailure {
+                step,
+                error: failed.error,
+                attempts: failed.attempts,
+            })
+            .collect();
+        Ok(Some(status_of(record, totals, settled, errors, now)))
     }
 
-    /// The status of a scan and its work items stranded for `after` (see `job::redrive`), from
-    /// one read of its ledger entries: a status is read often, and on a busy ledger a second
-    /// read of the whole scan would double its cost.
+    /// The status of a scan and up to a page of its work items stranded for `after` (see
+    /// `job::redrive`); none are looked for unless the scan is in flight.
     pub async fn status_and_stranded(
         &self,
         id: &str,
         now: OffsetDateTime,
         after: time::Duration,
     ) -> Result<Option<(ScanStatus, Vec<Stranded>)>, LedgerError> {
-        let Some(record) = self.scan(id).await? else {
+        let Some(status) = self.status(id, now).await? else {
             return Ok(None);
         };
-        let entries = self.entries(id).await?;
-        let stranded = stranded_among(&entries, now, after);
-        Ok(Some((status_of(record, &entries, now), stranded)))
+        let stranded = if matches!(status.state, State::Pending | State::Running) {
+            self.stranded(id, now, after).await?
+        } else {
+            Vec::new()
+        };
+        Ok(Some((status, stranded)))
+    }
+
+    /// The scan's totals, and whether they are settled: no item unsettled, seen in two reads
+    /// of the shards with no shard changed between them. One read is not enough: a query is
+    /// not a snapshot, and could see a child's finish but not its parent's (which created
+    /// the child), summing to zero unsettled items while the child's own children run. Two
+    /// reads with equal etags saw every shard unchanged over a moment they share.
+    async fn consistent_totals(&self, id: &str) -> Result<(Tallies, bool), LedgerError> {
+        let (mut totals, mut etags) = self.totals(id).await?;
+        for _ in 0..CONSISTENT_READ_TRIES {
+            if totals.unsettled() > 0 {
+                return Ok((totals, false));
+            }
+            let (again, again_etags) = self.totals(id).await?;
+            if again_etags == etags {
+                return Ok((again, true));
+            }
+            (totals, etags) = (again, again_etags);
+        }
+        Ok((totals, false))
     }
 }
 
 fn status_of(
     record: ScanRecord,
-    entries: &[crate::storage::table::entity::Entity],
+    t: Tallies,
+    settled: bool,
+    errors: Vec<StepFailure>,
     now: OffsetDateTime,
 ) -> ScanStatus {
-    let t = tally(entries);
     let state = if record.cancelled_at.is_some() {
         State::Cancelled
-    } else if t.pending > 0 {
+    } else if !settled {
         if t.done + t.failed > 0 || record.started_at.is_some() {
             State::Running
         } else {
@@ -127,23 +171,28 @@ fn status_of(
     } else {
         State::Succeeded
     };
+    let last_finished = (t.last_finished_ms > 0)
+        .then(|| {
+            OffsetDateTime::from_unix_timestamp_nanos(i128::from(t.last_finished_ms) * 1_000_000)
+                .ok()
+        })
+        .flatten();
     let finished = match state {
         State::Cancelled => record.cancelled_at,
-        State::Succeeded | State::Failed => t.last_finished.or(Some(now)),
+        State::Succeeded | State::Failed => last_finished.or(Some(now)),
         State::Pending | State::Running => None,
     };
     let began = record.started_at.unwrap_or(record.created_at);
     let seconds = (finished.unwrap_or(now) - began).as_seconds_f64();
-    let counts: StepCounts = t.counts;
     let rows_per_second = if seconds > 0.0 {
-        (counts.rows_read as f64 / seconds * 10.0).round() / 10.0
+        (t.rows_read as f64 / seconds * 10.0).round() / 10.0
     } else {
         0.0
     };
     let result = (state == State::Succeeded && record.spec.action == ActionSpec::Count).then_some(
         CountResult {
-            rows: counts.rows_acted,
-            partitions: counts.partitions,
+            rows: t.rows_acted,
+            partitions: t.partitions,
         },
     );
     ScanStatus {
@@ -151,28 +200,20 @@ fn status_of(
         state,
         spec: record.spec,
         progress: Progress {
-            rows_read: counts.rows_read,
-            rows_acted: counts.rows_acted,
-            rows_skipped: counts.rows_skipped,
-            partitions: counts.partitions,
+            rows_read: t.rows_read,
+            rows_acted: t.rows_acted,
+            rows_skipped: t.rows_skipped,
+            partitions: t.partitions,
             steps_done: t.done,
-            steps_pending: t.pending,
+            steps_pending: t.unsettled(),
             steps_failed: t.failed,
-            steps_retrying: t.retrying,
-            queries: counts.queries,
+            attempts_failed: t.attempts_failed,
+            queries: t.queries,
             rows_per_second,
-            longest_step_seconds: counts.duration_ms as f64 / 1000.0,
-            steps_redriven: super::redrive::redriven_count(entries),
+            longest_step_seconds: t.longest_step_ms as f64 / 1000.0,
+            steps_redriven: t.redriven,
         },
-        errors: t
-            .errors
-            .into_iter()
-            .map(|(step, error, attempts)| StepFailure {
-                step,
-                error,
-                attempts,
-            })
-            .collect(),
+        errors,
         created_at: format_time(record.created_at),
         started_at: record.started_at.map(format_time),
         finished_at: finished.map(format_time),

@@ -17,4 +17,6 @@ pub use budget::{Budget, Clock, SystemClock};
 pub use item::{Task, WorkItem};
 pub use keys::KeyRange;
 pub use reader::TableReader;
-pub use step::{run_step, ReadMode, RowSink, ScanOptions, SplitPolicy, StepReport, Strategy};
+pub use step::{
+    run_step, ReadMode, RowSink, ScanOptions, SplitPolicy, StepError, StepReport, Strategy,
+};

@@ -114,6 +114,8 @@ struct Plan {
     /// Share of requests faulted at random, and the generator's state.
     rate: f64,
     random: u64,
+    /// While set, every request is answered 503 (an outage of the service behind).
+    outage: bool,
 }
 
 /// When a request matches, something happens (a process is killed) before it is forwarded
@@ -190,6 +192,11 @@ impl FaultProxy {
         *self.shared.hook.lock().unwrap() = Some((trigger, act));
     }
 
+    /// Starts (`true`) or ends an outage: meanwhile every request is answered 503 ServerBusy.
+    pub fn set_outage(&self, outage: bool) {
+        self.shared.plan.lock().unwrap().outage = outage;
+    }
+
     /// The method and path of every request seen so far.
     pub fn seen(&self) -> Vec<String> {
         self.shared.plan.lock().unwrap().seen.clone()
@@ -213,6 +220,9 @@ impl Plan {
 
     /// The planned fault for the next request, else perhaps a random one that fits it.
     fn next(&mut self, is_query: bool, resumes: bool) -> Option<Fault> {
+        if self.outage {
+            return Some(Fault::Status(503, "ServerBusy"));
+        }
         if let Some(fault) = self.faults.pop_front() {
             return Some(fault);
         }

@@ -102,6 +102,8 @@ pub struct ReceivedMessage {
 pub struct PeekedMessage {
     pub id: String,
     pub dequeue_count: u32,
+    /// When it was put, as the service wrote it (RFC 1123, e.g. `Sun, 22 Nov 2026 21:00:00 GMT`).
+    pub insertion_time: String,
     pub text: String,
 }
 
@@ -291,6 +293,27 @@ impl QueueClient {
             .collect())
     }
 
+    /// When the oldest visible message was put (ms since the epoch); `None` when no message is
+    /// visible. Queues are close to first in, first out, so a message put before this time is
+    /// probably gone (taken, or lost), not waiting.
+    pub async fn oldest_visible_ms(&self) -> Result<Option<u64>, StorageError> {
+        let Some(oldest) = self.peek(1).await?.into_iter().next() else {
+            return Ok(None);
+        };
+        let put = time::OffsetDateTime::parse(
+            &oldest.insertion_time,
+            &time::format_description::well_known::Rfc2822,
+        )
+        .map_err(|e| {
+            StorageError::invalid_response(
+                "peek messages",
+                self.resource(),
+                format!("InsertionTime '{}': {e}", oldest.insertion_time),
+            )
+        })?;
+        Ok(Some((put.unix_timestamp_nanos() / 1_000_000).max(0) as u64))
+    }
+
     /// Looks at up to `count` visible messages without taking them.
     pub async fn peek(&self, count: u8) -> Result<Vec<PeekedMessage>, StorageError> {
         const OP: &str = "peek messages";
@@ -313,6 +336,7 @@ impl QueueClient {
             .map(|m| PeekedMessage {
                 id: field(m, "MessageId"),
                 dequeue_count: field(m, "DequeueCount").parse().unwrap_or(0),
+                insertion_time: field(m, "InsertionTime"),
                 text: field(m, "MessageText"),
             })
             .collect())

@@ -189,3 +189,50 @@ async fn every_action_is_exact_with_one_request_in_twenty_faulted() {
 async fn every_action_is_exact_with_one_request_in_five_faulted() {
     every_action_under_faults(0.2, 23).await;
 }
+
+/// An outage of the source and target (every request answered 503) long enough for work items
+/// to spend all five deliveries of their messages: they are handed on in new messages, not
+/// failed for good, and the copy ends succeeded and exact once the outage is over.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_outage_longer_than_five_deliveries_fails_nothing_for_good() {
+    let (tables_proxy, tables_endpoint) = faulty("TableEndpoint", 0.0, 7).await;
+    let faulty = storage_with(&[("TableEndpoint", tables_endpoint.as_str())]);
+    let rows = rows();
+    let source = table_with(&rows).await;
+    let host = Host::start(
+        2,
+        &[
+            ("TABLESCAN_STEP_MAX_QUERIES", "1"),
+            ("FAULTY_STORAGE", faulty.as_str()),
+        ],
+    );
+    let copy_name = unique("outage");
+    let id = host
+        .start_scan(json!({
+            "table": source.name(), "connection": "FAULTY_STORAGE", "pageSize": 10,
+            "action": {"type": "copy", "table": copy_name, "connection": "FAULTY_STORAGE"}
+        }))
+        .await;
+    host.wait_for_steps(&id, 5).await;
+    tables_proxy.set_outage(true);
+    let outage_ends = std::time::Instant::now() + std::time::Duration::from_secs(40);
+    while !host.log().contains("handed on in a new message") {
+        assert!(
+            std::time::Instant::now() < outage_ends,
+            "no item spent its deliveries in 40 s of outage:\n{}",
+            host.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    tables_proxy.set_outage(false);
+    let done = host.wait(&id, std::time::Duration::from_secs(240)).await;
+    assert_eq!(done["state"], "succeeded", "{done}\n{}", host.log());
+    assert_eq!(done["progress"]["stepsFailed"], 0, "{done}");
+    assert_eq!(done["progress"]["rowsActed"], rows.len() as u64, "{done}");
+    assert!(
+        done["progress"]["attemptsFailed"].as_u64().unwrap() >= 5,
+        "{done}"
+    );
+    let target = tables().table(&copy_name).unwrap();
+    assert_same_rows(&target, &source, "the copy is identical").await;
+}

@@ -1,0 +1,539 @@
+//! The ledger's rows as typed values: every row key and property name of a scan's partition is
+//! written here and nowhere else.
+//!
+//! A scan's partition (PartitionKey = scan id) holds:
+//! - `scan`: the request and the scan's dates ([`ScanRow`]);
+//! - `counter:00` to `counter:15`: the scan's running totals, in [`SHARDS`] shards
+//!   ([`Tallies`]), each updated inside the transaction that changes what it counts;
+//! - `pending:<item>`: a work item not finished yet, with its queue message ([`PendingRow`]);
+//! - `done:<item>`: a finished item, with its counts and its children's ids ([`DoneRow`]);
+//! - `failed:<item>`: an item that failed for good, with the cause ([`FailedRow`]).
+
+use time::OffsetDateTime;
+
+use crate::storage::table::entity::{EdmDateTime, Entity, Value};
+
+/// The layout written by this version; a scan row without it was written by an earlier one.
+pub const LEDGER_FORMAT: u64 = 2;
+/// How many counter shards a scan has. Finishing steps spread their updates over them, so that
+/// concurrent finishes rarely contend for one entity; a status read costs one query of this
+/// many entities.
+pub const SHARDS: u8 = 16;
+
+pub const SCAN_ROW: &str = "scan";
+const PENDING: &str = "pending:";
+const DONE: &str = "done:";
+const FAILED: &str = "failed:";
+const COUNTER: &str = "counter:";
+
+/// The row key of a pending item.
+pub fn pending_key(item: &str) -> String {
+    format!("{PENDING}{item}")
+}
+
+/// The row key of a done item.
+pub fn done_key(item: &str) -> String {
+    format!("{DONE}{item}")
+}
+
+/// The row key of an item that failed for good.
+pub fn failed_key(item: &str) -> String {
+    format!("{FAILED}{item}")
+}
+
+/// The row key of counter shard `shard`.
+pub fn counter_key(shard: u8) -> String {
+    format!("{COUNTER}{shard:02}")
+}
+
+/// The row keys that start with `prefix` are those in `[prefix, prefix with its last
+/// character's successor)`; the prefixes above all end in ':', whose successor is ';'.
+pub fn key_range(prefix: &str) -> (String, String) {
+    let stem = prefix.strip_suffix(':').unwrap_or(prefix);
+    (prefix.to_string(), format!("{stem};"))
+}
+
+/// The key range of the counter shards, of the pending rows and of the failed rows.
+pub fn counter_range() -> (String, String) {
+    key_range(COUNTER)
+}
+pub fn pending_range() -> (String, String) {
+    key_range(PENDING)
+}
+pub fn failed_range() -> (String, String) {
+    key_range(FAILED)
+}
+
+/// The item id behind a pending, done or failed row key.
+pub fn item_of(row_key: &str) -> Option<&str> {
+    row_key
+        .strip_prefix(PENDING)
+        .or_else(|| row_key.strip_prefix(DONE))
+        .or_else(|| row_key.strip_prefix(FAILED))
+}
+
+/// The shard an item's finish counts in: fixed per item (so a retried finish contends with the
+/// same few), spread evenly because item ids are hashes.
+pub fn shard_of(item: &str) -> u8 {
+    item.bytes()
+        .fold(0u8, |acc, b| acc.wrapping_mul(31).wrapping_add(b))
+        % SHARDS
+}
+
+pub(crate) fn text(entity: &Entity, name: &str) -> Option<String> {
+    match entity.properties.get(name) {
+        Some(Value::String(s)) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+pub(crate) fn number(entity: &Entity, name: &str) -> u64 {
+    match entity.properties.get(name) {
+        Some(Value::Int64(n)) => (*n).max(0) as u64,
+        Some(Value::Int32(n)) => (*n).max(0) as u64,
+        _ => 0,
+    }
+}
+
+pub(crate) fn date(entity: &Entity, name: &str) -> Option<OffsetDateTime> {
+    match entity.properties.get(name) {
+        Some(Value::DateTime(t)) => Some(t.time()),
+        _ => None,
+    }
+}
+
+pub(crate) fn date_value(time: OffsetDateTime) -> Value {
+    Value::DateTime(EdmDateTime::new(time))
+}
+
+pub(crate) fn int(n: u64) -> Value {
+    Value::Int64(n.min(i64::MAX as u64) as i64)
+}
+
+/// Milliseconds since the Unix epoch, the unit of the ledger's lease and re-drive times.
+pub fn millis(time: OffsetDateTime) -> u64 {
+    (time.unix_timestamp_nanos() / 1_000_000).max(0) as u64
+}
+
+/// The `scan` row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScanRow {
+    /// The request, as JSON.
+    pub spec: String,
+    pub format: u64,
+    pub created_at: Option<OffsetDateTime>,
+    pub started_at: Option<OffsetDateTime>,
+    pub cancelled_at: Option<OffsetDateTime>,
+}
+
+impl ScanRow {
+    pub fn new(spec: String, created_at: OffsetDateTime) -> Self {
+        ScanRow {
+            spec,
+            format: LEDGER_FORMAT,
+            created_at: Some(created_at),
+            started_at: None,
+            cancelled_at: None,
+        }
+    }
+
+    pub fn to_entity(&self, scan: &str) -> Entity {
+        let mut e = Entity::new(scan, SCAN_ROW)
+            .with("spec", Value::String(self.spec.clone()))
+            .with("ledgerFormat", int(self.format));
+        for (name, time) in [
+            ("createdAt", self.created_at),
+            ("startedAt", self.started_at),
+            ("cancelledAt", self.cancelled_at),
+        ] {
+            if let Some(time) = time {
+                e.properties.insert(name.into(), date_value(time));
+            }
+        }
+        e
+    }
+
+    pub fn from_entity(e: &Entity) -> Option<Self> {
+        Some(ScanRow {
+            spec: text(e, "spec")?,
+            format: number(e, "ledgerFormat").max(1),
+            created_at: date(e, "createdAt"),
+            started_at: date(e, "startedAt"),
+            cancelled_at: date(e, "cancelledAt"),
+        })
+    }
+
+    /// The merge that records the first step's start.
+    pub fn started(scan: &str, at: OffsetDateTime) -> Entity {
+        Entity::new(scan, SCAN_ROW).with("startedAt", date_value(at))
+    }
+
+    /// The merge that records a cancel.
+    pub fn cancelled(scan: &str, at: OffsetDateTime) -> Entity {
+        Entity::new(scan, SCAN_ROW).with("cancelledAt", date_value(at))
+    }
+}
+
+/// A `pending:<item>` row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingRow {
+    /// The work item's queue message, to send it again.
+    pub message: String,
+    pub depth: u64,
+    /// How many times a step has claimed it.
+    pub attempts: u64,
+    /// Until when (ms since the epoch) a step holds it; 0 when free.
+    pub lease_until: u64,
+    /// The last failed attempt's cause.
+    pub last_error: Option<String>,
+    /// When its message was last sent again by a re-drive (ms since the epoch).
+    pub redriven_at: u64,
+    /// Set on children written ahead of their parent's finishing transaction (a finish with
+    /// more children than one transaction holds): such a row counts only once the parent's
+    /// done row lists it. See `Ledger::finish`.
+    pub parent: Option<String>,
+    /// When its current run of transient failures began (ms since the epoch); cleared by an
+    /// attempt that fails otherwise.
+    pub failing_since: Option<u64>,
+    /// The row's etag and last write, when read from storage.
+    pub etag: Option<String>,
+    pub written_at: Option<OffsetDateTime>,
+}
+
+impl PendingRow {
+    pub fn new(message: String, depth: u64) -> Self {
+        PendingRow {
+            message,
+            depth,
+            attempts: 0,
+            lease_until: 0,
+            last_error: None,
+            redriven_at: 0,
+            parent: None,
+            failing_since: None,
+            etag: None,
+            written_at: None,
+        }
+    }
+
+    pub fn to_entity(&self, scan: &str, item: &str) -> Entity {
+        let mut e = Entity::new(scan, pending_key(item))
+            .with("message", Value::String(self.message.clone()))
+            .with("depth", int(self.depth))
+            .with("attempts", int(self.attempts))
+            .with("leaseUntil", int(self.lease_until));
+        if let Some(error) = &self.last_error {
+            e.properties
+                .insert("lastError".into(), Value::String(error.clone()));
+        }
+        if self.redriven_at > 0 {
+            e.properties
+                .insert("redrivenAt".into(), int(self.redriven_at));
+        }
+        if let Some(parent) = &self.parent {
+            e.properties
+                .insert("parent".into(), Value::String(parent.clone()));
+        }
+        if let Some(since) = self.failing_since {
+            e.properties.insert("failingSince".into(), int(since));
+        }
+        e
+    }
+
+    pub fn from_entity(e: &Entity) -> Option<Self> {
+        Some(PendingRow {
+            message: text(e, "message")?,
+            depth: number(e, "depth"),
+            attempts: number(e, "attempts"),
+            lease_until: number(e, "leaseUntil"),
+            last_error: text(e, "lastError"),
+            redriven_at: number(e, "redrivenAt"),
+            parent: text(e, "parent"),
+            failing_since: Some(number(e, "failingSince")).filter(|&t| t > 0),
+            etag: e.etag.clone(),
+            written_at: e.timestamp.as_ref().map(EdmDateTime::time),
+        })
+    }
+
+    /// Whether no step holds it at `now_ms`.
+    pub fn is_free(&self, now_ms: u64) -> bool {
+        self.lease_until <= now_ms
+    }
+
+    /// When it was last touched: written (created, claimed, released) or sent again.
+    pub fn last_touched_ms(&self) -> u64 {
+        self.written_at
+            .map(millis)
+            .unwrap_or(0)
+            .max(self.redriven_at)
+    }
+}
+
+/// A `done:<item>` row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DoneRow {
+    pub counts: super::ledger::StepCounts,
+    pub depth: u64,
+    pub finished_at: OffsetDateTime,
+    /// The ids of the children it recorded, so a redelivery can look for unstarted ones;
+    /// `None` when there were too many to store.
+    pub children: Option<Vec<String>>,
+}
+
+/// Children ids are stored while they fit one string property comfortably.
+const MAX_STORED_CHILDREN_BYTES: usize = 60 * 1024;
+
+impl DoneRow {
+    pub fn to_entity(&self, scan: &str, item: &str) -> Entity {
+        let c = &self.counts;
+        let mut e = Entity::new(scan, done_key(item))
+            .with("rowsRead", int(c.rows_read))
+            .with("rowsActed", int(c.rows_acted))
+            .with("rowsSkipped", int(c.rows_skipped))
+            .with("partitions", int(c.partitions))
+            .with("queries", int(c.queries))
+            .with("durationMs", int(c.duration_ms))
+            .with("depth", int(self.depth))
+            .with("finishedAt", date_value(self.finished_at));
+        if let Some(children) = &self.children {
+            let json = serde_json::to_string(children).expect("strings serialise");
+            if json.len() <= MAX_STORED_CHILDREN_BYTES {
+                e.properties.insert("children".into(), Value::String(json));
+            }
+        }
+        e
+    }
+
+    /// The children ids of a done row; `None` if it stored none.
+    pub fn children_of(e: &Entity) -> Option<Vec<String>> {
+        text(e, "children").and_then(|json| serde_json::from_str(&json).ok())
+    }
+}
+
+/// A `failed:<item>` row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FailedRow {
+    pub error: String,
+    pub attempts: u64,
+    pub message: String,
+    pub finished_at: OffsetDateTime,
+}
+
+impl FailedRow {
+    pub fn to_entity(&self, scan: &str, item: &str) -> Entity {
+        Entity::new(scan, failed_key(item))
+            .with("error", Value::String(self.error.clone()))
+            .with("attempts", int(self.attempts))
+            .with("message", Value::String(self.message.clone()))
+            .with("finishedAt", date_value(self.finished_at))
+    }
+
+    pub fn from_entity(e: &Entity) -> Option<(String, Self)> {
+        let item = e.row_key.strip_prefix(FAILED)?.to_string();
+        Some((
+            item,
+            FailedRow {
+                error: text(e, "error").unwrap_or_default(),
+                attempts: number(e, "attempts"),
+                message: text(e, "message").unwrap_or_default(),
+                finished_at: date(e, "finishedAt").unwrap_or(OffsetDateTime::UNIX_EPOCH),
+            },
+        ))
+    }
+}
+
+/// A scan's running totals: one counter shard, or the sum of all of them.
+///
+/// Every field only grows, so a sum read from a consistent set of shards is the scan's state
+/// at one moment. `created - done - failed - dropped` is the number of items not settled.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tallies {
+    /// Items recorded pending: the root and every child of a finish.
+    pub created: u64,
+    pub done: u64,
+    pub failed: u64,
+    /// Items dropped unrun because the scan was cancelled.
+    pub dropped: u64,
+    pub rows_read: u64,
+    pub rows_acted: u64,
+    pub rows_skipped: u64,
+    pub partitions: u64,
+    pub queries: u64,
+    /// Attempts that failed and were tried again.
+    pub attempts_failed: u64,
+    /// Messages sent again by re-drives.
+    pub redriven: u64,
+    /// The longest step (the maximum, not a sum).
+    pub longest_step_ms: u64,
+    /// The latest finish (the maximum), ms since the epoch.
+    pub last_finished_ms: u64,
+}
+
+const TALLY_FIELDS: [&str; 11] = [
+    "created",
+    "done",
+    "failed",
+    "dropped",
+    "rowsRead",
+    "rowsActed",
+    "rowsSkipped",
+    "partitions",
+    "queries",
+    "attemptsFailed",
+    "redriven",
+];
+
+impl Tallies {
+    fn sums(&mut self) -> [&mut u64; 11] {
+        [
+            &mut self.created,
+            &mut self.done,
+            &mut self.failed,
+            &mut self.dropped,
+            &mut self.rows_read,
+            &mut self.rows_acted,
+            &mut self.rows_skipped,
+            &mut self.partitions,
+            &mut self.queries,
+            &mut self.attempts_failed,
+            &mut self.redriven,
+        ]
+    }
+
+    /// Adds `other` in: sums, and maxima for the longest step and the latest finish.
+    pub fn add(&mut self, mut other: Tallies) {
+        for (mine, theirs) in self.sums().into_iter().zip(other.sums()) {
+            *mine = mine.saturating_add(*theirs);
+        }
+        self.longest_step_ms = self.longest_step_ms.max(other.longest_step_ms);
+        self.last_finished_ms = self.last_finished_ms.max(other.last_finished_ms);
+    }
+
+    /// Items recorded but neither done, failed nor dropped.
+    pub fn unsettled(&self) -> u64 {
+        self.created
+            .saturating_sub(self.done + self.failed + self.dropped)
+    }
+
+    pub fn to_entity(&self, scan: &str, shard: u8) -> Entity {
+        let mut copy = *self;
+        let mut e = Entity::new(scan, counter_key(shard));
+        for (name, value) in TALLY_FIELDS.iter().zip(copy.sums()) {
+            e.properties.insert((*name).into(), int(*value));
+        }
+        e.with("longestStepMs", int(self.longest_step_ms))
+            .with("lastFinishedMs", int(self.last_finished_ms))
+    }
+
+    pub fn from_entity(e: &Entity) -> Self {
+        let mut t = Tallies::default();
+        for (name, value) in TALLY_FIELDS.iter().zip(t.sums()) {
+            *value = number(e, name);
+        }
+        t.longest_step_ms = number(e, "longestStepMs");
+        t.last_finished_ms = number(e, "lastFinishedMs");
+        t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_round_trip_through_entities() {
+        let now = OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap();
+        let mut scan = ScanRow::new("{}".into(), now);
+        scan.cancelled_at = Some(now);
+        assert_eq!(ScanRow::from_entity(&scan.to_entity("s")), Some(scan));
+
+        let mut pending = PendingRow::new("m".into(), 3);
+        pending.parent = Some("p".into());
+        pending.last_error = Some("e".into());
+        pending.redriven_at = 7;
+        pending.failing_since = Some(9);
+        assert_eq!(
+            PendingRow::from_entity(&pending.to_entity("s", "i")),
+            Some(pending)
+        );
+
+        let tallies = Tallies {
+            created: 1,
+            done: 2,
+            failed: 3,
+            dropped: 4,
+            rows_read: 5,
+            rows_acted: 6,
+            rows_skipped: 7,
+            partitions: 8,
+            queries: 9,
+            attempts_failed: 10,
+            redriven: 11,
+            longest_step_ms: 12,
+            last_finished_ms: 13,
+        };
+        assert_eq!(Tallies::from_entity(&tallies.to_entity("s", 3)), tallies);
+
+        let failed = FailedRow {
+            error: "e".into(),
+            attempts: 5,
+            message: "m".into(),
+            finished_at: now,
+        };
+        assert_eq!(
+            FailedRow::from_entity(&failed.to_entity("s", "i")),
+            Some(("i".to_string(), failed))
+        );
+    }
+
+    #[test]
+    fn key_ranges_hold_exactly_their_rows() {
+        let (low, high) = pending_range();
+        for key in [pending_key("a"), pending_key("~~~"), pending_key("")] {
+            assert!(low <= key && key < high, "{key}");
+        }
+        for key in [
+            done_key("a"),
+            failed_key("a"),
+            counter_key(0),
+            SCAN_ROW.into(),
+        ] {
+            assert!(!(low <= key && key < high), "{key}");
+        }
+        let (low, high) = counter_range();
+        assert!((0..SHARDS).all(|s| low <= counter_key(s) && counter_key(s) < high));
+    }
+
+    #[test]
+    fn shards_spread_item_ids() {
+        let mut seen = [0u32; SHARDS as usize];
+        for n in 0..1600u32 {
+            let id = base64::Engine::encode(
+                &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+                ring::digest::digest(&ring::digest::SHA256, &n.to_le_bytes()).as_ref(),
+            );
+            seen[shard_of(&id) as usize] += 1;
+        }
+        assert!(seen.iter().all(|&n| (50..150).contains(&n)), "{seen:?}");
+    }
+
+    #[test]
+    fn unsettled_counts_what_is_neither_done_failed_nor_dropped() {
+        let mut t = Tallies {
+            created: 10,
+            done: 6,
+            failed: 1,
+            dropped: 1,
+            longest_step_ms: 5,
+            ..Tallies::default()
+        };
+        assert_eq!(t.unsettled(), 2);
+        t.add(Tallies {
+            done: 2,
+            longest_step_ms: 3,
+            ..Tallies::default()
+        });
+        assert_eq!(t.unsettled(), 0);
+        assert_eq!(t.longest_step_ms, 5);
+    }
+}
