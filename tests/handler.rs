@@ -272,6 +272,66 @@ async fn the_same_step_delivered_twice_changes_no_count_and_writes_nothing_twice
     );
 }
 
+/// A cancel during a delete: the running step stops acting at its next page, the status says
+/// `cancelling` until it has, then `cancelled` with final counts that match the table.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancel_stops_a_running_delete_within_a_page() {
+    let source = fresh_table("canceldelete").await;
+    // One partition, so that the first step does not split the scan into children.
+    let rows: Vec<Entity> = (0..2000)
+        .map(|r| Entity::new("p", format!("r{r:04}")))
+        .collect();
+    common::load(&source, &rows).await;
+    let host = TestHost::start(&[
+        ("TABLESCAN_STEP_MAX_QUERIES", "1000"),
+        ("TABLESCAN_STEP_MAX_SECONDS", "120"),
+    ])
+    .await;
+    let page = 5;
+    let (start, id) = host
+        .start_scan(
+            &json!({"table": source.name(), "pageSize": page, "strategy": "serial", "action": {"type": "delete"}}),
+        )
+        .await;
+    // A serial scan: the first step reads the whole table, page after page.
+    let long = host.delivery("ScanRange", &start.messages("rangeItems")[0], 1, 1);
+    let remaining = || async { source.query_all(&Default::default()).await.unwrap().len() };
+    let started = remaining().await;
+    let (answer, (cancel, left_at_cancel)) =
+        tokio::join!(host.post_raw("ScanRange", long), async {
+            while remaining().await == started {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let cancel = host.cancel(&id).await;
+            (cancel, remaining().await)
+        });
+    assert_eq!(
+        cancel,
+        (200, json!({"id": id, "state": "cancelling"})),
+        "the step still runs ({left_at_cancel} rows left then): {}",
+        answer.text
+    );
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    assert!(
+        answer.messages("rangeItems").is_empty() && answer.messages("partitionItems").is_empty()
+    );
+    let left = remaining().await;
+    assert!(left > 0, "the delete stopped before the end");
+    assert!(
+        left_at_cancel - left <= 2 * page,
+        "at most the page being deleted and one more after the cancel: {left_at_cancel} then {left}"
+    );
+    let (_, status) = host.status(&id).await;
+    assert_eq!(status["state"], "cancelled", "{status}");
+    assert_eq!(
+        status["progress"]["rowsActed"],
+        (rows.len() - left) as u64,
+        "{status}"
+    );
+    assert_eq!(status["progress"]["stepsPending"], 0, "{status}");
+}
+
 #[tokio::test]
 async fn a_cancelled_scan_stops_issuing_work() {
     let source = fresh_table("cancel").await;

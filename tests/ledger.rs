@@ -302,3 +302,16 @@ async fn concurrent_finishes_count_exactly_and_completion_is_exact() {
     assert_eq!(status.progress.rows_read, 61);
     assert_eq!(status.result.unwrap().rows, 61);
 }
+
+#[tokio::test]
+async fn a_claim_is_seen_by_any_claimed_until_it_ends() {
+    let (ledger, root) = ledger_with_scan().await;
+    let now = OffsetDateTime::now_utc();
+    assert!(!ledger.any_claimed(&root.scan, now).await.unwrap());
+    let _claim = claim(ledger.begin(&root, now, Duration::MINUTE).await.unwrap());
+    assert!(ledger.any_claimed(&root.scan, now).await.unwrap());
+    assert!(!ledger
+        .any_claimed(&root.scan, now + Duration::seconds(61))
+        .await
+        .unwrap());
+}

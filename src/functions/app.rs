@@ -53,6 +53,9 @@ pub struct Clients {
     pub queues: QueueServiceClient,
 }
 
+/// How stale a step's knowledge of its scan's cancellation may be.
+pub const CANCEL_CHECK_EVERY: Duration = Duration::from_secs(1);
+
 /// Everything the functions share.
 pub struct AppState {
     pub settings: Settings,
@@ -70,7 +73,11 @@ pub struct AppState {
     /// The queues of range and partition work items, as the app's function.json files name
     /// them (see [`item_queues`]).
     pub item_queues: ItemQueues,
+    /// How the host retries queue messages, from the app's host.json (see [`host_queues`]).
+    pub host_queues: HostQueues,
     clients: Mutex<HashMap<String, Clients>>,
+    /// Per scan, whether it was cancelled and when that was last read (see [`AppState::cancelled`]).
+    cancels: Mutex<HashMap<String, (std::time::Instant, bool)>>,
 }
 
 /// The queues the two queue-triggered functions listen on.
@@ -102,6 +109,63 @@ pub fn item_queues(dir: &std::path::Path) -> ItemQueues {
     ItemQueues {
         range: read(SCAN_RANGE, RANGE_QUEUE),
         partition: read(SCAN_PARTITION, PARTITION_QUEUE),
+    }
+}
+
+/// How the host retries a failing queue message: visible again after `visibility_timeout`,
+/// moved to the poison queue on delivery `max_dequeue_count`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostQueues {
+    pub visibility_timeout: Duration,
+    pub max_dequeue_count: u32,
+}
+
+impl Default for HostQueues {
+    /// The values of this project's host.json.
+    fn default() -> Self {
+        HostQueues {
+            visibility_timeout: Duration::from_secs(30),
+            max_dequeue_count: MAX_DEQUEUE_COUNT,
+        }
+    }
+}
+
+/// Reads `extensions.queues.visibilityTimeout` (`hh:mm:ss`) and `maxDequeueCount` from
+/// `<dir>/host.json`, so that the handler knows which delivery of a message is its last
+/// whatever the app's settings; this project's values where the file or a value is missing.
+pub fn host_queues(dir: &std::path::Path) -> HostQueues {
+    let defaults = HostQueues::default();
+    let Some(json) = std::fs::read_to_string(dir.join("host.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+    else {
+        return defaults;
+    };
+    let queues = &json["extensions"]["queues"];
+    let visibility_timeout = queues["visibilityTimeout"]
+        .as_str()
+        .and_then(parse_time_span)
+        .unwrap_or(defaults.visibility_timeout);
+    let max_dequeue_count = queues["maxDequeueCount"]
+        .as_u64()
+        .and_then(|n| u32::try_from(n).ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(defaults.max_dequeue_count);
+    HostQueues {
+        visibility_timeout,
+        max_dequeue_count,
+    }
+}
+
+/// `hh:mm:ss` (a .NET TimeSpan without days or fractions) as a duration.
+fn parse_time_span(text: &str) -> Option<Duration> {
+    let parts: Vec<u64> = text
+        .split(':')
+        .map(|p| p.trim().parse().ok())
+        .collect::<Option<_>>()?;
+    match parts[..] {
+        [h, m, s] if m < 60 && s < 60 => Some(Duration::from_secs(h * 3600 + m * 60 + s)),
+        _ => None,
     }
 }
 
@@ -144,7 +208,9 @@ impl AppState {
             redrive_after,
             outage_window,
             item_queues: item_queues(&std::env::current_dir().unwrap_or_default()),
+            host_queues: host_queues(&std::env::current_dir().unwrap_or_default()),
             clients: Mutex::new(HashMap::new()),
+            cancels: Mutex::new(HashMap::new()),
         };
         let ledger_table = settings
             .get("TABLESCAN_LEDGER_TABLE")
@@ -155,6 +221,38 @@ impl AppState {
             .and_then(|c| c.tables.table(&ledger_table).map_err(|e| e.to_string()))
             .map(Ledger::new);
         Arc::new(AppState { ledger, ..state })
+    }
+
+    /// Whether scan `id` was cancelled, as read from the ledger at most [`CANCEL_CHECK_EVERY`]
+    /// ago: the steps of one process running for the same scan share one read, so checking
+    /// between pages costs the ledger a read per second per process, not per page. A read
+    /// that fails counts as not cancelled (the next check tries again).
+    pub async fn cancelled(&self, id: &str) -> bool {
+        let known = self.cancels.lock().ok().and_then(|c| c.get(id).copied());
+        if let Some((read_at, cancelled)) = known {
+            if cancelled || read_at.elapsed() < CANCEL_CHECK_EVERY {
+                return cancelled;
+            }
+        }
+        let Ok(ledger) = self.ledger() else {
+            return false;
+        };
+        let cancelled = matches!(ledger.scan(id).await, Ok(Some(r)) if r.cancelled_at.is_some());
+        if let Ok(mut cancels) = self.cancels.lock() {
+            if cancels.len() > 10_000 {
+                cancels.clear();
+            }
+            cancels.insert(id.to_string(), (std::time::Instant::now(), cancelled));
+        }
+        cancelled
+    }
+
+    /// Remembers that scan `id` was cancelled through this process, so that its own steps stop
+    /// at their next page without waiting for the next read.
+    pub fn note_cancelled(&self, id: &str) {
+        if let Ok(mut cancels) = self.cancels.lock() {
+            cancels.insert(id.to_string(), (std::time::Instant::now(), true));
+        }
     }
 
     /// The clients for the account named by an app setting (cached).
@@ -285,5 +383,42 @@ mod queue_name_tests {
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(queues.range, "renamed-range");
         assert_eq!(queues.partition, PARTITION_QUEUE);
+    }
+}
+
+#[cfg(test)]
+mod host_queue_tests {
+    use super::*;
+
+    #[test]
+    fn host_json_queue_settings_are_read_and_bad_ones_fall_back() {
+        let dir = std::env::temp_dir().join(format!("tablescan-hostjson-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(host_queues(&dir), HostQueues::default(), "no host.json");
+        std::fs::write(
+            dir.join("host.json"),
+            r#"{"extensions":{"queues":{"visibilityTimeout":"00:01:05","maxDequeueCount":3}}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            host_queues(&dir),
+            HostQueues {
+                visibility_timeout: Duration::from_secs(65),
+                max_dequeue_count: 3
+            }
+        );
+        std::fs::write(
+            dir.join("host.json"),
+            r#"{"extensions":{"queues":{"visibilityTimeout":"soon","maxDequeueCount":0}}}"#,
+        )
+        .unwrap();
+        assert_eq!(host_queues(&dir), HostQueues::default());
+        std::fs::remove_dir_all(&dir).unwrap();
+        let project = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        assert_eq!(
+            host_queues(project),
+            HostQueues::default(),
+            "this project's host.json"
+        );
     }
 }

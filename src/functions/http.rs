@@ -319,11 +319,16 @@ pub async fn cancel_scan(state: &AppState, body: &[u8]) -> Response {
         }
     }
     match ledger.cancel(id, now).await {
-        Ok(Some(_)) => answer(
-            StatusCode::OK,
-            json!({ "id": id, "state": State::Cancelled }),
-        )
-        .into_response(),
+        Ok(Some(_)) => {
+            state.note_cancelled(id);
+            // `cancelling` while some step still holds a claim (it stops at its next page),
+            // then `cancelled` with final counts.
+            let state = match ledger.status(id, OffsetDateTime::now_utc()).await {
+                Ok(Some(status)) => status.state,
+                _ => State::Cancelling,
+            };
+            answer(StatusCode::OK, json!({ "id": id, "state": state })).into_response()
+        }
         Ok(None) => error(StatusCode::NOT_FOUND, None, "no scan has this id"),
         Err(e) => error(
             StatusCode::SERVICE_UNAVAILABLE,

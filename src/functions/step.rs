@@ -6,9 +6,7 @@ use std::time::Duration;
 use time::OffsetDateTime;
 
 use super::app::AppState;
-use super::names::{
-    ITEM_BINDING, MAX_DEQUEUE_COUNT, PARTITION_OUTPUT, RANGE_OUTPUT, STORAGE_CONNECTION,
-};
+use super::names::{ITEM_BINDING, PARTITION_OUTPUT, RANGE_OUTPUT, STORAGE_CONNECTION};
 use super::plan::{action_for, scan_options};
 use super::protocol::{Failure, Invocation, Outcome};
 use crate::actions::{Action, ActionCounts};
@@ -197,7 +195,7 @@ async fn on_failure(
                 let record = FailureRecord::Retry {
                     failing_since: Some(since),
                 };
-                (record, attempt >= MAX_DEQUEUE_COUNT)
+                (record, attempt >= state.host_queues.max_dequeue_count)
             }
         }
     };
@@ -231,10 +229,8 @@ async fn on_failure(
     Failure::new(StatusCode::INTERNAL_SERVER_ERROR, why).into_response()
 }
 
-/// How long a work item handed on after a transient failure waits before it is delivered.
-const HAND_ON_DELAY: Duration = Duration::from_secs(60);
-
-/// Puts `item`'s message in its queue again, invisible for [`HAND_ON_DELAY`].
+/// Puts `item`'s message in its queue again, invisible for twice the host's own pause between
+/// two deliveries (a minute with this project's host.json).
 async fn send_again_later(state: &AppState, queue: Queue, item: &WorkItem) -> Result<(), String> {
     let queues = state.clients(STORAGE_CONNECTION)?.queues;
     let name = match queue {
@@ -243,7 +239,8 @@ async fn send_again_later(state: &AppState, queue: Queue, item: &WorkItem) -> Re
     };
     let options = PutOptions {
         encoding: MessageEncoding::Base64,
-        visibility_timeout: HAND_ON_DELAY,
+        visibility_timeout: (state.host_queues.visibility_timeout * 2)
+            .clamp(Duration::from_secs(1), Duration::from_secs(600)),
         at_least_once: true,
         ..PutOptions::default()
     };
@@ -316,15 +313,20 @@ fn split_messages(messages: Vec<String>) -> (Vec<String>, Vec<String>) {
     })
 }
 
-/// Passes each page to the action and adds up what it did.
-struct ActionSink {
+/// Passes each page to the action and adds up what it did; stops acting once the scan is
+/// cancelled.
+struct ActionSink<'a> {
     action: Action,
     counts: ActionCounts,
     /// The step's clock, to tell the action when its time is up.
     clock: SystemClock,
+    state: &'a AppState,
+    scan: &'a str,
+    /// Set when a page was refused because the scan was cancelled.
+    cancelled: bool,
 }
 
-impl RowSink for ActionSink {
+impl RowSink for ActionSink<'_> {
     type Error = StorageError;
 
     async fn accept(
@@ -332,6 +334,11 @@ impl RowSink for ActionSink {
         rows: Vec<Entity>,
         deadline: Duration,
     ) -> Result<usize, StorageError> {
+        if self.cancelled || self.state.cancelled(self.scan).await {
+            // Nothing of this page is done: the step ends, and its rest is dropped.
+            self.cancelled = true;
+            return Ok(0);
+        }
         let clock = self.clock;
         let go_on = move || clock.now() < deadline;
         let applied = self.action.apply(rows, &go_on).await?;
@@ -401,6 +408,9 @@ async fn run(
         action,
         counts: ActionCounts::default(),
         clock,
+        state,
+        scan: &item.scan,
+        cancelled: false,
     };
     let report = run_step(&source, item, &options, &clock, &mut sink).await?;
     let counts = StepCounts {
@@ -411,5 +421,11 @@ async fn run(
         queries: u64::from(report.queries),
         duration_ms: started.elapsed().as_millis() as u64,
     };
-    Ok((counts, report.follow_ups))
+    // A step stopped by a cancel records what it did and drops the rest: the scan is over.
+    let follow_ups = if sink.cancelled {
+        Vec::new()
+    } else {
+        report.follow_ups
+    };
+    Ok((counts, follow_ups))
 }

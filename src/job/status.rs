@@ -26,6 +26,9 @@ pub enum State {
     Succeeded,
     /// No work left, but some work items failed for good.
     Failed,
+    /// Cancelled, and some step still holds a claim: it stops at its next page.
+    Cancelling,
+    /// Cancelled, and no step runs any more: the counts are final.
     Cancelled,
 }
 
@@ -95,6 +98,10 @@ impl Ledger {
             return Ok(None);
         };
         let (totals, settled) = self.consistent_totals(id).await?;
+        let running = match record.cancelled_at {
+            Some(_) => self.any_claimed(id, now).await?,
+            None => false,
+        };
         let errors = if totals.failed > 0 {
             self.failures(id, ERRORS_LISTED).await?
         } else {
@@ -108,7 +115,9 @@ impl Ledger {
                 attempts: failed.attempts,
             })
             .collect();
-        Ok(Some(status_of(record, totals, settled, errors, now)))
+        Ok(Some(status_of(
+            record, totals, settled, running, errors, now,
+        )))
     }
 
     /// The status of a scan and up to a page of its work items stranded for `after` (see
@@ -155,11 +164,16 @@ fn status_of(
     record: ScanRecord,
     t: Tallies,
     settled: bool,
+    running: bool,
     errors: Vec<StepFailure>,
     now: OffsetDateTime,
 ) -> ScanStatus {
     let state = if record.cancelled_at.is_some() {
-        State::Cancelled
+        if running {
+            State::Cancelling
+        } else {
+            State::Cancelled
+        }
     } else if !settled {
         if t.done + t.failed > 0 || record.started_at.is_some() {
             State::Running
@@ -180,7 +194,7 @@ fn status_of(
     let finished = match state {
         State::Cancelled => record.cancelled_at,
         State::Succeeded | State::Failed => last_finished.or(Some(now)),
-        State::Pending | State::Running => None,
+        State::Pending | State::Running | State::Cancelling => None,
     };
     let began = record.started_at.unwrap_or(record.created_at);
     let seconds = (finished.unwrap_or(now) - began).as_seconds_f64();

@@ -60,6 +60,14 @@ pub enum Task {
     },
 }
 
+/// `value` as JSON with every object's keys in sorted order (serde_json's own map is ordered
+/// by key unless its `preserve_order` feature is on, which this crate does not use).
+fn canonical_json<T: Serialize>(value: &T) -> String {
+    serde_json::to_value(value)
+        .expect("a task always serialises")
+        .to_string()
+}
+
 /// Why a message is not a work item.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
@@ -107,8 +115,14 @@ impl WorkItem {
 
     /// The deterministic id: a hash of the scan id and the exact task (range and cursor).
     /// The depth is not part of it: the same range is the same work, however it was reached.
+    ///
+    /// The task is hashed in canonical JSON (object keys sorted), so the id depends on the
+    /// task's field names and values only: a version that declares the fields in another order
+    /// computes the same ids, and finishes the scans in flight that an earlier one started.
+    /// Renaming a serialised field or changing a value's form changes every id; such a change
+    /// must come with a new work-item version (`v`), which earlier messages are refused by.
     pub fn id(&self) -> String {
-        let task = serde_json::to_string(&self.task).expect("a task always serialises");
+        let task = canonical_json(&self.task);
         let mut context = digest::Context::new(&digest::SHA256);
         context.update(self.scan.as_bytes());
         context.update(&[0]);
@@ -159,6 +173,70 @@ mod tests {
                 next_row_key: Some("1!".repeat(700)),
             }),
         })
+    }
+
+    /// Pins work-item ids: a change here strands every scan in flight (see `WorkItem::id`).
+    #[test]
+    fn work_item_ids_are_pinned() {
+        let scan = "0123456789abcdef0123456789abcdef";
+        let root = WorkItem::root(scan, KeyRange::all(), "");
+        let child = root.follow_up(Task::Partition {
+            partition_key: "p1".into(),
+            row_keys: KeyRange {
+                lower: Lower::Excluded("r0019".into()),
+                upper: Upper::Unbounded,
+            },
+            prefix: "r".into(),
+            cursor: Some(Continuation {
+                next_partition_key: "1!8!cDE-".into(),
+                next_row_key: Some("1!8!cjA-".into()),
+            }),
+        });
+        assert_eq!(root.id(), "EH4i0xkuu7jzSyIxR2Lc-JSt");
+        assert_eq!(child.id(), "DoRoYMfPHvYXE-OMpWBfKn-Q");
+    }
+
+    /// A later version that declares the task's fields in another order computes the same ids.
+    #[test]
+    fn ids_do_not_depend_on_the_order_fields_are_declared_in() {
+        #[derive(Serialize)]
+        struct Reordered<'a> {
+            cursor: Option<&'a Continuation>,
+            prefix: &'a str,
+            #[serde(rename = "rk")]
+            row_keys: &'a KeyRange,
+            #[serde(rename = "pk")]
+            partition_key: &'a str,
+        }
+        #[derive(Serialize)]
+        #[serde(tag = "kind")]
+        enum Later<'a> {
+            #[serde(rename = "partition")]
+            Partition(Reordered<'a>),
+        }
+        let cursor = Continuation {
+            next_partition_key: "a".into(),
+            next_row_key: None,
+        };
+        let row_keys = KeyRange::all();
+        let task = Task::Partition {
+            partition_key: "p".into(),
+            row_keys: row_keys.clone(),
+            prefix: "x".into(),
+            cursor: Some(cursor.clone()),
+        };
+        let later = Later::Partition(Reordered {
+            cursor: Some(&cursor),
+            prefix: "x",
+            row_keys: &row_keys,
+            partition_key: "p",
+        });
+        assert_ne!(
+            serde_json::to_string(&task).unwrap(),
+            serde_json::to_string(&later).unwrap(),
+            "the declaration orders differ"
+        );
+        assert_eq!(canonical_json(&task), canonical_json(&later));
     }
 
     #[test]
