@@ -161,6 +161,31 @@ async fn unknown_scans_and_cancelled_scans() {
     );
 }
 
+/// A cancel while a step holds its claim: `cancelling` until the step records itself (or its
+/// claim runs out), then `cancelled` with the step's counts.
+#[tokio::test]
+async fn a_cancelled_scan_is_cancelling_while_a_step_holds_a_claim() {
+    let (ledger, root) = ledger_with_scan().await;
+    let now = OffsetDateTime::now_utc();
+    let running = claim(ledger.begin(&root, now, Duration::MINUTE).await.unwrap());
+    ledger.cancel(&root.scan, now).await.unwrap().unwrap();
+    let status = ledger.status(&root.scan, now).await.unwrap().unwrap();
+    assert_eq!(status.state, State::Cancelling);
+    assert_eq!(status.finished_at, None);
+    let counts = StepCounts {
+        rows_read: 7,
+        rows_acted: 7,
+        ..StepCounts::default()
+    };
+    ledger
+        .finish(&root, &running, counts, &[], now)
+        .await
+        .unwrap();
+    let status = ledger.status(&root.scan, now).await.unwrap().unwrap();
+    assert_eq!(status.state, State::Cancelled);
+    assert_eq!(status.progress.rows_acted, 7);
+}
+
 fn partition_child(root: &WorkItem, n: usize) -> WorkItem {
     root.follow_up(Task::Partition {
         partition_key: format!("p{n:04}"),

@@ -116,7 +116,9 @@ pub async fn handle(state: &AppState, queue: Queue, body: &[u8]) -> Response {
             return reject(ledger, &message_id, &why, &text).await;
         }
     };
-    match run(state, &item, &claim).await {
+    let mut claim = *claim;
+    let outcome = run_claimed(state, ledger, &item, &mut claim).await;
+    match outcome {
         Ok((counts, follow_ups)) => {
             match ledger
                 .finish(
@@ -253,6 +255,52 @@ async fn send_again_later(state: &AppState, queue: Queue, item: &WorkItem) -> Re
         .map_err(|e| e.to_string())
 }
 
+/// Runs the step while keeping its claim: the claim is renewed every third of the lease for as
+/// long as the step runs, so a step that takes longer than one lease (storage retries, a slow
+/// target) is never run a second time by another delivery meanwhile. If the claim is lost all
+/// the same (the ledger was unreachable for a whole lease), the step stops acting at its next
+/// page; its finish will then not count.
+async fn run_claimed(
+    state: &AppState,
+    ledger: &crate::job::Ledger,
+    item: &WorkItem,
+    claim: &mut Claim,
+) -> Result<(StepCounts, Vec<WorkItem>), StepFailure> {
+    let lease = time::Duration::try_from(state.lease).unwrap_or(time::Duration::MINUTE);
+    let period = (state.lease / 3).max(Duration::from_millis(100));
+    let lost = std::sync::atomic::AtomicBool::new(false);
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let scan = claim.scan.clone();
+    let work = async {
+        let outcome = run(state, item, &scan, &lost).await;
+        let _ = stop.send(true);
+        outcome
+    };
+    let renewal = async {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(period) => {}
+                _ = stopped.changed() => return,
+            }
+            match ledger
+                .renew(item, claim, OffsetDateTime::now_utc(), lease)
+                .await
+            {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::warn!(scan = %item.scan, step = %item.id(), "the step's claim was lost; it stops acting");
+                    lost.store(true, std::sync::atomic::Ordering::SeqCst);
+                    return;
+                }
+                // The claim still holds until its lease ends; the next renewal tries again.
+                Err(e) => tracing::warn!("could not renew the claim of step {}: {e}", item.id()),
+            }
+        }
+    };
+    let (outcome, ()) = tokio::join!(work, renewal);
+    outcome
+}
+
 /// Claims the work item. If another delivery holds the claim (a duplicate message, or a retry
 /// after a crash whose claim has not run out yet), waits for the claim to run out rather than
 /// failing: failing would spend one of the message's few attempts on waiting and could send a
@@ -322,7 +370,9 @@ struct ActionSink<'a> {
     clock: SystemClock,
     state: &'a AppState,
     scan: &'a str,
-    /// Set when a page was refused because the scan was cancelled.
+    /// Set when the step's claim was lost: another delivery may be running the item.
+    lost: &'a std::sync::atomic::AtomicBool,
+    /// Set when a page was refused because the scan was cancelled or the claim lost.
     cancelled: bool,
 }
 
@@ -334,7 +384,10 @@ impl RowSink for ActionSink<'_> {
         rows: Vec<Entity>,
         deadline: Duration,
     ) -> Result<usize, StorageError> {
-        if self.cancelled || self.state.cancelled(self.scan).await {
+        if self.cancelled
+            || self.lost.load(std::sync::atomic::Ordering::SeqCst)
+            || self.state.cancelled(self.scan).await
+        {
             // Nothing of this page is done: the step ends, and its rest is dropped.
             self.cancelled = true;
             return Ok(0);
@@ -394,10 +447,11 @@ impl From<StepError<StorageError>> for StepFailure {
 async fn run(
     state: &AppState,
     item: &WorkItem,
-    claim: &Claim,
+    scan: &crate::job::ScanRecord,
+    lost: &std::sync::atomic::AtomicBool,
 ) -> Result<(StepCounts, Vec<WorkItem>), StepFailure> {
     let started = std::time::Instant::now();
-    let spec = &claim.scan.spec;
+    let spec = &scan.spec;
     let source = state
         .scan_source(&spec.connection, &spec.table)
         .map_err(StepFailure::permanent)?;
@@ -410,6 +464,7 @@ async fn run(
         clock,
         state,
         scan: &item.scan,
+        lost,
         cancelled: false,
     };
     let report = run_step(&source, item, &options, &clock, &mut sink).await?;

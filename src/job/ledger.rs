@@ -356,6 +356,37 @@ impl Ledger {
         })))
     }
 
+    /// Extends a claim to `now + lease`, keeping the claim's etag current. `false` when the
+    /// claim was lost (another delivery took the item after the lease ran out, or it is
+    /// finished): the step must stop acting, its finish will not count.
+    pub async fn renew(
+        &self,
+        item: &WorkItem,
+        claim: &mut Claim,
+        now: OffsetDateTime,
+        lease: time::Duration,
+    ) -> Result<bool, LedgerError> {
+        let until = millis(now) + lease.whole_milliseconds().max(0) as u64;
+        let extended = Entity::new(item.scan.clone(), pending_key(&item.id()))
+            .with("leaseUntil", rows::int(until));
+        match self
+            .table
+            .update(
+                &extended,
+                WriteMode::Merge,
+                &IfMatch::Etag(claim.etag.clone()),
+            )
+            .await
+        {
+            Ok(etag) => {
+                claim.etag = etag;
+                Ok(true)
+            }
+            Err(e) if matches!(e.status(), Some(404) | Some(412)) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Whether a child written ahead of its parent's finish (see `finish`) belongs to the scan.
     async fn written_ahead(
         &self,
