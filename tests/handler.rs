@@ -389,6 +389,65 @@ async fn a_step_longer_than_its_lease_is_not_run_twice() {
     assert_eq!(sent, rows.len() as u64, "each row enqueued once");
 }
 
+async fn start(host: &TestHost, body: String, key: String) -> common::host::Answer {
+    host.http_with_headers(
+        "StartScan",
+        "POST",
+        "/api/scans",
+        &[],
+        Some(&body),
+        &[("Idempotency-Key", &key)],
+    )
+    .await
+}
+
+/// A start retried with the same `Idempotency-Key` answers the same scan: its first work item
+/// is sent again while no step has taken it (the first answer may have been lost), never once
+/// a step has; the key with another request is a conflict; a bad key is a 400 naming it.
+#[tokio::test]
+async fn a_start_retried_with_the_same_key_makes_one_scan() {
+    let source = fresh_table("idempotent").await;
+    common::load(&source, &[Entity::new("p", "r")]).await;
+    let mut host = TestHost::start(&[]).await;
+    let request = json!({"table": source.name(), "action": {"type": "count"}}).to_string();
+    let key = unique_name("key-");
+    let first = start(&host, request.clone(), key.clone()).await;
+    let (status, body) = first.res();
+    assert_eq!(status, 202, "{body}");
+    let id = body["id"].as_str().unwrap().to_string();
+    // The first answer's message is lost (the host failed to write it); the client retries.
+    let retried = start(&host, request.clone(), key.clone()).await;
+    assert_eq!(retried.res().1["id"], id.as_str());
+    assert_eq!(
+        retried.messages("rangeItems").len(),
+        1,
+        "the root is sent again"
+    );
+    host.enqueue_outputs(&retried);
+    host.drain().await;
+    let (_, status) = host.status(&id).await;
+    assert_eq!(status["state"], "succeeded", "{status}");
+    assert_eq!(status["result"]["rows"], 1);
+
+    let late = start(&host, request.clone(), key.clone()).await;
+    assert_eq!(late.res(), (202, first.res().1.clone()));
+    assert!(
+        late.messages("rangeItems").is_empty(),
+        "started already: nothing is sent"
+    );
+
+    let other = json!({"table": source.name(), "pageSize": 7, "action": {"type": "count"}});
+    let conflict = start(&host, other.to_string(), key.clone()).await;
+    let (status, body) = conflict.res();
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["field"], "Idempotency-Key", "{body}");
+
+    let bad = start(&host, request.clone(), "k".repeat(300)).await;
+    let (status, body) = bad.res();
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["field"], "Idempotency-Key", "{body}");
+}
+
 #[tokio::test]
 async fn a_cancelled_scan_stops_issuing_work() {
     let source = fresh_table("cancel").await;

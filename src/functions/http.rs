@@ -11,7 +11,7 @@ use super::plan::scope_range;
 use super::protocol::{Failure, HttpRequest, Invocation, Outcome};
 use crate::job::ledger::{is_scan_id, new_scan_id};
 use crate::job::spec::{ActionSpec, ScanSpec, SpecError};
-use crate::job::State;
+use crate::job::{Created, State};
 use crate::scan::item::WorkItem;
 use crate::storage::table::query::Query;
 
@@ -94,20 +94,61 @@ pub async fn start_scan(state: &AppState, body: &[u8]) -> Response {
     if let Err(refused) = prepare(state, &spec).await {
         return refused.into_response();
     }
-    let id = new_scan_id();
+    let id = match req.header(IDEMPOTENCY_KEY) {
+        None => new_scan_id(),
+        Some(key) => match idempotent_scan_id(key) {
+            Ok(id) => id,
+            Err(why) => return error(StatusCode::BAD_REQUEST, Some(IDEMPOTENCY_KEY), why),
+        },
+    };
     let (range, prefix) = scope_range(&spec);
     let root = WorkItem::root(id.clone(), range, prefix);
-    if let Err(e) = ledger
+    let created = match ledger
         .create_scan(&spec, &root, OffsetDateTime::now_utc())
         .await
     {
-        return error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            None,
-            format!("the scan could not be recorded: {e}"),
-        );
-    }
+        Ok(created) => created,
+        Err(e) => {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+                format!("the scan could not be recorded: {e}"),
+            )
+        }
+    };
+    // A start retried with the same key answers the same scan, and sends its first work item
+    // again if no step took it yet (the first attempt may have stopped before its message was
+    // written; a duplicate is harmless).
+    let send_root = match &created {
+        Created::New => true,
+        Created::Existing(existing) if existing.spec != spec => {
+            return error(
+                StatusCode::CONFLICT,
+                Some(IDEMPOTENCY_KEY),
+                "this key already started a scan with a different request",
+            )
+        }
+        Created::Existing(_) => match ledger.root_unstarted(&root).await {
+            Ok(unstarted) => unstarted,
+            Err(e) => {
+                return error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    None,
+                    format!("the scan could not be read: {e}"),
+                )
+            }
+        },
+    };
     let location = format!("/api/scans/{id}");
+    let log = match created {
+        Created::New => format!("scan {id} started over table {}", spec.table),
+        Created::Existing(_) => format!("scan {id} was started before with this idempotency key"),
+    };
+    let roots = if send_root {
+        vec![root.encode()]
+    } else {
+        Vec::new()
+    };
     Outcome::default()
         .http(
             HTTP_RESPONSE,
@@ -115,9 +156,28 @@ pub async fn start_scan(state: &AppState, body: &[u8]) -> Response {
             &json!({ "id": id, "state": State::Pending, "status": location }),
             &[("Location", location.clone())],
         )
-        .messages(RANGE_OUTPUT, vec![root.encode()])
-        .log(format!("scan {id} started over table {}", spec.table))
+        .messages(RANGE_OUTPUT, roots)
+        .log(log)
         .into_response()
+}
+
+/// The request header that makes a start idempotent.
+pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
+
+/// The scan id an idempotency key stands for: 32 hex digits of a hash of the key, so the same
+/// key always names the same scan, on any instance, with no lookup table.
+fn idempotent_scan_id(key: &str) -> Result<String, String> {
+    if key.is_empty() || key.len() > 200 || key.chars().any(char::is_control) {
+        return Err("an idempotency key is 1 to 200 printable characters".into());
+    }
+    let digest = ring::digest::digest(
+        &ring::digest::SHA256,
+        format!("tablescan idempotency key\0{key}").as_bytes(),
+    );
+    Ok(digest.as_ref()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
 }
 
 /// Checks what a scan will touch before it starts: the ledger table exists, the source table

@@ -112,7 +112,22 @@ impl Invocation {
             // A JSON body may come already parsed by some host versions.
             Some(other) => Some(other.to_string()),
         };
+        let headers = match get("Headers") {
+            Some(Value::Object(map)) => map
+                .iter()
+                .filter_map(|(k, v)| {
+                    let first = match v {
+                        Value::Array(values) => values.first()?.as_str()?,
+                        Value::String(value) => value.as_str(),
+                        _ => return None,
+                    };
+                    Some((k.clone(), first.to_string()))
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
         Ok(HttpRequest {
+            headers,
             method: get("Method")
                 .and_then(Value::as_str)
                 .unwrap_or("")
@@ -141,9 +156,19 @@ pub struct HttpRequest {
     pub params: Vec<(String, String)>,
     /// The raw body; `None` when the caller sent none.
     pub body: Option<String>,
+    /// Request headers, the first value of each (the host sends arrays of strings).
+    pub headers: Vec<(String, String)>,
 }
 
 impl HttpRequest {
+    /// A header's first value; names compare case-insensitively.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
     pub fn param(&self, name: &str) -> Option<&str> {
         self.params
             .iter()

@@ -65,6 +65,14 @@ pub struct ScanRecord {
     pub cancelled_at: Option<OffsetDateTime>,
 }
 
+/// What `create_scan` did.
+#[derive(Debug)]
+pub enum Created {
+    New,
+    /// A scan with this id existed already; nothing was written.
+    Existing(Box<ScanRecord>),
+}
+
 /// What a step should do, according to the ledger.
 #[derive(Debug)]
 pub enum Begin {
@@ -150,12 +158,15 @@ impl Ledger {
     }
 
     /// Records a new scan, its counter shards and its first work item, in one transaction.
+    /// If a scan with this id exists already (a start retried with the same idempotency key),
+    /// nothing is written and that scan is returned, so the caller can compare requests; its
+    /// index row is written again in case the first attempt stopped before it.
     pub async fn create_scan(
         &self,
         spec: &ScanSpec,
         root: &WorkItem,
         now: OffsetDateTime,
-    ) -> Result<(), LedgerError> {
+    ) -> Result<Created, LedgerError> {
         let id = &root.scan;
         let spec = serde_json::to_string(spec).expect("a spec serialises");
         let root_id = root.id();
@@ -173,13 +184,43 @@ impl Ledger {
             operations.push(Operation::Insert(tallies.to_entity(id, shard)));
         }
         self.list_active(id).await?;
-        self.table.submit_transaction(&operations).await?;
+        let created = match self.table.submit_transaction(&operations).await {
+            Ok(_) => Created::New,
+            Err(e) if matches!(e.kind(), ErrorKind::Batch { index: 0, error } if error.status == 409) => {
+                match self.scan(id).await? {
+                    Some(existing) => Created::Existing(Box::new(existing)),
+                    None => return Err(e.into()),
+                }
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let created_at = match &created {
+            Created::New => now,
+            Created::Existing(existing) => existing.created_at,
+        };
         // Newest first: the RowKey counts down with time.
-        let inverted = i64::MAX - (now.unix_timestamp_nanos() / 1_000_000) as i64;
+        let inverted = i64::MAX - (created_at.unix_timestamp_nanos() / 1_000_000) as i64;
         let index = Entity::new(INDEX_PARTITION, format!("{inverted:019}-{id}"))
             .with("scan", Value::String(id.clone()));
         self.table.upsert(&index, WriteMode::Replace).await?;
-        Ok(())
+        Ok(created)
+    }
+
+    /// Whether a scan's root item is still waiting for its first step (pending and never
+    /// claimed): a start retried after a crash sends its message again.
+    pub async fn root_unstarted(&self, root: &WorkItem) -> Result<bool, LedgerError> {
+        Ok(
+            match self
+                .table
+                .get_entity(&root.scan, &pending_key(&root.id()))
+                .await?
+            {
+                Some(entity) => {
+                    PendingRow::from_entity(&entity).is_some_and(|row| row.attempts == 0)
+                }
+                None => false,
+            },
+        )
     }
 
     /// Reads a scan record.

@@ -9,7 +9,7 @@ pub mod spec;
 pub mod status;
 
 pub use ledger::{
-    Begin, Claim, FailureRecord, Finish, Ledger, LedgerError, ScanRecord, StepCounts,
+    Begin, Claim, Created, FailureRecord, Finish, Ledger, LedgerError, ScanRecord, StepCounts,
 };
 pub use spec::{ActionSpec, ScanSpec, SpecError};
 pub use status::{ScanStatus, State};

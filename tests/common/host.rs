@@ -128,7 +128,24 @@ impl TestHost {
         params: &[(&str, &str)],
         body: Option<&str>,
     ) -> Answer {
+        self.http_with_headers(function, method, path, params, body, &[])
+            .await
+    }
+
+    /// Like [`TestHost::http`], with extra request headers.
+    pub async fn http_with_headers(
+        &self,
+        function: &str,
+        method: &str,
+        path: &str,
+        params: &[(&str, &str)],
+        body: Option<&str>,
+        extra_headers: &[(&str, &str)],
+    ) -> Answer {
         let mut headers = json!({ "Host": ["localhost:7071"] });
+        for (name, value) in extra_headers {
+            headers[*name] = json!([value]);
+        }
         let mut metadata = Map::new();
         if let Some(body) = body {
             headers["Content-Type"] = json!(["application/json"]);
