@@ -448,6 +448,62 @@ async fn a_start_retried_with_the_same_key_makes_one_scan() {
     assert_eq!(body["error"]["field"], "Idempotency-Key", "{body}");
 }
 
+/// A copy whose target table vanished fails for good (a permanent cause, at once); once the
+/// table is back, `retry` runs the failed items again and the scan ends succeeded with exact
+/// counts and an identical copy. Only a failed scan can be retried.
+#[tokio::test]
+async fn failed_items_retried_finish_the_scan_exactly() {
+    let source = fresh_table("retrysource").await;
+    let rows: Vec<Entity> = (0..30)
+        .map(|i| Entity::new(format!("p{}", i % 3), format!("r{i:02}")))
+        .collect();
+    common::load(&source, &rows).await;
+    let target_name = unique_name("retrytarget");
+    let mut host = TestHost::start(&[]).await;
+    let (start, id) = host
+        .start_scan(
+            &json!({"table": source.name(), "action": {"type": "copy", "table": target_name}}),
+        )
+        .await;
+    tables().delete_table(&target_name).await.unwrap();
+    host.enqueue_outputs(&start);
+    host.drain().await;
+    let (_, status) = host.status(&id).await;
+    assert_eq!(status["state"], "failed", "{status}");
+    assert_eq!(status["progress"]["stepsFailed"], 1, "{status}");
+    assert_eq!(
+        status["errors"][0]["attempts"], 1,
+        "a missing table is permanent: {status}"
+    );
+
+    tables().create_table(&target_name, true).await.unwrap();
+    let retry = host
+        .http("RetryScan", "POST", "/x", &[("id", &id)], None)
+        .await;
+    let (code, body) = retry.res();
+    assert_eq!(code, 202, "{body}");
+    assert_eq!(body["retried"], 1, "{body}");
+    host.enqueue_outputs(&retry);
+    host.drain().await;
+    let (_, status) = host.status(&id).await;
+    assert_eq!(status["state"], "succeeded", "{status}");
+    assert_eq!(
+        status["progress"]["rowsActed"],
+        rows.len() as u64,
+        "{status}"
+    );
+    assert_eq!(status["progress"]["stepsFailed"], 0, "{status}");
+    assert_eq!(status["progress"]["stepsRetried"], 1, "{status}");
+    let target = tables().table(&target_name).unwrap();
+    let copied = target.query_all(&Query::default()).await.unwrap();
+    assert_eq!(copied.len(), rows.len());
+
+    let again = host
+        .http("RetryScan", "POST", "/x", &[("id", &id)], None)
+        .await;
+    assert_eq!(again.res().0, 409, "{}", again.text);
+}
+
 #[tokio::test]
 async fn a_cancelled_scan_stops_issuing_work() {
     let source = fresh_table("cancel").await;

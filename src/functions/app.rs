@@ -324,6 +324,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(&format!("/{GET_SCAN}"), post(get_scan))
         .route(&format!("/{LIST_SCANS}"), post(list_scans))
         .route(&format!("/{CANCEL_SCAN}"), post(cancel_scan))
+        .route(&format!("/{RETRY_SCAN}"), post(retry_scan))
         .route(&format!("/{REDRIVE_SCANS}"), post(redrive_scans))
         .layer(DefaultBodyLimit::max(MAX_INVOCATION_BYTES))
         .with_state(state)
@@ -351,6 +352,10 @@ async fn list_scans(State(state): State<Arc<AppState>>, body: Bytes) -> Response
 
 async fn cancel_scan(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     http::cancel_scan(&state, &body).await
+}
+
+async fn retry_scan(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    http::retry_scan(&state, &body).await
 }
 
 async fn redrive_scans(State(state): State<Arc<AppState>>, body: Bytes) -> Response {

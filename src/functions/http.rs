@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use time::OffsetDateTime;
 
 use super::app::AppState;
-use super::names::{HTTP_REQUEST, HTTP_RESPONSE, RANGE_OUTPUT};
+use super::names::{HTTP_REQUEST, HTTP_RESPONSE, PARTITION_OUTPUT, RANGE_OUTPUT};
 use super::plan::scope_range;
 use super::protocol::{Failure, HttpRequest, Invocation, Outcome};
 use crate::job::ledger::{is_scan_id, new_scan_id};
@@ -396,4 +396,63 @@ pub async fn cancel_scan(state: &AppState, body: &[u8]) -> Response {
             format!("the scan could not be cancelled: {e}"),
         ),
     }
+}
+
+/// How many failed items one retry request makes pending again; a scan with more answers
+/// `"more": true` and is retried by calling again.
+pub const RETRY_PER_REQUEST: u16 = 500;
+
+/// `POST /api/scans/{id}/retry`: runs a failed scan's failed items again. Each becomes pending
+/// with a fresh message; the scan is `running` until they finish, and its counts stay exact.
+pub async fn retry_scan(state: &AppState, body: &[u8]) -> Response {
+    let (ledger, id) = match scan_target(state, body) {
+        Ok(target) => target,
+        Err(response) => return *response,
+    };
+    let id = id.as_str();
+    match ledger.status(id, OffsetDateTime::now_utc()).await {
+        Ok(Some(status)) if status.state == State::Failed => {}
+        Ok(Some(status)) => {
+            return error(
+                StatusCode::CONFLICT,
+                None,
+                format!(
+                    "only a failed scan can be retried; this one is {}",
+                    serde_json::to_value(status.state).unwrap_or(Value::Null)
+                ),
+            )
+        }
+        Ok(None) => return error(StatusCode::NOT_FOUND, None, "no scan has this id"),
+        Err(e) => {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+                format!("the scan could not be read: {e}"),
+            )
+        }
+    }
+    let messages = match ledger.retry_failed(id, RETRY_PER_REQUEST).await {
+        Ok(messages) => messages,
+        Err(e) => {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+                format!("the failed items could not be made pending again: {e}"),
+            )
+        }
+    };
+    let retried = messages.len();
+    let more = retried == usize::from(RETRY_PER_REQUEST);
+    let (ranges, partitions) = super::step::split_messages(messages);
+    Outcome::default()
+        .http(
+            HTTP_RESPONSE,
+            StatusCode::ACCEPTED,
+            &json!({ "id": id, "state": State::Running, "retried": retried, "more": more }),
+            &[],
+        )
+        .messages(RANGE_OUTPUT, ranges)
+        .messages(PARTITION_OUTPUT, partitions)
+        .log(format!("scan {id}: {retried} failed work items sent again"))
+        .into_response()
 }

@@ -15,6 +15,7 @@ pub const START_SCAN: &str = "StartScan";
 pub const GET_SCAN: &str = "GetScan";
 pub const LIST_SCANS: &str = "ListScans";
 pub const CANCEL_SCAN: &str = "CancelScan";
+pub const RETRY_SCAN: &str = "RetryScan";
 pub const REDRIVE_SCANS: &str = "RedriveScans";
 
 /// When `RedriveScans` runs (NCRONTAB, with seconds): every five minutes. A work item counts as
@@ -78,6 +79,10 @@ pub fn function_definitions() -> Vec<(&'static str, Value)> {
         (
             CANCEL_SCAN,
             http_function("post", "scans/{id}/cancel", Vec::new()),
+        ),
+        (
+            RETRY_SCAN,
+            http_function("post", "scans/{id}/retry", queue_outputs()),
         ),
         (
             REDRIVE_SCANS,

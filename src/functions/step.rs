@@ -353,7 +353,7 @@ fn decode(text: &str, queue: Queue) -> Result<WorkItem, String> {
 }
 
 /// Sorts encoded work items by the queue they go to.
-fn split_messages(messages: Vec<String>) -> (Vec<String>, Vec<String>) {
+pub(crate) fn split_messages(messages: Vec<String>) -> (Vec<String>, Vec<String>) {
     messages.into_iter().partition(|m| {
         WorkItem::decode(m)
             .map(|item| matches!(item.task, Task::Range { .. }))

@@ -628,6 +628,60 @@ impl Ledger {
         Ok(messages)
     }
 
+    /// Makes up to `limit` of a scan's failed items pending again, each in one transaction
+    /// (its failed row deleted, a fresh pending row, `retried` counted), and returns their
+    /// messages to send. The scan is listed in flight again so that the re-drive looks after
+    /// it. Counts stay exact: a failed item never counted rows, and runs once more from scratch.
+    pub async fn retry_failed(&self, scan: &str, limit: u16) -> Result<Vec<String>, LedgerError> {
+        self.list_active(scan).await?;
+        let (low, high) = rows::failed_range();
+        let query = Query::filtered(
+            Filter::partition_key(Comparison::Eq, scan)
+                .and(Filter::row_key(Comparison::Ge, &low))
+                .and(Filter::row_key(Comparison::Lt, &high)),
+        )
+        .top(limit.clamp(1, 1000));
+        let page = self.table.query_page(&query, None).await?;
+        let mut messages = Vec::new();
+        for entity in &page.entities {
+            let Some((item, failed)) = FailedRow::from_entity(entity) else {
+                continue;
+            };
+            let Ok(work) = WorkItem::decode(&failed.message) else {
+                return Err(LedgerError::Corrupt(
+                    entity.row_key.clone(),
+                    "its message is not a work item".into(),
+                ));
+            };
+            let operations = vec![
+                Operation::Delete {
+                    partition_key: scan.to_string(),
+                    row_key: entity.row_key.clone(),
+                    if_match: IfMatch::Etag(entity.etag.clone().unwrap_or_default()),
+                },
+                Operation::Insert(
+                    PendingRow::new(failed.message.clone(), u64::from(work.depth))
+                        .to_entity(scan, &item),
+                ),
+            ];
+            let delta = Tallies {
+                retried: 1,
+                ..Tallies::default()
+            };
+            match self
+                .commit_counted(scan, shard_of(&item), operations, delta)
+                .await
+            {
+                Ok(()) => messages.push(failed.message),
+                // Retried by a concurrent call meanwhile.
+                Err(LedgerError::Storage(e))
+                    if matches!(e.kind(), ErrorKind::Batch { index: 0 | 1, .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(messages)
+    }
+
     /// Adds `delta` to a scan's totals outside a step (the re-drive's count of messages sent).
     pub(crate) async fn add_to_totals(
         &self,

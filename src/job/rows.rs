@@ -363,13 +363,15 @@ pub struct Tallies {
     pub attempts_failed: u64,
     /// Messages sent again by re-drives.
     pub redriven: u64,
+    /// Failed items made pending again by a retry (each counted in `failed` before).
+    pub retried: u64,
     /// The longest step (the maximum, not a sum).
     pub longest_step_ms: u64,
     /// The latest finish (the maximum), ms since the epoch.
     pub last_finished_ms: u64,
 }
 
-const TALLY_FIELDS: [&str; 11] = [
+const TALLY_FIELDS: [&str; 12] = [
     "created",
     "done",
     "failed",
@@ -381,10 +383,11 @@ const TALLY_FIELDS: [&str; 11] = [
     "queries",
     "attemptsFailed",
     "redriven",
+    "retried",
 ];
 
 impl Tallies {
-    fn sums(&mut self) -> [&mut u64; 11] {
+    fn sums(&mut self) -> [&mut u64; 12] {
         [
             &mut self.created,
             &mut self.done,
@@ -397,6 +400,7 @@ impl Tallies {
             &mut self.queries,
             &mut self.attempts_failed,
             &mut self.redriven,
+            &mut self.retried,
         ]
     }
 
@@ -409,10 +413,14 @@ impl Tallies {
         self.last_finished_ms = self.last_finished_ms.max(other.last_finished_ms);
     }
 
-    /// Items recorded but neither done, failed nor dropped.
+    /// Items recorded but neither done, failed nor dropped (a retried item counts again).
     pub fn unsettled(&self) -> u64 {
-        self.created
-            .saturating_sub(self.done + self.failed + self.dropped)
+        (self.created + self.retried).saturating_sub(self.done + self.failed + self.dropped)
+    }
+
+    /// Items failed for good and not retried since.
+    pub fn failed_now(&self) -> u64 {
+        self.failed.saturating_sub(self.retried)
     }
 
     pub fn to_entity(&self, scan: &str, shard: u8) -> Entity {
@@ -469,6 +477,7 @@ mod tests {
             queries: 9,
             attempts_failed: 10,
             redriven: 11,
+            retried: 14,
             longest_step_ms: 12,
             last_finished_ms: 13,
         };

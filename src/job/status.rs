@@ -62,6 +62,8 @@ pub struct Progress {
     pub steps_failed: u64,
     /// Attempts that failed and were tried again (a count of attempts, not of items).
     pub attempts_failed: u64,
+    /// Items that had failed for good and were run again by `POST /api/scans/{id}/retry`.
+    pub steps_retried: u64,
     pub queries: u64,
     pub rows_per_second: f64,
     /// The longest single step, in seconds.
@@ -102,7 +104,7 @@ impl Ledger {
             Some(_) => self.any_claimed(id, now).await?,
             None => false,
         };
-        let errors = if totals.failed > 0 {
+        let errors = if totals.failed_now() > 0 {
             self.failures(id, ERRORS_LISTED).await?
         } else {
             Vec::new()
@@ -180,7 +182,7 @@ fn status_of(
         } else {
             State::Pending
         }
-    } else if t.failed > 0 {
+    } else if t.failed_now() > 0 {
         State::Failed
     } else {
         State::Succeeded
@@ -220,7 +222,8 @@ fn status_of(
             partitions: t.partitions,
             steps_done: t.done,
             steps_pending: t.unsettled(),
-            steps_failed: t.failed,
+            steps_failed: t.failed_now(),
+            steps_retried: t.retried,
             attempts_failed: t.attempts_failed,
             queries: t.queries,
             rows_per_second,
