@@ -397,6 +397,7 @@ async fn start(host: &TestHost, body: String, key: String) -> common::host::Answ
         &[],
         Some(&body),
         &[("Idempotency-Key", &key)],
+        &[],
     )
     .await
 }
@@ -927,4 +928,104 @@ async fn keys_in_a_scope_are_checked_against_the_services_rules() {
         .res();
     assert_eq!(status, 400, "{body}");
     host.assert_serving().await;
+}
+
+async fn list(host: &TestHost, query: &[(&str, &str)]) -> (u16, Value) {
+    host.http_with_headers("ListScans", "GET", "/api/scans", &[], None, &[], query)
+        .await
+        .res()
+}
+
+/// The scans list pages newest first with a continuation, filters by state and shows each
+/// scan's state and counts; a finished scan's ledger rows can be removed, and the record of
+/// refused messages cleared; bad parameters are 400s naming them.
+#[tokio::test]
+async fn scans_are_listed_in_pages_filtered_by_state_and_removed_when_finished() {
+    let source = fresh_table("listing").await;
+    common::load(&source, &[Entity::new("p", "r")]).await;
+    let mut host = TestHost::start(&[]).await;
+    let count = json!({"table": source.name(), "action": {"type": "count"}});
+    let mut finished = Vec::new();
+    for _ in 0..3 {
+        finished.push(host.run_scan(&count).await);
+    }
+    let (_, waiting) = host.start_scan(&count).await;
+
+    let (status, first) = list(&host, &[("limit", "2")]).await;
+    assert_eq!(status, 200, "{first}");
+    let ids = |page: &Value| -> Vec<String> {
+        page["scans"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(
+        ids(&first),
+        vec![waiting.clone(), finished[2].clone()],
+        "newest first"
+    );
+    assert_eq!(first["scans"][0]["state"], "pending");
+    assert_eq!(first["scans"][1]["state"], "succeeded");
+    assert_eq!(first["scans"][1]["progress"]["rowsActed"], 1);
+    let next = first["next"].as_str().unwrap().to_string();
+    let (_, second) = list(&host, &[("limit", "2"), ("after", &next)]).await;
+    assert_eq!(ids(&second), vec![finished[1].clone(), finished[0].clone()]);
+    let (_, pending) = list(&host, &[("state", "pending")]).await;
+    assert_eq!(ids(&pending), vec![waiting.clone()]);
+
+    for (query, field) in [
+        (("limit", "0"), "limit"),
+        (("limit", "many"), "limit"),
+        (("state", "asleep"), "state"),
+        (("after", "x' or 'a"), "after"),
+    ] {
+        let (status, body) = list(&host, &[query]).await;
+        assert_eq!(status, 400, "{query:?}: {body}");
+        assert_eq!(body["error"]["field"], field, "{body}");
+    }
+
+    let delete = |id: String| {
+        let host = &host;
+        async move {
+            host.http("DeleteScan", "DELETE", "/x", &[("id", &id)], None)
+                .await
+                .res()
+        }
+    };
+    let (status, body) = delete(waiting.clone()).await;
+    assert_eq!(status, 409, "a scan not finished stays: {body}");
+    let (status, body) = delete(finished[1].clone()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["more"], false);
+    assert!(
+        body["removedRows"].as_u64().unwrap() >= 18,
+        "scan, shards, done row: {body}"
+    );
+    assert_eq!(host.status(&finished[1]).await.0, 404);
+    let (_, all) = list(&host, &[]).await;
+    assert_eq!(
+        ids(&all),
+        vec![waiting, finished[2].clone(), finished[0].clone()]
+    );
+
+    let refused = host
+        .post_raw(
+            "ScanRange",
+            host.delivery("ScanRange", "not a work item", 1, 9),
+        )
+        .await;
+    assert_eq!(refused.status, 422);
+    let (_, with_rejected) = list(&host, &[]).await;
+    assert_eq!(
+        with_rejected["rejectedMessages"].as_array().unwrap().len(),
+        1
+    );
+    let cleared = host
+        .http("ClearRejected", "DELETE", "/api/rejected", &[], None)
+        .await;
+    assert_eq!(cleared.res().0, 200, "{}", cleared.text);
+    let (_, after) = list(&host, &[]).await;
+    assert_eq!(after["rejectedMessages"], json!([]), "{after}");
 }

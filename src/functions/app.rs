@@ -325,6 +325,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(&format!("/{LIST_SCANS}"), post(list_scans))
         .route(&format!("/{CANCEL_SCAN}"), post(cancel_scan))
         .route(&format!("/{RETRY_SCAN}"), post(retry_scan))
+        .route(&format!("/{DELETE_SCAN}"), post(delete_scan))
+        .route(&format!("/{CLEAR_REJECTED}"), post(clear_rejected))
         .route(&format!("/{REDRIVE_SCANS}"), post(redrive_scans))
         .layer(DefaultBodyLimit::max(MAX_INVOCATION_BYTES))
         .with_state(state)
@@ -352,6 +354,14 @@ async fn list_scans(State(state): State<Arc<AppState>>, body: Bytes) -> Response
 
 async fn cancel_scan(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     http::cancel_scan(&state, &body).await
+}
+
+async fn delete_scan(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    http::delete_scan(&state, &body).await
+}
+
+async fn clear_rejected(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    http::clear_rejected(&state, &body).await
 }
 
 async fn retry_scan(State(state): State<Arc<AppState>>, body: Bytes) -> Response {

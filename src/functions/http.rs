@@ -312,6 +312,166 @@ pub async fn get_scan(state: &AppState, body: &[u8]) -> Response {
 
 /// `GET /api/scans`: the most recent scans and any rejected messages.
 pub async fn list_scans(state: &AppState, body: &[u8]) -> Response {
+    let req = match request(body) {
+        Ok(req) => req,
+        Err(failure) => return failure.into_response(),
+    };
+    let query = match ListQuery::parse(&req) {
+        Ok(query) => query,
+        Err(refused) => return refused.into_response(),
+    };
+    let ledger = match state.ledger() {
+        Ok(ledger) => ledger,
+        Err(why) => return error(StatusCode::SERVICE_UNAVAILABLE, None, why),
+    };
+    let unavailable = |e: crate::job::LedgerError| {
+        error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            None,
+            format!("the scans could not be listed: {e}"),
+        )
+    };
+    let page = match ledger.scans_page(query.limit, query.after.as_deref()).await {
+        Ok(page) => page,
+        Err(e) => return unavailable(e),
+    };
+    let rejected = match ledger.rejected(50).await {
+        Ok(rejected) => rejected,
+        Err(crate::job::LedgerError::Storage(e)) if e.is_not_found() => Vec::new(),
+        Err(e) => return unavailable(e),
+    };
+    let now = OffsetDateTime::now_utc();
+    let mut scans = Vec::new();
+    for record in page.scans {
+        let status = match ledger.status(&record.id, now).await {
+            Ok(Some(status)) => status,
+            Ok(None) => continue,
+            Err(e) => return unavailable(e),
+        };
+        if query.state.is_some_and(|wanted| wanted != status.state) {
+            continue;
+        }
+        let p = &status.progress;
+        scans.push(json!({
+            "id": status.id,
+            "state": status.state,
+            "table": status.spec.table,
+            "action": serde_json::to_value(&status.spec.action).ok().and_then(|a| a.get("type").cloned()),
+            "createdAt": status.created_at,
+            "finishedAt": status.finished_at,
+            "progress": {
+                "rowsRead": p.rows_read, "rowsActed": p.rows_acted,
+                "stepsDone": p.steps_done, "stepsPending": p.steps_pending, "stepsFailed": p.steps_failed,
+            },
+            "status": format!("/api/scans/{}", status.id),
+        }));
+    }
+    answer(
+        StatusCode::OK,
+        json!({ "scans": scans, "next": page.next, "rejectedMessages": rejected }),
+    )
+    .into_response()
+}
+
+/// The query parameters of `GET /api/scans`.
+struct ListQuery {
+    limit: u16,
+    after: Option<String>,
+    state: Option<State>,
+}
+
+impl ListQuery {
+    fn parse(req: &super::protocol::HttpRequest) -> Result<Self, HttpError> {
+        let bad = |field: &str, why: &str| refusal(StatusCode::BAD_REQUEST, Some(field), why);
+        let limit = match req.query_param("limit") {
+            None => 20,
+            Some(text) => text
+                .parse::<u16>()
+                .ok()
+                .filter(|n| (1..=100).contains(n))
+                .ok_or_else(|| bad("limit", "must be a whole number from 1 to 100"))?,
+        };
+        let after = match req.query_param("after") {
+            None | Some("") => None,
+            Some(text)
+                if text.len() <= 60
+                    && text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') =>
+            {
+                Some(text.to_string())
+            }
+            Some(_) => return Err(bad("after", "must be the `next` value of an earlier page")),
+        };
+        let state = match req.query_param("state") {
+            None | Some("") => None,
+            Some(text) => Some(
+                serde_json::from_value::<State>(Value::String(text.to_ascii_lowercase())).map_err(
+                    |_| {
+                        bad(
+                            "state",
+                            "must be pending, running, succeeded, failed, cancelling or cancelled",
+                        )
+                    },
+                )?,
+            ),
+        };
+        Ok(ListQuery {
+            limit,
+            after,
+            state,
+        })
+    }
+}
+
+/// How long one removal call works before it answers `"more": true`.
+const REMOVAL_TIME: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// `DELETE /api/scans/{id}`: removes a finished scan's ledger rows, in rounds of at most 20 s.
+pub async fn delete_scan(state: &AppState, body: &[u8]) -> Response {
+    let (ledger, id) = match scan_target(state, body) {
+        Ok(target) => target,
+        Err(response) => return *response,
+    };
+    let id = id.as_str();
+    let record = match ledger.status(id, OffsetDateTime::now_utc()).await {
+        Ok(Some(status))
+            if !matches!(
+                status.state,
+                State::Succeeded | State::Failed | State::Cancelled
+            ) =>
+        {
+            return error(
+                StatusCode::CONFLICT,
+                None,
+                "only a finished scan can be removed; cancel it first",
+            )
+        }
+        Ok(Some(_)) => match ledger.scan(id).await {
+            Ok(Some(record)) => record,
+            Ok(None) => return error(StatusCode::NOT_FOUND, None, "no scan has this id"),
+            Err(e) => return unavailable_ledger(e),
+        },
+        Ok(None) => return error(StatusCode::NOT_FOUND, None, "no scan has this id"),
+        Err(e) => return unavailable_ledger(e),
+    };
+    match ledger
+        .remove_scan(&record, std::time::Instant::now() + REMOVAL_TIME)
+        .await
+    {
+        Ok(removed) => answer(
+            if removed.more {
+                StatusCode::ACCEPTED
+            } else {
+                StatusCode::OK
+            },
+            json!({ "id": id, "removedRows": removed.rows, "more": removed.more }),
+        )
+        .into_response(),
+        Err(e) => unavailable_ledger(e),
+    }
+}
+
+/// `DELETE /api/rejected`: forgets the refused queue messages the scans list shows.
+pub async fn clear_rejected(state: &AppState, body: &[u8]) -> Response {
     if let Err(failure) = request(body) {
         return failure.into_response();
     }
@@ -319,37 +479,29 @@ pub async fn list_scans(state: &AppState, body: &[u8]) -> Response {
         Ok(ledger) => ledger,
         Err(why) => return error(StatusCode::SERVICE_UNAVAILABLE, None, why),
     };
-    let (recent, rejected) = match (ledger.recent(50).await, ledger.rejected(50).await) {
-        (Ok(recent), Ok(rejected)) => (recent, rejected),
-        (Err(e), _) | (_, Err(e)) if e.to_string().contains("TableNotFound") => {
-            (Vec::new(), Vec::new())
-        }
-        (Err(e), _) | (_, Err(e)) => {
-            return error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                None,
-                format!("the scans could not be listed: {e}"),
-            )
-        }
-    };
-    let scans: Vec<Value> = recent
-        .iter()
-        .map(|r| {
-            json!({
-                "id": r.id,
-                "table": r.spec.table,
-                "action": serde_json::to_value(&r.spec.action).ok().and_then(|a| a.get("type").cloned()),
-                "createdAt": crate::job::ledger::format_time(r.created_at),
-                "cancelled": r.cancelled_at.is_some(),
-                "status": format!("/api/scans/{}", r.id),
-            })
-        })
-        .collect();
-    answer(
-        StatusCode::OK,
-        json!({ "scans": scans, "rejectedMessages": rejected }),
+    match ledger
+        .clear_rejected(std::time::Instant::now() + REMOVAL_TIME)
+        .await
+    {
+        Ok(removed) => answer(
+            if removed.more {
+                StatusCode::ACCEPTED
+            } else {
+                StatusCode::OK
+            },
+            json!({ "removed": removed.rows, "more": removed.more }),
+        )
+        .into_response(),
+        Err(e) => unavailable_ledger(e),
+    }
+}
+
+fn unavailable_ledger(e: crate::job::LedgerError) -> Response {
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        None,
+        format!("the ledger could not be read or written: {e}"),
     )
-    .into_response()
 }
 
 /// `POST /api/scans/{id}/cancel`.

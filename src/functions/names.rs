@@ -16,6 +16,8 @@ pub const GET_SCAN: &str = "GetScan";
 pub const LIST_SCANS: &str = "ListScans";
 pub const CANCEL_SCAN: &str = "CancelScan";
 pub const RETRY_SCAN: &str = "RetryScan";
+pub const DELETE_SCAN: &str = "DeleteScan";
+pub const CLEAR_REJECTED: &str = "ClearRejected";
 pub const REDRIVE_SCANS: &str = "RedriveScans";
 
 /// When `RedriveScans` runs (NCRONTAB, with seconds): every five minutes. A work item counts as
@@ -79,6 +81,14 @@ pub fn function_definitions() -> Vec<(&'static str, Value)> {
         (
             CANCEL_SCAN,
             http_function("post", "scans/{id}/cancel", Vec::new()),
+        ),
+        (
+            DELETE_SCAN,
+            http_function("delete", "scans/{id}", Vec::new()),
+        ),
+        (
+            CLEAR_REJECTED,
+            http_function("delete", "rejected", Vec::new()),
         ),
         (
             RETRY_SCAN,

@@ -126,8 +126,24 @@ impl Invocation {
                 .collect(),
             _ => Vec::new(),
         };
+        let query_object = match get("Query") {
+            Some(Value::Object(map)) => Some(map.clone()),
+            Some(Value::String(text)) => match serde_json::from_str::<Value>(text) {
+                Ok(Value::Object(map)) => Some(map),
+                _ => None,
+            },
+            _ => None,
+        };
+        let query = query_object
+            .map(|map| {
+                map.into_iter()
+                    .filter_map(|(k, v)| Some((k, v.as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
         Ok(HttpRequest {
             headers,
+            query,
             method: get("Method")
                 .and_then(Value::as_str)
                 .unwrap_or("")
@@ -158,9 +174,20 @@ pub struct HttpRequest {
     pub body: Option<String>,
     /// Request headers, the first value of each (the host sends arrays of strings).
     pub headers: Vec<(String, String)>,
+    /// Query string parameters (the host sends an object of strings; hosts before 2020 sent
+    /// that object as a JSON string).
+    pub query: Vec<(String, String)>,
 }
 
 impl HttpRequest {
+    /// A query parameter; names compare case-insensitively.
+    pub fn query_param(&self, name: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
     /// A header's first value; names compare case-insensitively.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers

@@ -30,8 +30,8 @@ use crate::storage::{ErrorKind, StorageError, TableClient};
 
 /// The ledger table's name unless the `TABLESCAN_LEDGER_TABLE` setting says otherwise.
 pub const DEFAULT_LEDGER_TABLE: &str = "tablescanledger";
-const INDEX_PARTITION: &str = "~index";
-const REJECTED_PARTITION: &str = "~rejected";
+pub(crate) const INDEX_PARTITION: &str = "~index";
+pub(crate) const REJECTED_PARTITION: &str = "~rejected";
 /// Room in a transaction (100 operations) for children, next to the step's own three: its
 /// pending row's delete, its done row and its counter shard.
 const CHILDREN_IN_FINISH: usize = 100 - 3;
@@ -198,9 +198,7 @@ impl Ledger {
             Created::New => now,
             Created::Existing(existing) => existing.created_at,
         };
-        // Newest first: the RowKey counts down with time.
-        let inverted = i64::MAX - (created_at.unix_timestamp_nanos() / 1_000_000) as i64;
-        let index = Entity::new(INDEX_PARTITION, format!("{inverted:019}-{id}"))
+        let index = Entity::new(INDEX_PARTITION, index_key(id, created_at))
             .with("scan", Value::String(id.clone()));
         self.table.upsert(&index, WriteMode::Replace).await?;
         Ok(created)
@@ -808,6 +806,12 @@ impl Ledger {
             })
             .collect())
     }
+}
+
+/// A scan's row key in the `~index` partition: newest first, because it counts down with time.
+pub(crate) fn index_key(id: &str, created_at: OffsetDateTime) -> String {
+    let inverted = i64::MAX - (created_at.unix_timestamp_nanos() / 1_000_000) as i64;
+    format!("{inverted:019}-{id}")
 }
 
 /// Where a child written ahead of its parent's finish stands.

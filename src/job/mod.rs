@@ -2,6 +2,7 @@
 //! completion and cancellation. Knows storage and the scan engine; nothing of Functions.
 
 pub mod active;
+pub mod housekeeping;
 pub mod ledger;
 pub mod redrive;
 pub mod rows;

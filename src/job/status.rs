@@ -16,7 +16,7 @@ pub const ERRORS_LISTED: u16 = 20;
 const CONSISTENT_READ_TRIES: usize = 3;
 
 /// Where a scan stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum State {
     /// Created; no step has started.

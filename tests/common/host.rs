@@ -128,11 +128,12 @@ impl TestHost {
         params: &[(&str, &str)],
         body: Option<&str>,
     ) -> Answer {
-        self.http_with_headers(function, method, path, params, body, &[])
+        self.http_with_headers(function, method, path, params, body, &[], &[])
             .await
     }
 
-    /// Like [`TestHost::http`], with extra request headers.
+    /// Like [`TestHost::http`], with extra request headers and query parameters.
+    #[allow(clippy::too_many_arguments)]
     pub async fn http_with_headers(
         &self,
         function: &str,
@@ -141,7 +142,12 @@ impl TestHost {
         params: &[(&str, &str)],
         body: Option<&str>,
         extra_headers: &[(&str, &str)],
+        query: &[(&str, &str)],
     ) -> Answer {
+        let query: Map<String, Value> = query
+            .iter()
+            .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
+            .collect();
         let mut headers = json!({ "Host": ["localhost:7071"] });
         for (name, value) in extra_headers {
             headers[*name] = json!([value]);
@@ -160,7 +166,7 @@ impl TestHost {
         let mut req = json!({
             "Url": format!("http://localhost:7071{path}"),
             "Method": method,
-            "Query": {},
+            "Query": query.clone(),
             "Headers": headers,
             "Params": params_json,
             "Identities": [{"AuthenticationType": null, "IsAuthenticated": false, "Claims": []}],
@@ -168,7 +174,7 @@ impl TestHost {
         if let Some(body) = body {
             req["Body"] = Value::String(body.to_string());
         }
-        metadata.insert("Query".into(), json!({}));
+        metadata.insert("Query".into(), Value::Object(query));
         metadata.insert("sys".into(), sys(function));
         let invocation = json!({ "Data": { "req": req }, "Metadata": metadata });
         self.post_raw(function, invocation.to_string()).await
