@@ -974,6 +974,18 @@ async fn scans_are_listed_in_pages_filtered_by_state_and_removed_when_finished()
     assert_eq!(ids(&second), vec![finished[1].clone(), finished[0].clone()]);
     let (_, pending) = list(&host, &[("state", "pending")]).await;
     assert_eq!(ids(&pending), vec![waiting.clone()]);
+    let (_, status) = host.status(&waiting).await;
+    assert_eq!(status["activity"]["stepsRunning"], 0, "{status}");
+    assert_eq!(status["activity"]["stepsAbandoned"], 0, "{status}");
+    assert!(
+        status["activity"]["secondsSinceLastStep"].as_u64().unwrap() < 60,
+        "{status}"
+    );
+    let (_, done) = host.status(&finished[0]).await;
+    assert!(
+        done.get("activity").is_none(),
+        "only scans in flight: {done}"
+    );
 
     for (query, field) in [
         (("limit", "0"), "limit"),

@@ -340,3 +340,30 @@ async fn a_claim_is_seen_by_any_claimed_until_it_ends() {
         .await
         .unwrap());
 }
+
+/// Live claims count as running; claims that ran out without a finish or a release (the step's
+/// process died) count as abandoned.
+#[tokio::test]
+async fn claims_are_counted_as_running_or_abandoned() {
+    let (ledger, root) = ledger_with_scan().await;
+    let now = OffsetDateTime::now_utc();
+    let children: Vec<WorkItem> = (0..3).map(|n| partition_child(&root, n)).collect();
+    run_to_done(&ledger, &root, &children).await;
+    let none = ledger.claims(&root.scan, now).await.unwrap();
+    assert_eq!((none.running, none.abandoned), (0, 0));
+    let _running = claim(
+        ledger
+            .begin(&children[0], now, Duration::MINUTE)
+            .await
+            .unwrap(),
+    );
+    let long_ago = now - Duration::minutes(5);
+    let _died = claim(
+        ledger
+            .begin(&children[1], long_ago, Duration::MINUTE)
+            .await
+            .unwrap(),
+    );
+    let claims = ledger.claims(&root.scan, now).await.unwrap();
+    assert_eq!((claims.running, claims.abandoned), (1, 1));
+}

@@ -282,7 +282,13 @@ pub async fn get_scan(state: &AppState, body: &[u8]) -> Response {
         .status_and_stranded(id, OffsetDateTime::now_utc(), after)
         .await
     {
-        Ok(Some((status, stranded))) => {
+        Ok(Some((mut status, stranded))) => {
+            if matches!(
+                status.state,
+                State::Pending | State::Running | State::Cancelling
+            ) {
+                status.activity = activity(state, ledger, &status).await;
+            }
             // Items found stranded in this read are sent again; the next read counts them.
             if super::redrive::wants_redrive(status.state) {
                 let deadline = std::time::Instant::now() + super::redrive::STATUS_READ_REDRIVE_TIME;
@@ -308,6 +314,74 @@ pub async fn get_scan(state: &AppState, body: &[u8]) -> Response {
             format!("the status could not be read: {e}"),
         ),
     }
+}
+
+/// Why a scan in flight is or is not moving; `None` if the ledger could not say.
+async fn activity(
+    state: &AppState,
+    ledger: &crate::job::Ledger,
+    status: &crate::job::ScanStatus,
+) -> Option<crate::job::Activity> {
+    let now = OffsetDateTime::now_utc();
+    let claims = match ledger.claims(&status.id, now).await {
+        Ok(claims) => claims,
+        Err(e) => {
+            tracing::warn!(scan = %status.id, "could not count the scan's claims: {e}");
+            return None;
+        }
+    };
+    let queued_messages = match state.clients(super::names::STORAGE_CONNECTION) {
+        Ok(clients) => {
+            let mut total = Some(0u64);
+            for name in [&state.item_queues.range, &state.item_queues.partition] {
+                let count = match clients.queues.queue(name) {
+                    Ok(queue) => queue.approximate_count().await.ok(),
+                    Err(_) => None,
+                };
+                total = total.zip(count).map(|(a, b)| a + b);
+            }
+            total
+        }
+        Err(_) => None,
+    };
+    let last = status
+        .progress
+        .last_step_at
+        .as_deref()
+        .or(status.started_at.as_deref())
+        .unwrap_or(&status.created_at);
+    let since = crate::storage::table::entity::EdmDateTime::parse(last)
+        .map(|t| (now - t.time()).whole_seconds().max(0) as u64)
+        .unwrap_or(0);
+    let redrive_minutes = state.redrive_after.as_secs() / 60;
+    let note = if claims.abandoned > 0 {
+        Some(format!(
+            "{} work item(s) were held by a step that stopped without finishing (its host stopped); \
+             their messages come back when the host's hold on them ends (at most 10 minutes), \
+             and the scan goes on",
+            claims.abandoned
+        ))
+    } else if claims.running == 0 && since >= 60 && queued_messages == Some(0) {
+        Some(format!(
+            "no step is running and the work queues are empty: the pending items' messages \
+             seem lost; they are sent again once untouched for {redrive_minutes} minutes"
+        ))
+    } else if claims.running == 0 && since >= 60 && queued_messages.unwrap_or(0) > 0 {
+        Some(
+            "work waits in the queues and no step is running: the app is starting instances \
+             or busy with other scans"
+                .to_string(),
+        )
+    } else {
+        None
+    };
+    Some(crate::job::Activity {
+        steps_running: claims.running,
+        steps_abandoned: claims.abandoned,
+        queued_messages,
+        seconds_since_last_step: since,
+        note,
+    })
 }
 
 /// `GET /api/scans`: the most recent scans and any rejected messages.

@@ -2,6 +2,7 @@
 //! completion and cancellation. Knows storage and the scan engine; nothing of Functions.
 
 pub mod active;
+pub mod activity;
 pub mod housekeeping;
 pub mod ledger;
 pub mod redrive;
@@ -13,4 +14,4 @@ pub use ledger::{
     Begin, Claim, Created, FailureRecord, Finish, Ledger, LedgerError, ScanRecord, StepCounts,
 };
 pub use spec::{ActionSpec, ScanSpec, SpecError};
-pub use status::{ScanStatus, State};
+pub use status::{Activity, ScanStatus, State};

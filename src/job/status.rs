@@ -47,6 +47,28 @@ pub struct ScanStatus {
     /// For count scans that succeeded.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result: Option<CountResult>,
+    /// For scans in flight, read by `GET /api/scans/{id}`: why the scan is or is not moving.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub activity: Option<Activity>,
+}
+
+/// Why a scan in flight is or is not moving (see `job::activity`).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Activity {
+    /// Items a step is working on now (counted up to 100).
+    pub steps_running: u64,
+    /// Items whose step stopped without finishing: their messages come back when the host's
+    /// hold on them ends (counted up to 100).
+    pub steps_abandoned: u64,
+    /// Messages in the work-item queues, of every scan of this app, visible or not (the
+    /// service's approximate counts); `None` when they could not be read.
+    pub queued_messages: Option<u64>,
+    /// Seconds since a step last finished, or since the scan was created if none has.
+    pub seconds_since_last_step: u64,
+    /// A sentence explaining a stall, when the figures show one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// Exact progress counts.
@@ -68,6 +90,8 @@ pub struct Progress {
     pub rows_per_second: f64,
     /// The longest single step, in seconds.
     pub longest_step_seconds: f64,
+    /// When a step last finished (or failed for good).
+    pub last_step_at: Option<String>,
     /// Work items whose messages were sent again because nobody had touched them for a long
     /// time (a lost message); see `job::redrive`.
     pub steps_redriven: u64,
@@ -228,6 +252,7 @@ fn status_of(
             queries: t.queries,
             rows_per_second,
             longest_step_seconds: t.longest_step_ms as f64 / 1000.0,
+            last_step_at: last_finished.map(format_time),
             steps_redriven: t.redriven,
         },
         errors,
@@ -235,5 +260,6 @@ fn status_of(
         started_at: record.started_at.map(format_time),
         finished_at: finished.map(format_time),
         result,
+        activity: None,
     }
 }
