@@ -1041,3 +1041,35 @@ async fn scans_are_listed_in_pages_filtered_by_state_and_removed_when_finished()
     let (_, after) = list(&host, &[]).await;
     assert_eq!(after["rejectedMessages"], json!([]), "{after}");
 }
+
+/// The ledger lives in the account `TABLESCAN_LEDGER_CONNECTION` names: a scan runs with it
+/// set to a connection of its own, and a start fails clearly when that setting names nothing.
+#[tokio::test]
+async fn the_ledger_can_live_in_an_account_of_its_own() {
+    let source = fresh_table("ledgeraccount").await;
+    common::load(&source, &[Entity::new("p", "r")]).await;
+    let count = json!({"table": source.name(), "action": {"type": "count"}});
+    let connection = connection_string();
+    let mut host = TestHost::start(&[
+        ("TABLESCAN_LEDGER_CONNECTION", "LEDGER_STORAGE"),
+        ("LEDGER_STORAGE", connection.as_str()),
+    ])
+    .await;
+    let id = host.run_scan(&count).await;
+    let (_, status) = host.status(&id).await;
+    assert_eq!(status["state"], "succeeded", "{status}");
+
+    let host = TestHost::start(&[("TABLESCAN_LEDGER_CONNECTION", "NO_SUCH_SETTING")]).await;
+    let answer = host
+        .http(
+            "StartScan",
+            "POST",
+            "/api/scans",
+            &[],
+            Some(&count.to_string()),
+        )
+        .await;
+    let (code, body) = answer.res();
+    assert_eq!(code, 503, "{body}");
+    assert!(body.to_string().contains("NO_SUCH_SETTING"), "{body}");
+}

@@ -53,6 +53,10 @@ pub struct Clients {
     pub queues: QueueServiceClient,
 }
 
+/// The setting that names the connection (an app setting's name, like `AzureWebJobsStorage`)
+/// of the account that holds the ledger; the app's own account when absent.
+pub const LEDGER_CONNECTION_SETTING: &str = "TABLESCAN_LEDGER_CONNECTION";
+
 /// How stale a step's knowledge of its scan's cancellation may be.
 pub const CANCEL_CHECK_EVERY: Duration = Duration::from_secs(1);
 
@@ -61,6 +65,8 @@ pub struct AppState {
     pub settings: Settings,
     /// The ledger, or why it is unavailable (then every function fails with that reason).
     pub ledger: Result<Ledger, String>,
+    /// The name of the app setting whose connection string reaches the ledger's account.
+    pub ledger_connection: String,
     pub budget: Budget,
     /// How long a step's claim on its work item lasts.
     pub lease: Duration,
@@ -200,7 +206,16 @@ impl AppState {
         // timeout, so a message that still exists has surely been delivered by then.
         let redrive_after = Duration::from_secs(number("TABLESCAN_REDRIVE_AFTER_SECONDS", 900));
         let outage_window = Duration::from_secs(number("TABLESCAN_OUTAGE_WINDOW_SECONDS", 30 * 60));
+        // The ledger's account: the app's own unless a setting names another connection, so
+        // that a source or target sharing the app's account cannot starve the ledger.
+        let ledger_connection = settings
+            .get(LEDGER_CONNECTION_SETTING)
+            .map(str::trim)
+            .filter(|name| !name.is_empty())
+            .unwrap_or(STORAGE_CONNECTION)
+            .to_string();
         let state = AppState {
+            ledger_connection,
             settings: settings.clone(),
             ledger: Err(String::new()),
             budget,
@@ -217,7 +232,7 @@ impl AppState {
             .unwrap_or(DEFAULT_LEDGER_TABLE)
             .to_string();
         let ledger = state
-            .clients(STORAGE_CONNECTION)
+            .clients(&state.ledger_connection)
             .and_then(|c| c.tables.table(&ledger_table).map_err(|e| e.to_string()))
             .map(Ledger::new);
         Arc::new(AppState { ledger, ..state })

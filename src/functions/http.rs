@@ -185,10 +185,11 @@ fn idempotent_scan_id(key: &str) -> Result<String, String> {
 async fn prepare(state: &AppState, spec: &ScanSpec) -> Result<(), HttpError> {
     let unavailable = |what: String| refusal(StatusCode::SERVICE_UNAVAILABLE, None, what);
     let ledger = state.ledger().map_err(unavailable)?;
-    let app = state
-        .clients(super::names::STORAGE_CONNECTION)
+    let ledger_account = state
+        .clients(&state.ledger_connection)
         .map_err(unavailable)?;
-    app.tables
+    ledger_account
+        .tables
         .create_table(ledger.table().name(), true)
         .await
         .map_err(|e| unavailable(format!("the scan ledger table could not be created: {e}")))?;
