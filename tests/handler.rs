@@ -1073,3 +1073,38 @@ async fn the_ledger_can_live_in_an_account_of_its_own() {
     assert_eq!(code, 503, "{body}");
     assert!(body.to_string().contains("NO_SUCH_SETTING"), "{body}");
 }
+
+/// The root of a finished scan of some 400 work items, delivered again, sends nothing: its
+/// children are done, and a done child's subtree is never walked again. (Before, one duplicate
+/// of the root re-sent every child, each child its own: the whole tree again.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redelivered_root_of_a_finished_scan_sends_nothing() {
+    let source = fresh_table("cascade").await;
+    let rows: Vec<Entity> = (0..400)
+        .map(|i| Entity::new(format!("p{i:04}"), "r"))
+        .collect();
+    common::load(&source, &rows).await;
+    let mut host = TestHost::start(&[("TABLESCAN_STEP_MAX_QUERIES", "1")]).await;
+    let (start, id) = host
+        .start_scan(&json!({"table": source.name(), "pageSize": 1, "action": {"type": "count"}}))
+        .await;
+    host.enqueue_outputs(&start);
+    host.drain().await;
+    let (_, status) = host.status(&id).await;
+    assert_eq!(status["state"], "succeeded", "{status}");
+    assert!(
+        status["progress"]["stepsDone"].as_u64().unwrap() >= 400,
+        "{status}"
+    );
+    let again = host
+        .deliver("ScanRange", &start.messages("rangeItems")[0], 2)
+        .await;
+    assert_eq!(again.status, 200, "{}", again.text);
+    assert!(
+        again.messages("rangeItems").is_empty() && again.messages("partitionItems").is_empty(),
+        "{}",
+        again.text
+    );
+    let (_, after) = host.status(&id).await;
+    assert_eq!(after["progress"], status["progress"], "nothing changed");
+}

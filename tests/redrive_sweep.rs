@@ -239,3 +239,34 @@ async fn a_re_drive_starts_nothing_after_its_deadline_and_leaves_the_rest_strand
     let queue = queues().queue(&item_queues.range).unwrap();
     assert_eq!(queue.approximate_count().await.unwrap(), 1);
 }
+
+/// An item untouched for longer than the re-drive delay whose queue still holds an older
+/// message is waiting in a backlog, not lost: it is not sent again until the queue has worked
+/// through everything older than it.
+#[tokio::test]
+async fn a_backlog_older_than_the_item_is_not_taken_for_a_lost_message() {
+    let (state, item_queues) = state().await;
+    let ledger = state.ledger().unwrap().clone();
+    let host = TestHost::serve(state.clone()).await;
+    let queue = queues().queue(&item_queues.range).unwrap();
+    let backlog = tablescan::storage::queue::PutOptions::default();
+    queue.put_message(b"older work", &backlog).await.unwrap();
+    // Insertion times have a resolution of a second.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let table = table_of(10).await;
+    let (_lost, _id) = host
+        .start_scan(&json!({ "table": table.name(), "action": {"type": "count"} }))
+        .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        sweep(&state, &ledger).await.unwrap().sent,
+        0,
+        "the queue has not reached the item's message yet"
+    );
+    queue.clear().await.unwrap();
+    assert_eq!(
+        sweep(&state, &ledger).await.unwrap().sent,
+        1,
+        "nothing older waits: the message was lost"
+    );
+}
