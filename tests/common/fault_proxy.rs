@@ -51,6 +51,10 @@ pub enum Fault {
 #[derive(Default, Debug)]
 pub struct Injected {
     pub forwarded: AtomicU64,
+    /// Entities the forwarded requests touched, as the Table service counts them against its
+    /// scalability targets: each operation of an entity group transaction, each entity a query
+    /// returned, one for any other request.
+    pub entities: AtomicU64,
     pub busy: AtomicU64,
     pub internal: AtomicU64,
     /// 408 and any other planned status.
@@ -312,6 +316,11 @@ async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Respons
     let status = answer.status().as_u16();
     let headers = answer.headers().clone();
     let bytes = answer.bytes().await.unwrap_or_default();
+    let touched = entities_touched(parts.uri.path(), &body, &bytes);
+    shared
+        .injected
+        .entities
+        .fetch_add(touched, Ordering::Relaxed);
     if moment == Some(Moment::After) {
         act();
     }
@@ -330,6 +339,22 @@ async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Respons
     *response.status_mut() = StatusCode::from_u16(status).unwrap();
     copy_headers(&headers, response.headers_mut());
     response
+}
+
+/// How many entities one forwarded request touched (see [`Injected::entities`]).
+fn entities_touched(path: &str, request: &[u8], answer: &[u8]) -> u64 {
+    if path.ends_with("$batch") {
+        // Each operation is an HTTP request line inside the multipart body.
+        let text = String::from_utf8_lossy(request);
+        return text.matches(" HTTP/1.1").count() as u64;
+    }
+    match serde_json::from_slice::<serde_json::Value>(answer) {
+        Ok(serde_json::Value::Object(map)) => match map.get("value") {
+            Some(serde_json::Value::Array(entities)) => entities.len() as u64,
+            _ => 1,
+        },
+        _ => 1,
+    }
 }
 
 /// An answer that breaks off before its body: the nearest an HTTP server gets to dropping the
