@@ -280,8 +280,18 @@ pub struct DoneRow {
     pub children: Option<Vec<String>>,
 }
 
-/// Children ids are stored while they fit one string property comfortably.
+/// Children ids are stored in string properties of at most this many bytes of JSON each...
 const MAX_STORED_CHILDREN_BYTES: usize = 60 * 1024;
+/// ...and at most this many properties (an entity holds 1 MiB).
+const MAX_CHILDREN_PROPERTIES: usize = 15;
+
+fn children_property(n: usize) -> String {
+    if n == 0 {
+        "children".to_string()
+    } else {
+        format!("children{n}")
+    }
+}
 
 impl DoneRow {
     pub fn to_entity(&self, scan: &str, item: &str) -> Entity {
@@ -296,9 +306,26 @@ impl DoneRow {
             .with("depth", int(self.depth))
             .with("finishedAt", date_value(self.finished_at));
         if let Some(children) = &self.children {
-            let json = serde_json::to_string(children).expect("strings serialise");
-            if json.len() <= MAX_STORED_CHILDREN_BYTES {
-                e.properties.insert("children".into(), Value::String(json));
+            // In properties of at most 60 KiB each (a string property holds 64 KiB): enough
+            // for some 30,000 children, far more than a step makes.
+            let mut part = Vec::new();
+            let mut parts = Vec::new();
+            let mut size = 2;
+            for child in children {
+                if size + child.len() + 3 > MAX_STORED_CHILDREN_BYTES && !part.is_empty() {
+                    parts.push(std::mem::take(&mut part));
+                    size = 2;
+                }
+                size += child.len() + 3;
+                part.push(child.as_str());
+            }
+            parts.push(part);
+            if parts.len() <= MAX_CHILDREN_PROPERTIES {
+                for (n, part) in parts.iter().enumerate() {
+                    let json = serde_json::to_string(part).expect("strings serialise");
+                    e.properties
+                        .insert(children_property(n), Value::String(json));
+                }
             }
         }
         e
@@ -306,7 +333,14 @@ impl DoneRow {
 
     /// The children ids of a done row; `None` if it stored none.
     pub fn children_of(e: &Entity) -> Option<Vec<String>> {
-        text(e, "children").and_then(|json| serde_json::from_str(&json).ok())
+        let mut children = Vec::new();
+        for n in 0..MAX_CHILDREN_PROPERTIES {
+            let Some(json) = text(e, &children_property(n)) else {
+                return (n > 0).then_some(children);
+            };
+            children.extend(serde_json::from_str::<Vec<String>>(&json).ok()?);
+        }
+        Some(children)
     }
 }
 
@@ -493,6 +527,23 @@ mod tests {
             FailedRow::from_entity(&failed.to_entity("s", "i")),
             Some(("i".to_string(), failed))
         );
+    }
+
+    #[test]
+    fn many_children_are_stored_across_properties() {
+        let now = OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap();
+        for count in [0, 1, 5000] {
+            let children: Vec<String> = (0..count).map(|n| format!("{n:024}")).collect();
+            let done = DoneRow {
+                counts: Default::default(),
+                depth: 1,
+                finished_at: now,
+                children: Some(children.clone()),
+            };
+            let entity = done.to_entity("s", "i");
+            assert!(entity.json_len_upper_bound() < 1024 * 1024);
+            assert_eq!(DoneRow::children_of(&entity), Some(children), "{count}");
+        }
     }
 
     #[test]
