@@ -224,6 +224,14 @@ async fn an_outage_longer_than_five_deliveries_fails_nothing_for_good() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
+    // An opt-in longer outage, e.g. the 10 minutes of issue 14:
+    // TABLESCAN_OUTAGE_SECONDS=600 cargo nextest run -p devhost --test faults outage
+    if let Some(seconds) = std::env::var("TABLESCAN_OUTAGE_SECONDS")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    {
+        tokio::time::sleep(std::time::Duration::from_secs(seconds)).await;
+    }
     tables_proxy.set_outage(false);
     let done = host.wait(&id, std::time::Duration::from_secs(240)).await;
     assert_eq!(done["state"], "succeeded", "{done}\n{}", host.log());
