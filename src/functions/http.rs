@@ -532,15 +532,7 @@ pub async fn delete_scan(state: &AppState, body: &[u8]) -> Response {
         .remove_scan(&record, std::time::Instant::now() + REMOVAL_TIME)
         .await
     {
-        Ok(removed) => answer(
-            if removed.more {
-                StatusCode::ACCEPTED
-            } else {
-                StatusCode::OK
-            },
-            json!({ "id": id, "removedRows": removed.rows, "more": removed.more }),
-        )
-        .into_response(),
+        Ok(removed) => removal_answer(removed, json!({ "id": id, "removedRows": removed.rows })),
         Err(e) => unavailable_ledger(e),
     }
 }
@@ -558,17 +550,20 @@ pub async fn clear_rejected(state: &AppState, body: &[u8]) -> Response {
         .clear_rejected(std::time::Instant::now() + REMOVAL_TIME)
         .await
     {
-        Ok(removed) => answer(
-            if removed.more {
-                StatusCode::ACCEPTED
-            } else {
-                StatusCode::OK
-            },
-            json!({ "removed": removed.rows, "more": removed.more }),
-        )
-        .into_response(),
+        Ok(removed) => removal_answer(removed, json!({ "removed": removed.rows })),
         Err(e) => unavailable_ledger(e),
     }
+}
+
+/// `200` when a removal is complete, `202` with `"more": true` when it needs another call.
+fn removal_answer(removed: crate::job::housekeeping::Removed, mut body: Value) -> Response {
+    body["more"] = Value::Bool(removed.more);
+    let status = if removed.more {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
+    answer(status, body).into_response()
 }
 
 fn unavailable_ledger(e: crate::job::LedgerError) -> Response {

@@ -29,39 +29,38 @@ pub struct Claims {
 impl Ledger {
     /// Counts (up to [`COUNTED_UP_TO`] each) the live and abandoned claims of scan `id`.
     pub async fn claims(&self, id: &str, now: OffsetDateTime) -> Result<Claims, LedgerError> {
-        let now_ms = millis(now).min(i64::MAX as u64) as i64;
-        let lease = |op: Comparison, value: i64| {
-            Filter::compare(
-                Property::new("leaseUntil").expect("a valid property name"),
-                op,
-                Literal::Int64(value),
-            )
-            .expect("an integer is a valid literal")
-        };
+        let now_ms = now_ms(now);
         let running = self
-            .count_pending(id, lease(Comparison::Gt, now_ms))
+            .count_pending(id, lease(Comparison::Gt, now_ms), COUNTED_UP_TO)
             .await?;
         let abandoned = self
             .count_pending(
                 id,
                 lease(Comparison::Gt, 0).and(lease(Comparison::Le, now_ms)),
+                COUNTED_UP_TO,
             )
             .await?;
         Ok(Claims { running, abandoned })
     }
 
-    /// How many pending rows `filter` selects, up to [`COUNTED_UP_TO`], in at most a few
-    /// requests (a filtered query may answer empty pages with a continuation).
-    async fn count_pending(&self, id: &str, filter: Filter) -> Result<u64, LedgerError> {
-        let (low, high) = rows::pending_range();
-        let query = Query::filtered(
-            Filter::partition_key(Comparison::Eq, id)
-                .and(Filter::row_key(Comparison::Ge, &low))
-                .and(Filter::row_key(Comparison::Lt, &high))
-                .and(filter),
-        )
-        .select(["leaseUntil"])
-        .top(COUNTED_UP_TO);
+    /// Whether some step holds a live claim on one of scan `id`'s items at `now` (what makes a
+    /// cancelled scan `cancelling`): one query returning one entity at most.
+    pub async fn any_claimed(&self, id: &str, now: OffsetDateTime) -> Result<bool, LedgerError> {
+        let live = lease(Comparison::Gt, now_ms(now));
+        Ok(self.count_pending(id, live, 1).await? > 0)
+    }
+
+    /// How many pending rows `filter` selects, up to `up_to`, in at most a few requests (a
+    /// filtered query may answer empty pages with a continuation).
+    async fn count_pending(
+        &self,
+        id: &str,
+        filter: Filter,
+        up_to: u16,
+    ) -> Result<u64, LedgerError> {
+        let query = Query::filtered(rows::rows_of(id, rows::pending_range()).and(filter))
+            .select(["leaseUntil"])
+            .top(up_to);
         let mut counted = 0u64;
         let mut continuation = None;
         for _ in 0..5 {
@@ -71,10 +70,24 @@ impl Ledger {
                 .await?;
             counted += page.entities.len() as u64;
             match page.continuation {
-                Some(next) if counted < u64::from(COUNTED_UP_TO) => continuation = Some(next),
+                Some(next) if counted < u64::from(up_to) => continuation = Some(next),
                 _ => break,
             }
         }
-        Ok(counted.min(u64::from(COUNTED_UP_TO)))
+        Ok(counted.min(u64::from(up_to)))
     }
+}
+
+fn now_ms(now: OffsetDateTime) -> i64 {
+    millis(now).min(i64::MAX as u64) as i64
+}
+
+/// `leaseUntil op value`.
+fn lease(op: Comparison, value: i64) -> Filter {
+    Filter::compare(
+        Property::new("leaseUntil").expect("a valid property name"),
+        op,
+        Literal::Int64(value),
+    )
+    .expect("an integer is a valid literal")
 }

@@ -632,13 +632,8 @@ impl Ledger {
     /// it. Counts stay exact: a failed item never counted rows, and runs once more from scratch.
     pub async fn retry_failed(&self, scan: &str, limit: u16) -> Result<Vec<String>, LedgerError> {
         self.list_active(scan).await?;
-        let (low, high) = rows::failed_range();
-        let query = Query::filtered(
-            Filter::partition_key(Comparison::Eq, scan)
-                .and(Filter::row_key(Comparison::Ge, &low))
-                .and(Filter::row_key(Comparison::Lt, &high)),
-        )
-        .top(limit.clamp(1, 1000));
+        let query =
+            Query::filtered(rows::rows_of(scan, rows::failed_range())).top(limit.clamp(1, 1000));
         let page = self.table.query_page(&query, None).await?;
         let mut messages = Vec::new();
         for entity in &page.entities {
@@ -692,12 +687,7 @@ impl Ledger {
     /// The scan's totals, summed over its counter shards from one query, with each shard's
     /// etag (two reads with equal etags saw the same state).
     pub(crate) async fn totals(&self, scan: &str) -> Result<(Tallies, Vec<String>), LedgerError> {
-        let (low, high) = rows::counter_range();
-        let query = Query::filtered(
-            Filter::partition_key(Comparison::Eq, scan)
-                .and(Filter::row_key(Comparison::Ge, &low))
-                .and(Filter::row_key(Comparison::Lt, &high)),
-        );
+        let query = Query::filtered(rows::rows_of(scan, rows::counter_range()));
         let shards = self.table.query_all(&query).await?;
         if shards.len() != usize::from(SHARDS) {
             return Err(LedgerError::Corrupt(
@@ -720,13 +710,8 @@ impl Ledger {
         scan: &str,
         limit: u16,
     ) -> Result<Vec<(String, FailedRow)>, LedgerError> {
-        let (low, high) = rows::failed_range();
-        let query = Query::filtered(
-            Filter::partition_key(Comparison::Eq, scan)
-                .and(Filter::row_key(Comparison::Ge, &low))
-                .and(Filter::row_key(Comparison::Lt, &high)),
-        )
-        .top(limit.clamp(1, 1000));
+        let query =
+            Query::filtered(rows::rows_of(scan, rows::failed_range())).top(limit.clamp(1, 1000));
         let page = self.table.query_page(&query, None).await?;
         Ok(page
             .entities

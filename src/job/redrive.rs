@@ -52,20 +52,14 @@ impl Ledger {
             return Ok(Vec::new());
         }
         let cutoff = now - after;
-        let (low, high) = rows::pending_range();
         let untouched = Filter::compare(
             Property::new("Timestamp").expect("a valid property name"),
             Comparison::Le,
             Literal::DateTime(EdmDateTime::new(cutoff)),
         )
         .expect("a date is a valid literal");
-        let query = Query::filtered(
-            Filter::partition_key(Comparison::Eq, id)
-                .and(Filter::row_key(Comparison::Ge, &low))
-                .and(Filter::row_key(Comparison::Lt, &high))
-                .and(untouched),
-        )
-        .top(STRANDED_PER_LOOK);
+        let query = Query::filtered(rows::rows_of(id, rows::pending_range()).and(untouched))
+            .top(STRANDED_PER_LOOK);
         let page = self.table().query_page(&query, None).await?;
         let now_ms = millis(now);
         let after_ms = after.whole_milliseconds().clamp(0, i128::from(u64::MAX)) as u64;
@@ -82,40 +76,6 @@ impl Ledger {
                 })
             })
             .collect())
-    }
-
-    /// Whether some step holds a claim on one of scan `id`'s items at `now`: one query that
-    /// returns one entity at most (the service filters on the lease).
-    pub async fn any_claimed(&self, id: &str, now: OffsetDateTime) -> Result<bool, LedgerError> {
-        let (low, high) = rows::pending_range();
-        let claimed = Filter::compare(
-            Property::new("leaseUntil").expect("a valid property name"),
-            Comparison::Gt,
-            Literal::Int64(millis(now).min(i64::MAX as u64) as i64),
-        )
-        .expect("an integer is a valid literal");
-        let query = Query::filtered(
-            Filter::partition_key(Comparison::Eq, id)
-                .and(Filter::row_key(Comparison::Ge, &low))
-                .and(Filter::row_key(Comparison::Lt, &high))
-                .and(claimed),
-        )
-        .top(1);
-        // A filtered query may answer an empty page with a continuation; follow it.
-        let mut continuation = None;
-        loop {
-            let page = self
-                .table()
-                .query_page(&query, continuation.as_ref())
-                .await?;
-            if !page.entities.is_empty() {
-                return Ok(true);
-            }
-            match page.continuation {
-                Some(next) => continuation = Some(next),
-                None => return Ok(false),
-            }
-        }
     }
 
     /// Records that `item` is being sent again, unless it changed since it was read (claimed,

@@ -12,6 +12,7 @@
 use time::OffsetDateTime;
 
 use crate::storage::table::entity::{EdmDateTime, Entity, Value};
+use crate::storage::table::filter::{Comparison, Filter};
 
 /// The layout written by this version; a scan row without it was written by an earlier one.
 pub const LEDGER_FORMAT: u64 = 2;
@@ -51,6 +52,13 @@ pub fn counter_key(shard: u8) -> String {
 pub fn key_range(prefix: &str) -> (String, String) {
     let stem = prefix.strip_suffix(':').unwrap_or(prefix);
     (prefix.to_string(), format!("{stem};"))
+}
+
+/// The rows of scan `scan` whose keys lie in `range` (one of the ranges below).
+pub fn rows_of(scan: &str, (low, high): (String, String)) -> Filter {
+    Filter::partition_key(Comparison::Eq, scan)
+        .and(Filter::row_key(Comparison::Ge, &low))
+        .and(Filter::row_key(Comparison::Lt, &high))
 }
 
 /// The key range of the counter shards, of the pending rows and of the failed rows.
