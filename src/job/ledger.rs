@@ -20,10 +20,12 @@ use super::rows::{
     PendingRow, ScanRow, Tallies, LEDGER_FORMAT, SHARDS,
 };
 use super::spec::ScanSpec;
+use super::store::LedgerTable;
 use crate::scan::item::WorkItem;
 use crate::storage::table::batch::{IfMatch, Operation};
 use crate::storage::table::entity::{EdmDateTime, Entity, Value};
 use crate::storage::table::filter::{Comparison, Filter};
+use crate::storage::table::in_memory::InMemoryTable;
 use crate::storage::table::query::Query;
 use crate::storage::table::WriteMode;
 use crate::storage::{ErrorKind, StorageError, TableClient};
@@ -139,15 +141,25 @@ pub enum FailureRecord {
 /// The ledger of every scan.
 #[derive(Clone)]
 pub struct Ledger {
-    table: TableClient,
+    table: LedgerTable,
 }
 
 impl Ledger {
+    /// The ledger in a table of a storage account.
     pub fn new(table: TableClient) -> Self {
-        Ledger { table }
+        Ledger {
+            table: LedgerTable::Storage(table),
+        }
     }
 
-    pub fn table(&self) -> &TableClient {
+    /// The ledger in a table held in memory (race tests and the in-memory benchmark).
+    pub fn in_memory(table: InMemoryTable) -> Self {
+        Ledger {
+            table: LedgerTable::Memory(table),
+        }
+    }
+
+    pub fn table(&self) -> &LedgerTable {
         &self.table
     }
 

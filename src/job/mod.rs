@@ -9,9 +9,11 @@ pub mod redrive;
 pub mod rows;
 pub mod spec;
 pub mod status;
+pub mod store;
 
 pub use ledger::{
     Begin, Claim, Created, FailureRecord, Finish, Ledger, LedgerError, ScanRecord, StepCounts,
 };
 pub use spec::{ActionSpec, ScanSpec, SpecError};
 pub use status::{Activity, ScanStatus, State};
+pub use store::LedgerTable;

@@ -101,9 +101,21 @@ impl Property {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Filter {
     text: String,
+    /// The same expression as a tree, for tables evaluated in memory (see `matching`).
+    pub(crate) expr: Expr,
     comparisons: usize,
     /// True when the expression is one comparison and needs no parentheses to be combined.
     atomic: bool,
+}
+
+/// A filter's structure, kept beside its text so that an in-memory table can evaluate it
+/// without parsing OData.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Expr {
+    Compare(String, Comparison, Literal),
+    And(Box<Expr>, Box<Expr>),
+    Or(Box<Expr>, Box<Expr>),
+    Not(Box<Expr>),
 }
 
 impl Filter {
@@ -116,6 +128,7 @@ impl Filter {
         let literal = format_literal(&value)?;
         Ok(Filter {
             text: format!("{} {} {}", property.0, op.keyword(), literal),
+            expr: Expr::Compare(property.0, op, value),
             comparisons: 1,
             atomic: true,
         })
@@ -139,6 +152,7 @@ impl Filter {
                 op.keyword(),
                 odata_string_literal(value)
             ),
+            expr: Expr::Compare(property.0, op, Literal::String(value.to_string())),
             comparisons: 1,
             atomic: true,
         }
@@ -159,6 +173,7 @@ impl Filter {
     pub fn not(self) -> Filter {
         Filter {
             text: format!("not ({})", self.text),
+            expr: Expr::Not(Box::new(self.expr)),
             comparisons: self.comparisons,
             atomic: true,
         }
@@ -177,8 +192,15 @@ impl Filter {
                 format!("({})", f.text)
             }
         };
+        let text = format!("{} {keyword} {}", wrap(&self), wrap(&other));
+        let (left, right) = (Box::new(self.expr), Box::new(other.expr));
         Filter {
-            text: format!("{} {keyword} {}", wrap(&self), wrap(&other)),
+            text,
+            expr: if keyword == "and" {
+                Expr::And(left, right)
+            } else {
+                Expr::Or(left, right)
+            },
             comparisons: self.comparisons + other.comparisons,
             atomic: false,
         }

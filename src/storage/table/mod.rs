@@ -3,6 +3,8 @@
 pub mod batch;
 pub mod entity;
 pub mod filter;
+pub mod in_memory;
+mod matching;
 pub mod query;
 
 use std::sync::Arc;

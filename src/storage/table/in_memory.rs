@@ -1,0 +1,520 @@
+//! A table held in memory that answers the calls of [`TableClient`](super::TableClient) with the
+//! service's semantics: etags and conditional writes (404 and 412), inserts that refuse an
+//! existing entity (409), entity group transactions applied all or nothing with the failing
+//! operation's index, filtered and projected queries in key order with pages and continuations,
+//! `Timestamp` set on every write, and a missing table answered 404 until it is created.
+//!
+//! It serves the ledger's race tests and its in-memory benchmark (`job::LedgerTable`): it counts
+//! requests and entities the way the test proxy counts them against Azurite, its clock can be
+//! set so that leases run out on demand, and every call yields to the runtime first, so that
+//! concurrent calls interleave at each request as they would against the service.
+//! (`scan::model::MemoryTable` is the read-only table of the scan engine's tests.)
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use time::OffsetDateTime;
+
+use super::batch::{IfMatch, Operation, MAX_OPERATIONS};
+use super::entity::{EdmDateTime, Entity};
+use super::query::{Continuation, Page, Query, MAX_PAGE_SIZE};
+use super::WriteMode;
+use crate::storage::error::{describe, ErrorKind, ServiceError, StorageError};
+
+/// Rows keyed as the service orders them: partition key, then row key, by UTF-16 code units.
+type Key = (Vec<u16>, Vec<u16>);
+
+/// A shareable in-memory table: clones see the same rows.
+#[derive(Clone)]
+pub struct InMemoryTable {
+    name: String,
+    inner: Arc<Mutex<State>>,
+    counts: Arc<Counts>,
+}
+
+#[derive(Default)]
+struct State {
+    exists: bool,
+    rows: BTreeMap<Key, Entity>,
+    /// The clock for `Timestamp`; `None` follows the system clock.
+    now: Option<OffsetDateTime>,
+    next_etag: u64,
+}
+
+/// What the table was asked, counted as the Table service counts against its targets.
+#[derive(Default)]
+struct Counts {
+    requests: AtomicU64,
+    entities: AtomicU64,
+}
+
+impl InMemoryTable {
+    /// An empty table that does not exist yet (as a fresh account): create it first.
+    pub fn new(name: &str) -> Self {
+        InMemoryTable {
+            name: name.to_string(),
+            inner: Arc::default(),
+            counts: Arc::default(),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Requests answered so far.
+    pub fn requests(&self) -> u64 {
+        self.counts.requests.load(Ordering::Relaxed)
+    }
+
+    /// Entities read or written so far: each entity a query page returns, each operation of a
+    /// transaction, and one for any other request.
+    pub fn entities(&self) -> u64 {
+        self.counts.entities.load(Ordering::Relaxed)
+    }
+
+    /// Sets the clock that stamps writes (tests that move time forward).
+    pub fn set_now(&self, now: OffsetDateTime) {
+        self.state().now = Some(now);
+    }
+
+    /// How many entities the table holds.
+    pub fn len(&self) -> usize {
+        self.state().rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave the rows half-written: every change is
+        // made on a copy or in one insert, so the poisoned state is still consistent.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts a request and lets other tasks run first, so that concurrent callers
+    /// interleave request by request.
+    async fn request(&self, entities: u64) {
+        tokio::task::yield_now().await;
+        self.counts.requests.fetch_add(1, Ordering::Relaxed);
+        self.counts.entities.fetch_add(entities, Ordering::Relaxed);
+    }
+
+    fn error(&self, operation: &'static str, status: u16, code: &str) -> StorageError {
+        StorageError::from_service(operation, describe("table", &self.name), service(status, code))
+    }
+
+    pub async fn create_if_missing(&self) -> Result<bool, StorageError> {
+        self.request(1).await;
+        let mut state = self.state();
+        let created = !state.exists;
+        state.exists = true;
+        Ok(created)
+    }
+
+    pub async fn get_entity(
+        &self,
+        partition_key: &str,
+        row_key: &str,
+    ) -> Result<Option<Entity>, StorageError> {
+        self.request(1).await;
+        let state = self.state();
+        if !state.exists {
+            return Err(self.error("get entity", 404, "TableNotFound"));
+        }
+        Ok(state.rows.get(&key(partition_key, row_key)).cloned())
+    }
+
+    pub async fn insert(&self, entity: &Entity) -> Result<String, StorageError> {
+        self.apply_one("insert entity", Operation::Insert(entity.clone()))
+            .await
+    }
+
+    pub async fn upsert(&self, entity: &Entity, mode: WriteMode) -> Result<String, StorageError> {
+        let operation = match mode {
+            WriteMode::Replace => Operation::UpsertReplace(entity.clone()),
+            WriteMode::Merge => Operation::UpsertMerge(entity.clone()),
+        };
+        self.apply_one("insert or replace entity", operation).await
+    }
+
+    pub async fn update(
+        &self,
+        entity: &Entity,
+        mode: WriteMode,
+        if_match: &IfMatch,
+    ) -> Result<String, StorageError> {
+        let operation = match mode {
+            WriteMode::Replace => Operation::Update(entity.clone(), if_match.clone()),
+            WriteMode::Merge => Operation::Merge(entity.clone(), if_match.clone()),
+        };
+        self.apply_one("update entity", operation).await
+    }
+
+    pub async fn delete(
+        &self,
+        partition_key: &str,
+        row_key: &str,
+        if_match: &IfMatch,
+    ) -> Result<(), StorageError> {
+        let operation = Operation::Delete {
+            partition_key: partition_key.to_string(),
+            row_key: row_key.to_string(),
+            if_match: if_match.clone(),
+        };
+        self.apply_one("delete entity", operation).await.map(drop)
+    }
+
+    async fn apply_one(
+        &self,
+        operation_name: &'static str,
+        operation: Operation,
+    ) -> Result<String, StorageError> {
+        self.request(1).await;
+        let mut state = self.state();
+        if !state.exists {
+            return Err(self.error(operation_name, 404, "TableNotFound"));
+        }
+        let now = state.clock();
+        state
+            .apply(&operation, now)
+            .map(Option::unwrap_or_default)
+            .map_err(|e| StorageError::from_service(operation_name, describe("table", &self.name), e))
+    }
+
+    /// Applies up to 100 writes to one partition, all or nothing.
+    pub async fn submit_transaction(
+        &self,
+        operations: &[Operation],
+    ) -> Result<Vec<Option<String>>, StorageError> {
+        const OP: &str = "submit transaction";
+        self.request(operations.len() as u64).await;
+        let invalid = |why: &str| {
+            StorageError::invalid_request(OP, describe("table", &self.name), why.to_string())
+        };
+        if operations.is_empty() || operations.len() > MAX_OPERATIONS {
+            return Err(invalid("a transaction holds 1 to 100 operations"));
+        }
+        let partitions: std::collections::HashSet<&str> =
+            operations.iter().map(|op| keys(op).0).collect();
+        if partitions.len() > 1 {
+            return Err(invalid("a transaction writes to one partition"));
+        }
+        let distinct: std::collections::HashSet<(&str, &str)> =
+            operations.iter().map(keys).collect();
+        if distinct.len() != operations.len() {
+            return Err(invalid("a transaction writes each entity once"));
+        }
+        let mut state = self.state();
+        if !state.exists {
+            return Err(self.error(OP, 404, "TableNotFound"));
+        }
+        let now = state.clock();
+        let before = state.rows.clone();
+        let first_etag = state.next_etag;
+        let mut etags = Vec::with_capacity(operations.len());
+        for (index, operation) in operations.iter().enumerate() {
+            match state.apply(operation, now) {
+                Ok(etag) => etags.push(etag),
+                Err(error) => {
+                    state.rows = before;
+                    state.next_etag = first_etag;
+                    return Err(StorageError::new(
+                        OP,
+                        describe("table", &self.name),
+                        ErrorKind::Batch { index, error },
+                    ));
+                }
+            }
+        }
+        Ok(etags)
+    }
+
+    /// One page of a query, in key order, starting at `continuation`.
+    pub async fn query_page(
+        &self,
+        query: &Query,
+        continuation: Option<&Continuation>,
+    ) -> Result<Page, StorageError> {
+        const OP: &str = "query entities";
+        self.request(0).await;
+        let top = usize::from(query.top.unwrap_or(MAX_PAGE_SIZE));
+        if top == 0 || top > usize::from(MAX_PAGE_SIZE) {
+            return Err(StorageError::invalid_request(
+                OP,
+                describe("table", &self.name),
+                format!("the page size must be 1 to {MAX_PAGE_SIZE}, not {top}"),
+            ));
+        }
+        let (entities, continuation) = {
+            let state = self.state();
+            if !state.exists {
+                return Err(self.error(OP, 404, "TableNotFound"));
+            }
+            let start = continuation.map(|c| {
+                key(
+                    &c.next_partition_key,
+                    c.next_row_key.as_deref().unwrap_or(""),
+                )
+            });
+            let from = start.unwrap_or_default();
+            let mut matching = state
+                .rows
+                .range(from..)
+                .map(|(_, entity)| entity)
+                .filter(|entity| query.filter.as_ref().is_none_or(|f| f.matches(entity)));
+            let page: Vec<Entity> = matching
+                .by_ref()
+                .take(top)
+                .map(|entity| project(entity, query.select.as_deref()))
+                .collect();
+            let next = matching.next().map(|entity| Continuation {
+                next_partition_key: entity.partition_key.clone(),
+                next_row_key: Some(entity.row_key.clone()),
+            });
+            (page, next)
+        };
+        self.counts
+            .entities
+            .fetch_add(entities.len() as u64, Ordering::Relaxed);
+        Ok(Page {
+            entities,
+            continuation,
+        })
+    }
+
+    /// Every page of a query.
+    pub async fn query_all(&self, query: &Query) -> Result<Vec<Entity>, StorageError> {
+        let mut entities = Vec::new();
+        let mut continuation = None;
+        loop {
+            let page = self.query_page(query, continuation.as_ref()).await?;
+            entities.extend(page.entities);
+            match page.continuation {
+                Some(next) => continuation = Some(next),
+                None => return Ok(entities),
+            }
+        }
+    }
+}
+
+impl State {
+    fn clock(&self) -> EdmDateTime {
+        EdmDateTime::new(self.now.unwrap_or_else(OffsetDateTime::now_utc))
+    }
+
+    fn new_etag(&mut self, at: EdmDateTime) -> String {
+        self.next_etag += 1;
+        format!("W/\"datetime'{at}'-{}\"", self.next_etag)
+    }
+
+    /// Applies one write; the new etag (`None` for a delete) or the service's refusal.
+    fn apply(
+        &mut self,
+        operation: &Operation,
+        now: EdmDateTime,
+    ) -> Result<Option<String>, ServiceError> {
+        let (pk, rk) = keys(operation);
+        let at = key(pk, rk);
+        let existing = self.rows.get(&at);
+        let condition_holds = |if_match: &IfMatch| match (if_match, existing) {
+            (_, None) => Err(service(404, "ResourceNotFound")),
+            (IfMatch::Any, Some(_)) => Ok(()),
+            (IfMatch::Etag(etag), Some(e)) if e.etag.as_deref() == Some(etag.as_str()) => Ok(()),
+            (IfMatch::Etag(_), Some(_)) => Err(service(412, "UpdateConditionNotSatisfied")),
+        };
+        let merged = |entity: &Entity| {
+            let mut properties = existing.map(|e| e.properties.clone()).unwrap_or_default();
+            properties.extend(entity.properties.clone());
+            properties
+        };
+        let properties = match operation {
+            Operation::Delete { if_match, .. } => {
+                condition_holds(if_match)?;
+                self.rows.remove(&at);
+                return Ok(None);
+            }
+            Operation::Insert(_) if existing.is_some() => {
+                return Err(service(409, "EntityAlreadyExists"))
+            }
+            Operation::Insert(entity) | Operation::UpsertReplace(entity) => {
+                entity.properties.clone()
+            }
+            Operation::UpsertMerge(entity) => merged(entity),
+            Operation::Update(entity, if_match) => {
+                condition_holds(if_match)?;
+                entity.properties.clone()
+            }
+            Operation::Merge(entity, if_match) => {
+                condition_holds(if_match)?;
+                merged(entity)
+            }
+        };
+        let etag = self.new_etag(now);
+        self.rows.insert(
+            at,
+            Entity {
+                partition_key: pk.to_string(),
+                row_key: rk.to_string(),
+                timestamp: Some(now),
+                etag: Some(etag.clone()),
+                properties,
+            },
+        );
+        Ok(Some(etag))
+    }
+}
+
+fn key(partition_key: &str, row_key: &str) -> Key {
+    (
+        partition_key.encode_utf16().collect(),
+        row_key.encode_utf16().collect(),
+    )
+}
+
+fn keys(operation: &Operation) -> (&str, &str) {
+    match operation {
+        Operation::Insert(e)
+        | Operation::UpsertReplace(e)
+        | Operation::UpsertMerge(e)
+        | Operation::Update(e, _)
+        | Operation::Merge(e, _) => (&e.partition_key, &e.row_key),
+        Operation::Delete {
+            partition_key,
+            row_key,
+            ..
+        } => (partition_key, row_key),
+    }
+}
+
+fn service(status: u16, code: &str) -> ServiceError {
+    ServiceError {
+        status,
+        code: Some(code.to_string()),
+        message: code.to_string(),
+        request_id: None,
+    }
+}
+
+/// The entity with only the selected properties (the keys, Timestamp and etag always stay).
+fn project(entity: &Entity, select: Option<&[String]>) -> Entity {
+    let mut out = entity.clone();
+    if let Some(names) = select {
+        out.properties.retain(|name, _| names.iter().any(|n| n == name));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::table::entity::Value;
+    use crate::storage::table::filter::{Comparison, Filter};
+
+    fn row(pk: &str, rk: &str, n: i64) -> Entity {
+        Entity::new(pk, rk).with("n", Value::Int64(n))
+    }
+
+    async fn table() -> InMemoryTable {
+        let table = InMemoryTable::new("t");
+        table.create_if_missing().await.unwrap();
+        table
+    }
+
+    #[tokio::test]
+    async fn a_missing_table_answers_404_until_created() {
+        let table = InMemoryTable::new("t");
+        let e = table.get_entity("a", "b").await.unwrap_err();
+        assert_eq!((e.status(), e.code()), (Some(404), Some("TableNotFound")));
+        assert!(table.create_if_missing().await.unwrap());
+        assert!(!table.create_if_missing().await.unwrap());
+        assert_eq!(table.get_entity("a", "b").await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn conditional_writes_follow_the_etag() {
+        let table = table().await;
+        let first = table.insert(&row("p", "r", 1)).await.unwrap();
+        let e = table.insert(&row("p", "r", 2)).await.unwrap_err();
+        assert_eq!(e.status(), Some(409));
+        let second = table
+            .update(&row("p", "r", 3), WriteMode::Replace, &IfMatch::Etag(first.clone()))
+            .await
+            .unwrap();
+        assert_ne!(first, second);
+        let stale = table
+            .update(&row("p", "r", 4), WriteMode::Merge, &IfMatch::Etag(first.clone()))
+            .await
+            .unwrap_err();
+        assert_eq!(stale.status(), Some(412));
+        let missing = table
+            .delete("p", "nope", &IfMatch::Any)
+            .await
+            .unwrap_err();
+        assert_eq!(missing.status(), Some(404));
+        let merged = Entity::new("p", "r").with("m", Value::Boolean(true));
+        table
+            .update(&merged, WriteMode::Merge, &IfMatch::Etag(second))
+            .await
+            .unwrap();
+        let now = table.get_entity("p", "r").await.unwrap().unwrap();
+        assert_eq!(now.properties.get("n"), Some(&Value::Int64(3)));
+        assert_eq!(now.properties.get("m"), Some(&Value::Boolean(true)));
+        assert!(now.timestamp.is_some());
+    }
+
+    #[tokio::test]
+    async fn a_transaction_is_all_or_nothing_and_names_the_failing_operation() {
+        let table = table().await;
+        table.insert(&row("p", "b", 1)).await.unwrap();
+        let batch = [
+            Operation::Insert(row("p", "a", 1)),
+            Operation::Insert(row("p", "b", 2)),
+        ];
+        let e = table.submit_transaction(&batch).await.unwrap_err();
+        match e.kind() {
+            ErrorKind::Batch { index, error } => assert_eq!((*index, error.status), (1, 409)),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(table.get_entity("p", "a").await.unwrap(), None);
+        let two_partitions = [
+            Operation::Insert(row("p", "c", 1)),
+            Operation::Insert(row("q", "c", 1)),
+        ];
+        assert!(matches!(
+            table.submit_transaction(&two_partitions).await.unwrap_err().kind(),
+            ErrorKind::InvalidRequest(_)
+        ));
+        assert_eq!(table.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn queries_page_in_key_order_with_filters_and_projection() {
+        let table = table().await;
+        for n in 0..25 {
+            table.insert(&row("p", &format!("r{n:02}"), n)).await.unwrap();
+        }
+        table.insert(&row("q", "r00", 99)).await.unwrap();
+        let query = Query::filtered(
+            Filter::partition_key(Comparison::Eq, "p").and(Filter::row_key(Comparison::Ge, "r05")),
+        )
+        .select(["m"])
+        .top(7);
+        let first = table.query_page(&query, None).await.unwrap();
+        assert_eq!(first.entities.len(), 7);
+        assert_eq!(first.entities[0].row_key, "r05");
+        assert!(first.entities[0].properties.is_empty());
+        let all = table.query_all(&query).await.unwrap();
+        let keys: Vec<&str> = all.iter().map(|e| e.row_key.as_str()).collect();
+        assert_eq!(keys.len(), 20);
+        assert!(keys.windows(2).all(|w| w[0] < w[1]));
+        let before = (table.requests(), table.entities());
+        table.query_all(&query).await.unwrap();
+        assert_eq!(
+            (table.requests() - before.0, table.entities() - before.1),
+            (3, 20)
+        );
+    }
+}
