@@ -5,6 +5,8 @@ pub mod active;
 pub mod activity;
 pub mod housekeeping;
 pub mod ledger;
+#[cfg(test)]
+mod races;
 pub mod redrive;
 pub mod rows;
 pub mod spec;

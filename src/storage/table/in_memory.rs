@@ -36,6 +36,8 @@ pub struct InMemoryTable {
 #[derive(Default)]
 struct State {
     exists: bool,
+    /// Request numbers (counting from 1) that are answered 503 instead, each once.
+    failing: Vec<u64>,
     rows: BTreeMap<Key, Entity>,
     /// The clock for `Timestamp`; `None` follows the system clock.
     now: Option<OffsetDateTime>,
@@ -94,20 +96,39 @@ impl InMemoryTable {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Counts a request and lets other tasks run first, so that concurrent callers
-    /// interleave request by request.
-    async fn request(&self, entities: u64) {
+    /// Answers the `n`th request from now (1 is the next) with 503 Server Busy, as a crash
+    /// or an outage at exactly that point would look to the caller.
+    pub fn fail_request(&self, n: u64) {
+        let at = self.requests() + n;
+        self.state().failing.push(at);
+    }
+
+    /// Lets other tasks run first (so that concurrent callers interleave request by request),
+    /// then counts the request, or refuses it if it was chosen to fail.
+    async fn request(&self, operation: &'static str, entities: u64) -> Result<(), StorageError> {
         tokio::task::yield_now().await;
-        self.counts.requests.fetch_add(1, Ordering::Relaxed);
+        let number = self.counts.requests.fetch_add(1, Ordering::Relaxed) + 1;
         self.counts.entities.fetch_add(entities, Ordering::Relaxed);
+        let mut state = self.state();
+        match state.failing.iter().position(|&n| n == number) {
+            Some(at) => {
+                state.failing.swap_remove(at);
+                Err(self.error(operation, 503, "ServerBusy"))
+            }
+            None => Ok(()),
+        }
     }
 
     fn error(&self, operation: &'static str, status: u16, code: &str) -> StorageError {
-        StorageError::from_service(operation, describe("table", &self.name), service(status, code))
+        StorageError::from_service(
+            operation,
+            describe("table", &self.name),
+            service(status, code),
+        )
     }
 
     pub async fn create_if_missing(&self) -> Result<bool, StorageError> {
-        self.request(1).await;
+        self.request("create table", 1).await?;
         let mut state = self.state();
         let created = !state.exists;
         state.exists = true;
@@ -119,7 +140,7 @@ impl InMemoryTable {
         partition_key: &str,
         row_key: &str,
     ) -> Result<Option<Entity>, StorageError> {
-        self.request(1).await;
+        self.request("get entity", 1).await?;
         let state = self.state();
         if !state.exists {
             return Err(self.error("get entity", 404, "TableNotFound"));
@@ -172,7 +193,7 @@ impl InMemoryTable {
         operation_name: &'static str,
         operation: Operation,
     ) -> Result<String, StorageError> {
-        self.request(1).await;
+        self.request(operation_name, 1).await?;
         let mut state = self.state();
         if !state.exists {
             return Err(self.error(operation_name, 404, "TableNotFound"));
@@ -181,7 +202,9 @@ impl InMemoryTable {
         state
             .apply(&operation, now)
             .map(Option::unwrap_or_default)
-            .map_err(|e| StorageError::from_service(operation_name, describe("table", &self.name), e))
+            .map_err(|e| {
+                StorageError::from_service(operation_name, describe("table", &self.name), e)
+            })
     }
 
     /// Applies up to 100 writes to one partition, all or nothing.
@@ -190,7 +213,7 @@ impl InMemoryTable {
         operations: &[Operation],
     ) -> Result<Vec<Option<String>>, StorageError> {
         const OP: &str = "submit transaction";
-        self.request(operations.len() as u64).await;
+        self.request(OP, operations.len() as u64).await?;
         let invalid = |why: &str| {
             StorageError::invalid_request(OP, describe("table", &self.name), why.to_string())
         };
@@ -212,14 +235,26 @@ impl InMemoryTable {
             return Err(self.error(OP, 404, "TableNotFound"));
         }
         let now = state.clock();
-        let before = state.rows.clone();
         let first_etag = state.next_etag;
+        // What each applied operation replaced, to put back if a later one fails.
+        let mut undo = Vec::with_capacity(operations.len());
         let mut etags = Vec::with_capacity(operations.len());
         for (index, operation) in operations.iter().enumerate() {
+            let (pk, rk) = keys(operation);
+            let at = key(pk, rk);
+            let previous = state.rows.get(&at).cloned();
             match state.apply(operation, now) {
-                Ok(etag) => etags.push(etag),
+                Ok(etag) => {
+                    etags.push(etag);
+                    undo.push((at, previous));
+                }
                 Err(error) => {
-                    state.rows = before;
+                    for (at, previous) in undo.into_iter().rev() {
+                        match previous {
+                            Some(entity) => state.rows.insert(at, entity),
+                            None => state.rows.remove(&at),
+                        };
+                    }
                     state.next_etag = first_etag;
                     return Err(StorageError::new(
                         OP,
@@ -239,7 +274,7 @@ impl InMemoryTable {
         continuation: Option<&Continuation>,
     ) -> Result<Page, StorageError> {
         const OP: &str = "query entities";
-        self.request(0).await;
+        self.request(OP, 0).await?;
         let top = usize::from(query.top.unwrap_or(MAX_PAGE_SIZE));
         if top == 0 || top > usize::from(MAX_PAGE_SIZE) {
             return Err(StorageError::invalid_request(
@@ -402,7 +437,8 @@ fn service(status: u16, code: &str) -> ServiceError {
 fn project(entity: &Entity, select: Option<&[String]>) -> Entity {
     let mut out = entity.clone();
     if let Some(names) = select {
-        out.properties.retain(|name, _| names.iter().any(|n| n == name));
+        out.properties
+            .retain(|name, _| names.iter().any(|n| n == name));
     }
     out
 }
@@ -440,19 +476,24 @@ mod tests {
         let e = table.insert(&row("p", "r", 2)).await.unwrap_err();
         assert_eq!(e.status(), Some(409));
         let second = table
-            .update(&row("p", "r", 3), WriteMode::Replace, &IfMatch::Etag(first.clone()))
+            .update(
+                &row("p", "r", 3),
+                WriteMode::Replace,
+                &IfMatch::Etag(first.clone()),
+            )
             .await
             .unwrap();
         assert_ne!(first, second);
         let stale = table
-            .update(&row("p", "r", 4), WriteMode::Merge, &IfMatch::Etag(first.clone()))
+            .update(
+                &row("p", "r", 4),
+                WriteMode::Merge,
+                &IfMatch::Etag(first.clone()),
+            )
             .await
             .unwrap_err();
         assert_eq!(stale.status(), Some(412));
-        let missing = table
-            .delete("p", "nope", &IfMatch::Any)
-            .await
-            .unwrap_err();
+        let missing = table.delete("p", "nope", &IfMatch::Any).await.unwrap_err();
         assert_eq!(missing.status(), Some(404));
         let merged = Entity::new("p", "r").with("m", Value::Boolean(true));
         table
@@ -484,17 +525,35 @@ mod tests {
             Operation::Insert(row("q", "c", 1)),
         ];
         assert!(matches!(
-            table.submit_transaction(&two_partitions).await.unwrap_err().kind(),
+            table
+                .submit_transaction(&two_partitions)
+                .await
+                .unwrap_err()
+                .kind(),
             ErrorKind::InvalidRequest(_)
         ));
         assert_eq!(table.len(), 1);
     }
 
     #[tokio::test]
+    async fn a_chosen_request_fails_once() {
+        let table = table().await;
+        table.fail_request(2);
+        table.insert(&row("p", "a", 1)).await.unwrap();
+        let e = table.insert(&row("p", "b", 1)).await.unwrap_err();
+        assert!(e.is_transient());
+        assert_eq!(table.get_entity("p", "b").await.unwrap(), None);
+        table.insert(&row("p", "b", 1)).await.unwrap();
+    }
+
+    #[tokio::test]
     async fn queries_page_in_key_order_with_filters_and_projection() {
         let table = table().await;
         for n in 0..25 {
-            table.insert(&row("p", &format!("r{n:02}"), n)).await.unwrap();
+            table
+                .insert(&row("p", &format!("r{n:02}"), n))
+                .await
+                .unwrap();
         }
         table.insert(&row("q", "r00", 99)).await.unwrap();
         let query = Query::filtered(

@@ -117,8 +117,12 @@ mod tests {
     fn integers_compare_across_widths_and_missing_properties_never_match() {
         assert!(lease(Gt, 499).matches(&entity()));
         assert!(!lease(Gt, 500).matches(&entity()));
-        let int32 =
-            Filter::compare(Property::new("leaseUntil").unwrap(), Le, Literal::Int32(500)).unwrap();
+        let int32 = Filter::compare(
+            Property::new("leaseUntil").unwrap(),
+            Le,
+            Literal::Int32(500),
+        )
+        .unwrap();
         assert!(int32.matches(&entity()));
         let bare = Entity::new("scan", "p:x");
         assert!(!lease(Gt, 0).matches(&bare));
