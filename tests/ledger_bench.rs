@@ -1,7 +1,8 @@
-//! The ledger's costs against Azurite, for scans of 1,000, 10,000 and 100,000 work items:
-//! requests and entities per status read, per step (claim and finish) and per re-drive look,
-//! counted by a proxy in front of Azurite. Opt-in (it writes 111,000 ledger rows):
-//! `scripts/bench-ledger` runs it and writes `target/bench/ledger.md`.
+//! The ledger's costs for scans of 1,000, 10,000 and 100,000 work items: requests and
+//! entities per status read, per step (claim and finish) and per re-drive look. Measured twice:
+//! on the in-memory table (which counts as the service counts; fast, so it runs with the tests
+//! and guards the bound), and against Azurite through a counting proxy (opt-in, it writes
+//! 111,000 rows: `scripts/bench-ledger` runs both and writes `target/bench/ledger.md`).
 //!
 //! Each scan's partition is filled directly with its real rows (half the items done, half
 //! pending, the counter shards agreeing), then one operation of each kind is measured. The
@@ -21,6 +22,7 @@ use tablescan::scan::keys::KeyRange;
 use tablescan::storage::connection_string::{EMULATOR_ACCOUNT, EMULATOR_KEY};
 use tablescan::storage::table::batch::Operation;
 use tablescan::storage::table::filter::{Comparison, Filter};
+use tablescan::storage::table::in_memory::InMemoryTable;
 use tablescan::storage::table::query::Query;
 use tablescan::storage::{ClientOptions, StorageAccount, TableServiceClient};
 use time::{Duration, OffsetDateTime};
@@ -34,14 +36,12 @@ struct Cost {
     entities: u64,
 }
 
-struct Counter<'a>(&'a FaultProxy);
+/// Reads how many requests and entities the ledger's table has answered so far.
+struct Counter<'a>(Box<dyn Fn() -> (u64, u64) + 'a>);
 
 impl Counter<'_> {
     fn now(&self) -> (u64, u64) {
-        (
-            self.0.injected.forwarded.load(Ordering::Relaxed),
-            self.0.injected.entities.load(Ordering::Relaxed),
-        )
+        (self.0)()
     }
 
     async fn cost<T>(&self, work: impl std::future::Future<Output = T>) -> (T, Cost) {
@@ -128,9 +128,19 @@ async fn fill(ledger: &Ledger, root: &WorkItem, items: usize) -> Vec<WorkItem> {
     children[done_count..].to_vec()
 }
 
+#[tokio::test]
+async fn ledger_costs_do_not_grow_with_the_scan_in_memory() {
+    let table = InMemoryTable::new("ledgerbench");
+    let ledger = Ledger::in_memory(table.clone());
+    ledger.ensure().await.unwrap();
+    let counter = Counter(Box::new(|| (table.requests(), table.entities())));
+    let lines = measure(&ledger, &counter).await;
+    report("in memory", &lines, "TABLESCAN_BENCH_MEMORY_OUT");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "a benchmark: scripts/bench-ledger runs it"]
-async fn ledger_costs_do_not_grow_with_the_scan() {
+async fn ledger_costs_do_not_grow_with_the_scan_on_azurite() {
     let direct = fresh_table("ledgerbench").await;
     let endpoint = common::account().table_endpoint().unwrap().to_string();
     let origin = endpoint
@@ -147,7 +157,27 @@ async fn ledger_costs_do_not_grow_with_the_scan() {
         .table(direct.name())
         .unwrap();
     let ledger = Ledger::new(table);
-    let counter = Counter(&proxy);
+    let counter = Counter(Box::new(|| {
+        (
+            proxy.injected.forwarded.load(Ordering::Relaxed),
+            proxy.injected.entities.load(Ordering::Relaxed),
+        )
+    }));
+    let lines = measure(&ledger, &counter).await;
+    report("on Azurite", &lines, "TABLESCAN_BENCH_OUT");
+}
+
+fn report(what: &str, lines: &[String], out: &str) {
+    let table_text = lines.join("\n");
+    println!("Ledger costs {what}:\n{table_text}");
+    if let Ok(path) = std::env::var(out) {
+        std::fs::write(&path, format!("{table_text}\n")).unwrap();
+    }
+}
+
+/// One operation of each kind on scans of each size: the table's lines. Fails if a cost grows
+/// by more than 20% from the smallest scan to the largest.
+async fn measure(ledger: &Ledger, counter: &Counter<'_>) -> Vec<String> {
     let spec = ScanSpec::parse(
         r#"{"table":"source","action":{"type":"count"}}"#,
         &|name: &str| (name == "AzureWebJobsStorage").then(|| "UseDevelopmentStorage=true".into()),
@@ -165,7 +195,7 @@ async fn ledger_costs_do_not_grow_with_the_scan() {
             .create_scan(&spec, &root, OffsetDateTime::now_utc())
             .await
             .unwrap();
-        let pending = fill(&ledger, &root, items).await;
+        let pending = fill(ledger, &root, items).await;
         let now = OffsetDateTime::now_utc();
 
         let (status, status_cost) = counter.cost(ledger.status(&root.scan, now)).await;
@@ -207,11 +237,6 @@ async fn ledger_costs_do_not_grow_with_the_scan() {
         ));
         status_costs.push((status_cost, step_cost, look_cost));
     }
-    let table_text = lines.join("\n");
-    println!("{table_text}");
-    if let Ok(path) = std::env::var("TABLESCAN_BENCH_OUT") {
-        std::fs::write(&path, format!("{table_text}\n")).unwrap();
-    }
     // Constant within 20% from the smallest scan to the largest.
     let (first, last) = (status_costs[0], status_costs[status_costs.len() - 1]);
     for (small, large, what) in [
@@ -227,4 +252,5 @@ async fn ledger_costs_do_not_grow_with_the_scan() {
             SIZES[SIZES.len() - 1]
         );
     }
+    lines
 }

@@ -294,10 +294,15 @@ impl InMemoryTable {
                     c.next_row_key.as_deref().unwrap_or(""),
                 )
             });
-            let from = start.unwrap_or_default();
+            // A query of one partition starts at its lowest row and ends with the partition.
+            let bounds = query.filter.as_ref().and_then(|f| f.key_bounds());
+            let lowest = bounds.map(|(pk, rk)| key(pk, rk)).unwrap_or_default();
+            let from = start.map_or(lowest.clone(), |s| s.max(lowest));
+            let partition: Option<Vec<u16>> = bounds.map(|(pk, _)| pk.encode_utf16().collect());
             let mut matching = state
                 .rows
                 .range(from..)
+                .take_while(|((pk, _), _)| partition.as_ref().is_none_or(|p| p == pk))
                 .map(|(_, entity)| entity)
                 .filter(|entity| query.filter.as_ref().is_none_or(|f| f.matches(entity)));
             let page: Vec<Entity> = matching

@@ -15,6 +15,33 @@ impl Filter {
     pub fn matches(&self, entity: &Entity) -> bool {
         evaluate(&self.expr, entity)
     }
+
+    /// The one partition the filter can select, with the lowest row key it can select, when
+    /// its top-level conjunction says so (`PartitionKey eq` and `RowKey ge`/`gt`): where an
+    /// in-memory table can start reading and stop, as the service does for such queries.
+    pub(crate) fn key_bounds(&self) -> Option<(&str, &str)> {
+        let mut partition = None;
+        let mut lowest_row = "";
+        let mut stack = vec![&self.expr];
+        while let Some(expr) = stack.pop() {
+            match expr {
+                Expr::And(a, b) => stack.extend([a.as_ref(), b.as_ref()]),
+                Expr::Compare(property, op, Literal::String(value)) => {
+                    match (property.as_str(), op) {
+                        ("PartitionKey", Comparison::Eq) => partition = Some(value.as_str()),
+                        ("RowKey", Comparison::Ge | Comparison::Gt)
+                            if value.encode_utf16().cmp(lowest_row.encode_utf16()).is_gt() =>
+                        {
+                            lowest_row = value;
+                        }
+                        _ => {}
+                    }
+                }
+                _ => {}
+            }
+        }
+        partition.map(|p| (p, lowest_row))
+    }
 }
 
 fn evaluate(expr: &Expr, entity: &Entity) -> bool {
@@ -101,6 +128,17 @@ mod tests {
 
     fn lease(op: Comparison, n: i64) -> Filter {
         Filter::compare(Property::new("leaseUntil").unwrap(), op, Literal::Int64(n)).unwrap()
+    }
+
+    #[test]
+    fn a_partition_and_its_lowest_row_bound_the_read() {
+        let range = Filter::partition_key(Eq, "scan")
+            .and(Filter::row_key(Ge, "p:"))
+            .and(Filter::row_key(Lt, "p;"));
+        assert_eq!(range.key_bounds(), Some(("scan", "p:")));
+        assert_eq!(Filter::row_key(Ge, "p:").key_bounds(), None);
+        let either = Filter::partition_key(Eq, "a").or(Filter::partition_key(Eq, "b"));
+        assert_eq!(either.key_bounds(), None);
     }
 
     #[test]
