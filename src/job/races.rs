@@ -297,6 +297,45 @@ async fn a_cancelled_scan_drops_its_items_and_settles_exactly() {
     assert_eq!(status.progress.steps_pending, 0);
 }
 
+#[tokio::test]
+async fn a_redelivered_root_of_a_finished_thousand_item_scan_sends_nothing() {
+    let (ledger, table, root) = started().await;
+    // The root, 9 children, 110 grandchildren each: 1,000 items, all finished.
+    let mut level = vec![root.clone()];
+    let mut items = 0;
+    for fan_out in [9, 110, 0] {
+        let mut next = Vec::new();
+        for item in &level {
+            let children: Vec<WorkItem> = (0..fan_out).map(|n| child(item, n)).collect();
+            let c = claim(&ledger, item, at(1)).await;
+            ledger
+                .finish(item, &c, reading(1), &children, at(1))
+                .await
+                .unwrap();
+            items += 1;
+            next.extend(children);
+        }
+        level = next;
+    }
+    assert_eq!(items, 1000);
+    let status = ledger.status(&root.scan, at(2)).await.unwrap().unwrap();
+    assert_eq!(status.state, State::Succeeded);
+
+    // The root's message delivered again: its children are all done, so nothing is sent, and
+    // the look costs a request per child, not per item of the tree.
+    let requests = table.requests();
+    let sent = deliver(&ledger, &root, at(3)).await;
+    assert!(sent.is_empty(), "{} messages sent again", sent.len());
+    assert!(
+        table.requests() - requests <= 3 + 9,
+        "{} requests",
+        table.requests() - requests
+    );
+    // Every message of the scan delivered again sends nothing either.
+    let sent = deliver(&ledger, &child(&root, 4), at(3)).await;
+    assert!(sent.is_empty());
+}
+
 /// What happens to one delivered message in the property test.
 #[derive(Debug, Clone, Copy)]
 enum Delivery {
