@@ -195,3 +195,65 @@ async fn a_dropped_connection_is_not_retried_for_an_insert() {
     assert!(err.is_transient());
     assert_eq!(proxy.connections(), 1);
 }
+
+/// The proxy's rate limit stands for an account's target: a client reading faster than it is
+/// answered 503 Server Busy, and what gets through stays within the bucket (one second's worth
+/// to start with, plus the rate, plus at most one page of debt).
+#[tokio::test]
+async fn the_proxy_rate_limit_answers_busy_above_its_entities_per_second() {
+    let table = fresh_table("ratelimit").await;
+    let rows: Vec<Entity> = (0..100)
+        .map(|i| Entity::new("p", format!("r{i:03}")))
+        .collect();
+    common::load(&table, &rows).await;
+    let (proxy, _) = through_proxy(&table).await;
+    let no_retries = tablescan::storage::ClientOptions {
+        retry: tablescan::storage::retry::RetryPolicy {
+            max_retries: 0,
+            ..tablescan::storage::retry::RetryPolicy::default()
+        },
+        ..tablescan::storage::ClientOptions::default()
+    };
+    let client = table_at(proxy.address, table.name(), no_retries);
+    const RATE: f64 = 300.0;
+    proxy.set_rate_limit(Some(RATE));
+    let started = Instant::now();
+    let (mut pages, mut busy) = (0u64, 0u64);
+    while started.elapsed() < Duration::from_secs(2) {
+        match client.query_page(&Query::default().top(100), None).await {
+            Ok(page) => {
+                assert_eq!(page.entities.len(), 100);
+                pages += 1;
+            }
+            Err(e) => {
+                assert_eq!((e.status(), e.code()), (Some(503), Some("ServerBusy")));
+                busy += 1;
+            }
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let forwarded = proxy
+        .injected
+        .entities
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(forwarded, pages * 100);
+    assert!(
+        forwarded as f64 <= RATE * (1.0 + elapsed) + 100.0,
+        "{forwarded} entities in {elapsed:.1} s at {RATE}/s"
+    );
+    assert!(busy > 0, "a client this fast must have been throttled");
+    assert_eq!(
+        proxy
+            .injected
+            .throttled
+            .load(std::sync::atomic::Ordering::Relaxed),
+        busy
+    );
+    proxy.set_rate_limit(None);
+    for _ in 0..20 {
+        client
+            .query_page(&Query::default().top(100), None)
+            .await
+            .unwrap();
+    }
+}

@@ -13,6 +13,12 @@
 //! a third) or, when the query resumes from a continuation, an empty page that hands the same
 //! continuation back. Shared Key signatures cover the path, not the host, so Azurite accepts
 //! the forwarded requests as they are. Used by tests/retry.rs and by devhost's fault tests.
+//!
+//! Two more modes stand for the service as a whole: an outage (`set_outage`: every request
+//! answered 503), and a rate limit (`set_rate_limit`): a token bucket in entities per second,
+//! charged with what each forwarded request touched (each entity a query returned, each
+//! operation of a transaction, one for anything else), that answers 503 Server Busy while it is
+//! empty, as the service answers a client above an account's or a partition's target.
 
 #![allow(dead_code)]
 
@@ -64,6 +70,8 @@ pub struct Injected {
     pub dropped: AtomicU64,
     pub short_page: AtomicU64,
     pub empty_page: AtomicU64,
+    /// Requests answered 503 by the rate limit (counted apart from the faults).
+    pub throttled: AtomicU64,
 }
 
 impl Injected {
@@ -120,6 +128,26 @@ struct Plan {
     random: u64,
     /// While set, every request is answered 503 (an outage of the service behind).
     outage: bool,
+    /// While set, the entities per second the service behind takes.
+    bucket: Option<Bucket>,
+}
+
+/// A token bucket of entities: refilled at `rate` per second up to one second's worth, charged
+/// after each forwarded request with the entities it touched (so one large page may take it
+/// below zero, and later requests wait for the debt to be repaid, as a throttled client would).
+struct Bucket {
+    rate: f64,
+    tokens: f64,
+    refilled: std::time::Instant,
+}
+
+impl Bucket {
+    fn refill(&mut self) {
+        let now = std::time::Instant::now();
+        let elapsed = now.duration_since(self.refilled).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.rate);
+        self.refilled = now;
+    }
 }
 
 /// When a request matches, something happens (a process is killed) before it is forwarded
@@ -201,6 +229,16 @@ impl FaultProxy {
         self.shared.plan.lock().unwrap().outage = outage;
     }
 
+    /// Limits the entities per second forwarded (`None` lifts the limit); above it, requests
+    /// are answered 503 Server Busy without reaching Azurite.
+    pub fn set_rate_limit(&self, entities_per_second: Option<f64>) {
+        self.shared.plan.lock().unwrap().bucket = entities_per_second.map(|rate| Bucket {
+            rate,
+            tokens: rate,
+            refilled: std::time::Instant::now(),
+        });
+    }
+
     /// The method and path of every request seen so far.
     pub fn seen(&self) -> Vec<String> {
         self.shared.plan.lock().unwrap().seen.clone()
@@ -263,12 +301,23 @@ async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Respons
     // A table query (not a single entity): a GET with a page size.
     let is_query = parts.method == axum::http::Method::GET
         && (query.contains("$top=") || query.contains("%24top="));
-    let fault = {
+    let (fault, over_limit) = {
         let mut plan = shared.plan.lock().unwrap();
         plan.seen
             .push(format!("{} {}", parts.method, parts.uri.path()));
-        plan.next(is_query, query.contains("NextPartitionKey"))
+        let over_limit = plan.bucket.as_mut().is_some_and(|bucket| {
+            bucket.refill();
+            bucket.tokens <= 0.0
+        });
+        (
+            plan.next(is_query, query.contains("NextPartitionKey")),
+            over_limit,
+        )
     };
+    if over_limit {
+        shared.injected.throttled.fetch_add(1, Ordering::Relaxed);
+        return error(503, "ServerBusy", None);
+    }
     if let Some(fault) = &fault {
         shared.injected.count(fault);
     }
@@ -321,6 +370,10 @@ async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Respons
         .injected
         .entities
         .fetch_add(touched, Ordering::Relaxed);
+    if let Some(bucket) = shared.plan.lock().unwrap().bucket.as_mut() {
+        bucket.refill();
+        bucket.tokens -= touched as f64;
+    }
     if moment == Some(Moment::After) {
         act();
     }
