@@ -1109,3 +1109,57 @@ async fn a_redelivered_root_of_a_finished_scan_sends_nothing() {
     let (_, after) = host.status(&id).await;
     assert_eq!(after["progress"], status["progress"], "nothing changed");
 }
+
+/// `rowsPerMessage`: each message is a JSON array of at most that many rows, every row is in
+/// exactly one message, and the counts are of rows, not messages.
+#[tokio::test]
+async fn rows_per_message_groups_rows_into_arrays_each_row_once() {
+    let source = fresh_table("grouped").await;
+    let rows: Vec<Entity> = (0..95)
+        .map(|i| Entity::new(format!("p{}", i % 3), format!("r{i:02}")).with("n", Edm::Int64(i)))
+        .collect();
+    common::load(&source, &rows).await;
+    let queue = unique_name("grouped-");
+    let mut host = TestHost::start(&[("TABLESCAN_STEP_MAX_QUERIES", "2")]).await;
+    let (start, id) = host
+        .start_scan(&json!({"table": source.name(), "pageSize": 10,
+            "action": {"type": "enqueue", "queue": queue, "encoding": "none", "rowsPerMessage": 8}}))
+        .await;
+    host.enqueue_outputs(&start);
+    host.drain().await;
+    let (_, done) = host.status(&id).await;
+    assert_eq!(done["state"], "succeeded", "{done}");
+    assert_eq!(done["progress"]["rowsActed"], 95, "{done}");
+    assert_eq!(done["spec"]["action"]["rowsPerMessage"], 8, "{done}");
+
+    let target = queues().queue(&queue).unwrap();
+    let mut seen = Vec::new();
+    let mut messages = 0;
+    loop {
+        let batch = target.receive(32, Duration::from_secs(60)).await.unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        for message in batch {
+            let text =
+                String::from_utf8(MessageEncoding::Text.decode(&message.text).unwrap()).unwrap();
+            let array: Vec<Value> = serde_json::from_str(&text).unwrap();
+            assert!((1..=8).contains(&array.len()), "{text}");
+            messages += 1;
+            for row in array {
+                seen.push((
+                    row["PartitionKey"].as_str().unwrap().to_string(),
+                    row["RowKey"].as_str().unwrap().to_string(),
+                ));
+            }
+        }
+    }
+    seen.sort();
+    let mut expected: Vec<(String, String)> = rows
+        .iter()
+        .map(|r| (r.partition_key.clone(), r.row_key.clone()))
+        .collect();
+    expected.sort();
+    assert_eq!(seen, expected, "every row in exactly one message");
+    assert!((12..95).contains(&messages), "{messages} messages");
+}

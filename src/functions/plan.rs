@@ -78,16 +78,16 @@ pub fn action_for(state: &AppState, spec: &ScanSpec) -> Result<Action, String> {
             connection,
             per,
             encoding: e,
+            rows_per_message,
         } => {
             let body = match per {
                 Per::Row => MessageBody::Row,
                 Per::Partition => MessageBody::PartitionKey,
             };
-            Action::Enqueue(EnqueueRows::new(
-                target_queue(state, connection, queue)?,
-                body,
-                encoding(*e),
-            ))
+            Action::Enqueue(
+                EnqueueRows::new(target_queue(state, connection, queue)?, body, encoding(*e))
+                    .with_rows_per_message(*rows_per_message),
+            )
         }
         ActionSpec::PartitionKeys {
             queue,
