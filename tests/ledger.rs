@@ -103,12 +103,14 @@ async fn failures_release_the_claim_and_the_last_one_fails_the_scan() {
             FailureRecord::Retry {
                 failing_since: None,
             },
+            4,
             now,
         )
         .await
         .unwrap();
     let status = ledger.status(&root.scan, now).await.unwrap().unwrap();
     assert_eq!(status.progress.attempts_failed, 1);
+    assert_eq!(status.progress.requests_throttled, 4);
     assert_eq!(status.progress.steps_pending, 1);
     assert_eq!(status.state, State::Running);
 
@@ -120,6 +122,7 @@ async fn failures_release_the_claim_and_the_last_one_fails_the_scan() {
             &retry,
             "table went away for good",
             FailureRecord::Final,
+            2,
             now,
         )
         .await
@@ -127,6 +130,7 @@ async fn failures_release_the_claim_and_the_last_one_fails_the_scan() {
     let status = ledger.status(&root.scan, now).await.unwrap().unwrap();
     assert_eq!(status.state, State::Failed);
     assert_eq!(status.progress.steps_failed, 1);
+    assert_eq!(status.progress.requests_throttled, 6);
     assert_eq!(status.errors[0].error, "table went away for good");
     assert_eq!(status.errors[0].attempts, 2);
     assert!(matches!(

@@ -15,6 +15,7 @@ use crate::scan::item::{Task, WorkItem};
 use crate::scan::{run_step, Clock, RowSink, StepError, SystemClock};
 use crate::storage::queue::{MessageEncoding, PutOptions};
 use crate::storage::table::entity::Entity;
+use crate::storage::throttled::counting_throttled;
 use crate::storage::StorageError;
 
 /// Which queue (and so which kind of work item) a function serves.
@@ -202,7 +203,10 @@ async fn on_failure(
         }
     };
     tracing::error!(scan = %item.scan, step = %id, attempt, kind = ?failure.kind, ?record, "step failed: {why}");
-    if let Err(e) = ledger.fail(item, claim, &why, record, now).await {
+    if let Err(e) = ledger
+        .fail(item, claim, &why, record, failure.requests_throttled, now)
+        .await
+    {
         tracing::warn!("could not record the failure: {e}");
         return Failure::new(StatusCode::INTERNAL_SERVER_ERROR, why).into_response();
     }
@@ -272,9 +276,18 @@ async fn run_claimed(
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let scan = claim.scan.clone();
     let work = async {
-        let outcome = run(state, item, &scan, &lost).await;
+        let (outcome, throttled) = counting_throttled(run(state, item, &scan, &lost)).await;
         let _ = stop.send(true);
-        outcome
+        match outcome {
+            Ok((mut counts, follow_ups)) => {
+                counts.requests_throttled = throttled;
+                Ok((counts, follow_ups))
+            }
+            Err(mut failure) => {
+                failure.requests_throttled = throttled;
+                Err(failure)
+            }
+        }
     };
     let renewal = async {
         loop {
@@ -415,6 +428,8 @@ enum FailureKind {
 struct StepFailure {
     kind: FailureKind,
     message: String,
+    /// How many of the attempt's storage requests were answered "too busy".
+    requests_throttled: u64,
 }
 
 impl StepFailure {
@@ -422,6 +437,7 @@ impl StepFailure {
         StepFailure {
             kind: FailureKind::Permanent,
             message,
+            requests_throttled: 0,
         }
     }
 }
@@ -433,6 +449,7 @@ impl From<StepError<StorageError>> for StepFailure {
             _ => false,
         };
         StepFailure {
+            requests_throttled: 0,
             kind: if transient {
                 FailureKind::Transient
             } else {
@@ -474,6 +491,8 @@ async fn run(
         rows_skipped: sink.counts.skipped,
         partitions: report.partitions_started,
         queries: u64::from(report.queries),
+        // Filled in by `run_claimed`, which counts around the whole step.
+        requests_throttled: 0,
         duration_ms: started.elapsed().as_millis() as u64,
     };
     // A step stopped by a cancel records what it did and drops the rest: the scan is over.

@@ -116,6 +116,8 @@ pub struct StepCounts {
     pub rows_skipped: u64,
     pub partitions: u64,
     pub queries: u64,
+    /// Its storage requests answered "too busy" (see `storage::throttled`).
+    pub requests_throttled: u64,
     /// How long the step took (the longest is reported, not the sum).
     pub duration_ms: u64,
 }
@@ -530,6 +532,7 @@ impl Ledger {
             rows_skipped: counts.rows_skipped,
             partitions: counts.partitions,
             queries: counts.queries,
+            throttled: counts.requests_throttled,
             longest_step_ms: counts.duration_ms,
             last_finished_ms: millis(now),
             ..Tallies::default()
@@ -550,13 +553,15 @@ impl Ledger {
     }
 
     /// Records a failed attempt: the cause for the status and the lease released, or, when
-    /// `record` is final, the item failed for good.
+    /// `record` is final, the item failed for good; `throttled` is how many of the attempt's
+    /// storage requests were answered "too busy".
     pub async fn fail(
         &self,
         item: &WorkItem,
         claim: &Claim,
         error: &str,
         record: FailureRecord,
+        throttled: u64,
         now: OffsetDateTime,
     ) -> Result<(), LedgerError> {
         let id = item.id();
@@ -579,6 +584,7 @@ impl Ledger {
                 ];
                 let delta = Tallies {
                     failed: 1,
+                    throttled,
                     last_finished_ms: millis(now),
                     ..Tallies::default()
                 };
@@ -595,6 +601,7 @@ impl Ledger {
                 )];
                 let delta = Tallies {
                     attempts_failed: 1,
+                    throttled,
                     ..Tallies::default()
                 };
                 (operations, delta)

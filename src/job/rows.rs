@@ -407,13 +407,16 @@ pub struct Tallies {
     pub redriven: u64,
     /// Failed items made pending again by a retry (each counted in `failed` before).
     pub retried: u64,
+    /// Storage requests of steps answered "too busy" (503, or 500 Operation Timed Out),
+    /// retried or not.
+    pub throttled: u64,
     /// The longest step (the maximum, not a sum).
     pub longest_step_ms: u64,
     /// The latest finish (the maximum), ms since the epoch.
     pub last_finished_ms: u64,
 }
 
-const TALLY_FIELDS: [&str; 12] = [
+const TALLY_FIELDS: [&str; 13] = [
     "created",
     "done",
     "failed",
@@ -426,10 +429,11 @@ const TALLY_FIELDS: [&str; 12] = [
     "attemptsFailed",
     "redriven",
     "retried",
+    "requestsThrottled",
 ];
 
 impl Tallies {
-    fn sums(&mut self) -> [&mut u64; 12] {
+    fn sums(&mut self) -> [&mut u64; 13] {
         [
             &mut self.created,
             &mut self.done,
@@ -443,6 +447,7 @@ impl Tallies {
             &mut self.attempts_failed,
             &mut self.redriven,
             &mut self.retried,
+            &mut self.throttled,
         ]
     }
 
@@ -520,6 +525,7 @@ mod tests {
             attempts_failed: 10,
             redriven: 11,
             retried: 14,
+            throttled: 15,
             longest_step_ms: 12,
             last_finished_ms: 13,
         };

@@ -84,6 +84,9 @@ pub struct Progress {
     pub steps_failed: u64,
     /// Attempts that failed and were tried again (a count of attempts, not of items).
     pub attempts_failed: u64,
+    /// Storage requests of the scan's steps that the service answered "too busy" (503, or 500
+    /// Operation Timed Out), retried or not: how hard the accounts pushed back.
+    pub requests_throttled: u64,
     /// Items that had failed for good and were run again by `POST /api/scans/{id}/retry`.
     pub steps_retried: u64,
     pub queries: u64,
@@ -249,6 +252,7 @@ fn status_of(
             steps_failed: t.failed_now(),
             steps_retried: t.retried,
             attempts_failed: t.attempts_failed,
+            requests_throttled: t.throttled,
             queries: t.queries,
             rows_per_second,
             longest_step_seconds: t.longest_step_ms as f64 / 1000.0,

@@ -14,6 +14,7 @@ pub mod retry;
 pub mod sas;
 pub mod signing;
 pub mod table;
+pub mod throttled;
 
 pub use connection_string::{ConnectionStringError, StorageAccount};
 pub use error::{ErrorKind, ServiceError, StorageError};

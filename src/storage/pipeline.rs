@@ -197,6 +197,9 @@ impl Pipeline {
                 Ok(response) => {
                     let retry_after = response.header("retry-after").and_then(parse_retry_after);
                     let error = service_error(&response);
+                    if super::throttled::is_throttling(error.status, error.code.as_deref()) {
+                        super::throttled::note_throttled();
+                    }
                     (
                         AttemptOutcome::Status(error.status),
                         ErrorKind::Service(error),

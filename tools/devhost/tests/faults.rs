@@ -241,6 +241,12 @@ async fn an_outage_longer_than_five_deliveries_fails_nothing_for_good() {
         done["progress"]["attemptsFailed"].as_u64().unwrap() >= 5,
         "{done}"
     );
+    // Every failed attempt met at least one 503, and the status counts them.
+    assert!(
+        done["progress"]["requestsThrottled"].as_u64().unwrap()
+            >= done["progress"]["attemptsFailed"].as_u64().unwrap(),
+        "{done}"
+    );
     let target = tables().table(&copy_name).unwrap();
     assert_same_rows(&target, &source, "the copy is identical").await;
 }
