@@ -353,7 +353,7 @@ async fn claims_are_counted_as_running_or_abandoned() {
     let now = OffsetDateTime::now_utc();
     let children: Vec<WorkItem> = (0..3).map(|n| partition_child(&root, n)).collect();
     run_to_done(&ledger, &root, &children).await;
-    let none = ledger.claims(&root.scan, now).await.unwrap();
+    let none = ledger.claims(&root.scan, 3, now).await.unwrap();
     assert_eq!((none.running, none.abandoned), (0, 0));
     let _running = claim(
         ledger
@@ -368,6 +368,7 @@ async fn claims_are_counted_as_running_or_abandoned() {
             .await
             .unwrap(),
     );
-    let claims = ledger.claims(&root.scan, now).await.unwrap();
+    let claims = ledger.claims(&root.scan, 3, now).await.unwrap();
     assert_eq!((claims.running, claims.abandoned), (1, 1));
+    assert!(!claims.estimated, "three pending items are seen whole");
 }

@@ -324,7 +324,10 @@ async fn activity(
     status: &crate::job::ScanStatus,
 ) -> Option<crate::job::Activity> {
     let now = OffsetDateTime::now_utc();
-    let claims = match ledger.claims(&status.id, now).await {
+    let claims = match ledger
+        .claims(&status.id, status.progress.steps_pending, now)
+        .await
+    {
         Ok(claims) => claims,
         Err(e) => {
             tracing::warn!(scan = %status.id, "could not count the scan's claims: {e}");
@@ -379,6 +382,7 @@ async fn activity(
     Some(crate::job::Activity {
         steps_running: claims.running,
         steps_abandoned: claims.abandoned,
+        estimated: claims.estimated,
         queued_messages,
         seconds_since_last_step: since,
         note,

@@ -1,17 +1,17 @@
 //! What a running scan's status says about why it is, or is not, moving: steps holding live
 //! claims, claims abandoned by a step that stopped without finishing (its host died: the
 //! message comes back when the host's hold on it ends), and how long since a step last
-//! finished. Each figure costs one query returning at most [`COUNTED_UP_TO`] entities.
+//! finished. The claims are judged in one window of pending rows (`job::window`): exact when
+//! the scan has at most [`COUNTED_UP_TO`] pending items, estimated from a random
+//! [`COUNTED_UP_TO`] of them above that, at the cost of one window whatever the scan's size.
 
 use serde::Serialize;
 use time::OffsetDateTime;
 
 use super::ledger::{Ledger, LedgerError};
-use super::rows::{self, millis};
-use crate::storage::table::filter::{Comparison, Filter, Literal, Property};
-use crate::storage::table::query::Query;
+use super::rows::{millis, number};
 
-/// Claims are counted up to this many (the figure then reads "at least").
+/// Claims are judged in a window of this many pending rows.
 pub const COUNTED_UP_TO: u16 = 100;
 
 /// The claims among a scan's pending items.
@@ -24,70 +24,102 @@ pub struct Claims {
     /// host makes their messages visible again when its hold on them ends, at most 10 minutes
     /// after the delivery under Azure Functions; their ledger claims have run out already.
     pub abandoned: u64,
+    /// Whether the figures are estimates (scaled up from a window of the pending items).
+    pub estimated: bool,
 }
 
 impl Ledger {
-    /// Counts (up to [`COUNTED_UP_TO`] each) the live and abandoned claims of scan `id`.
-    pub async fn claims(&self, id: &str, now: OffsetDateTime) -> Result<Claims, LedgerError> {
-        let now_ms = now_ms(now);
-        let running = self
-            .count_pending(id, lease(Comparison::Gt, now_ms), COUNTED_UP_TO)
-            .await?;
-        let abandoned = self
-            .count_pending(
-                id,
-                lease(Comparison::Gt, 0).and(lease(Comparison::Le, now_ms)),
-                COUNTED_UP_TO,
-            )
-            .await?;
-        Ok(Claims { running, abandoned })
-    }
-
-    /// Whether some step holds a live claim on one of scan `id`'s items at `now` (what makes a
-    /// cancelled scan `cancelling`): one query returning one entity at most.
-    pub async fn any_claimed(&self, id: &str, now: OffsetDateTime) -> Result<bool, LedgerError> {
-        let live = lease(Comparison::Gt, now_ms(now));
-        Ok(self.count_pending(id, live, 1).await? > 0)
-    }
-
-    /// How many pending rows `filter` selects, up to `up_to`, in at most a few requests (a
-    /// filtered query may answer empty pages with a continuation).
-    async fn count_pending(
+    /// The live and abandoned claims among scan `id`'s `pending` items (its unsettled count).
+    pub async fn claims(
         &self,
         id: &str,
-        filter: Filter,
-        up_to: u16,
-    ) -> Result<u64, LedgerError> {
-        let query = Query::filtered(rows::rows_of(id, rows::pending_range()).and(filter))
-            .select(["leaseUntil"])
-            .top(up_to);
-        let mut counted = 0u64;
-        let mut continuation = None;
-        for _ in 0..5 {
-            let page = self
-                .table()
-                .query_page(&query, continuation.as_ref())
-                .await?;
-            counted += page.entities.len() as u64;
-            match page.continuation {
-                Some(next) if counted < u64::from(up_to) => continuation = Some(next),
-                _ => break,
-            }
+        pending: u64,
+        now: OffsetDateTime,
+    ) -> Result<Claims, LedgerError> {
+        let now_ms = millis(now);
+        let window = self
+            .pending_window(id, COUNTED_UP_TO, Some(&["leaseUntil"]))
+            .await?;
+        let leases: Vec<u64> = window
+            .rows
+            .iter()
+            .map(|row| number(row, "leaseUntil"))
+            .collect();
+        let running = leases.iter().filter(|&&until| until > now_ms).count() as u64;
+        let abandoned = leases
+            .iter()
+            .filter(|&&until| until > 0 && until <= now_ms)
+            .count() as u64;
+        if window.complete || leases.is_empty() {
+            return Ok(Claims {
+                running,
+                abandoned,
+                estimated: false,
+            });
         }
-        Ok(counted.min(u64::from(up_to)))
+        let scale = |n: u64| (n * pending).div_ceil(leases.len() as u64);
+        Ok(Claims {
+            running: scale(running),
+            abandoned: scale(abandoned),
+            estimated: true,
+        })
+    }
+
+    /// Whether some step may hold a live claim on one of scan `id`'s items at `now` (what keeps
+    /// a cancelled scan `cancelling`): a live claim in a window of pending rows, or more
+    /// pending rows than the window held (their messages are still being dropped).
+    pub async fn any_claimed(&self, id: &str, now: OffsetDateTime) -> Result<bool, LedgerError> {
+        let now_ms = millis(now);
+        let window = self
+            .pending_window(id, COUNTED_UP_TO, Some(&["leaseUntil"]))
+            .await?;
+        let live = window
+            .rows
+            .iter()
+            .any(|row| number(row, "leaseUntil") > now_ms);
+        Ok(live || !window.complete)
     }
 }
 
-fn now_ms(now: OffsetDateTime) -> i64 {
-    millis(now).min(i64::MAX as u64) as i64
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::rows::PendingRow;
+    use crate::storage::table::batch::Operation;
+    use crate::storage::table::in_memory::InMemoryTable;
 
-/// `leaseUntil op value`.
-fn lease(op: Comparison, value: i64) -> Filter {
-    Filter::compare(
-        Property::new("leaseUntil").expect("a valid property name"),
-        op,
-        Literal::Int64(value),
-    )
-    .expect("an integer is a valid literal")
+    #[tokio::test]
+    async fn claims_of_a_large_scan_are_estimated_from_one_window() {
+        let table = InMemoryTable::new("ledger");
+        let ledger = Ledger::in_memory(table.clone());
+        ledger.ensure().await.unwrap();
+        let now = OffsetDateTime::now_utc();
+        let now_ms = millis(now);
+        // 1,000 pending items: 300 running, 100 abandoned, the rest waiting.
+        let rows: Vec<Operation> = (0..1000u64)
+            .map(|n| {
+                use base64::Engine;
+                let id = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                    .encode(uuid::Uuid::new_v4().as_bytes());
+                let mut row = PendingRow::new(format!("m{n}"), 1);
+                row.lease_until = match n % 10 {
+                    0..=2 => now_ms + 60_000,
+                    3 => now_ms - 60_000,
+                    _ => 0,
+                };
+                Operation::Insert(row.to_entity("scan", &id))
+            })
+            .collect();
+        for chunk in rows.chunks(100) {
+            ledger.table().submit_transaction(chunk).await.unwrap();
+        }
+        let before = table.entities();
+        let claims = ledger.claims("scan", 1000, now).await.unwrap();
+        assert!(table.entities() - before <= u64::from(COUNTED_UP_TO));
+        assert!(claims.estimated);
+        // A random window of 100: within three standard deviations of the truth.
+        assert!((160..=440).contains(&claims.running), "{claims:?}");
+        assert!((10..=190).contains(&claims.abandoned), "{claims:?}");
+        assert!(ledger.any_claimed("scan", now).await.unwrap());
+    }
 }

@@ -12,6 +12,7 @@ pub mod rows;
 pub mod spec;
 pub mod status;
 pub mod store;
+pub mod window;
 
 pub use ledger::{
     Begin, Claim, Created, FailureRecord, Finish, Ledger, LedgerError, ScanRecord, StepCounts,

@@ -6,21 +6,22 @@
 //! slow). A message sent twice is harmless: the second delivery finds the item claimed or done
 //! (see `Ledger::begin`).
 //!
-//! The search costs one query that returns at most a page of candidates, whatever the scan's
-//! size: the storage service filters the pending rows by their last write.
+//! A look judges one window of pending rows (`job::window`): at most [`STRANDED_WINDOW`]
+//! entities scanned, whatever the scan's size (a filter on the last write would make the
+//! service scan every pending row). The window is random, so a look sees a sample while many
+//! items are pending, and all of them once few are: a stranded item is found at the latest
+//! when the scan's other work has drained, which is when it would hold up completion.
 
 use time::{Duration, OffsetDateTime};
 
 use super::ledger::{Ledger, LedgerError};
 use super::rows::{self, millis, PendingRow, Tallies};
 use crate::storage::table::batch::IfMatch;
-use crate::storage::table::entity::{EdmDateTime, Entity};
-use crate::storage::table::filter::{Comparison, Filter, Literal, Property};
-use crate::storage::table::query::Query;
+use crate::storage::table::entity::Entity;
 use crate::storage::table::WriteMode;
 
-/// How many stranded items one look returns at most; the rest wait for the next look.
-pub const STRANDED_PER_LOOK: u16 = 100;
+/// How many pending rows one look judges.
+pub const STRANDED_WINDOW: u16 = 200;
 
 /// A pending work item that nobody has touched for a while.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,7 +42,7 @@ pub fn is_stranded(row: &PendingRow, now_ms: u64, after_ms: u64) -> bool {
 }
 
 impl Ledger {
-    /// Up to [`STRANDED_PER_LOOK`] of scan `id`'s pending items stranded for `after`.
+    /// Scan `id`'s pending items stranded for `after`, among one window of its pending rows.
     pub async fn stranded(
         &self,
         id: &str,
@@ -51,20 +52,11 @@ impl Ledger {
         if after >= Duration::MAX || after.is_negative() {
             return Ok(Vec::new());
         }
-        let cutoff = now - after;
-        let untouched = Filter::compare(
-            Property::new("Timestamp").expect("a valid property name"),
-            Comparison::Le,
-            Literal::DateTime(EdmDateTime::new(cutoff)),
-        )
-        .expect("a date is a valid literal");
-        let query = Query::filtered(rows::rows_of(id, rows::pending_range()).and(untouched))
-            .top(STRANDED_PER_LOOK);
-        let page = self.table().query_page(&query, None).await?;
+        let window = self.pending_window(id, STRANDED_WINDOW, None).await?;
         let now_ms = millis(now);
         let after_ms = after.whole_milliseconds().clamp(0, i128::from(u64::MAX)) as u64;
-        Ok(page
-            .entities
+        Ok(window
+            .rows
             .iter()
             .filter_map(|e| {
                 let row = PendingRow::from_entity(e)?;

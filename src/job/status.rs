@@ -56,11 +56,15 @@ pub struct ScanStatus {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Activity {
-    /// Items a step is working on now (counted up to 100).
+    /// Items a step is working on now.
     pub steps_running: u64,
     /// Items whose step stopped without finishing: their messages come back when the host's
-    /// hold on them ends (counted up to 100).
+    /// hold on them ends.
     pub steps_abandoned: u64,
+    /// Whether the two figures above are estimates: exact up to 100 pending items, scaled up
+    /// from a random 100 of them above that (`job::activity`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub estimated: bool,
     /// Messages in the work-item queues, of every scan of this app, visible or not (the
     /// service's approximate counts); `None` when they could not be read.
     pub queued_messages: Option<u64>,

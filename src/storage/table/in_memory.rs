@@ -70,8 +70,9 @@ impl InMemoryTable {
         self.counts.requests.load(Ordering::Relaxed)
     }
 
-    /// Entities read or written so far: each entity a query page returns, each operation of a
-    /// transaction, and one for any other request.
+    /// Entities read or written so far, as the service counts them against its targets: each
+    /// entity a query scanned (returned or not), each operation of a transaction, and one for
+    /// any other request.
     pub fn entities(&self) -> u64 {
         self.counts.entities.load(Ordering::Relaxed)
     }
@@ -283,7 +284,7 @@ impl InMemoryTable {
                 format!("the page size must be 1 to {MAX_PAGE_SIZE}, not {top}"),
             ));
         }
-        let (entities, continuation) = {
+        let (entities, continuation, scanned) = {
             let state = self.state();
             if !state.exists {
                 return Err(self.error(OP, 404, "TableNotFound"));
@@ -294,31 +295,40 @@ impl InMemoryTable {
                     c.next_row_key.as_deref().unwrap_or(""),
                 )
             });
-            // A query of one partition starts at its lowest row and ends with the partition.
+            // A query confined to a key range scans that range only, as the service does.
             let bounds = query.filter.as_ref().and_then(|f| f.key_bounds());
-            let lowest = bounds.map(|(pk, rk)| key(pk, rk)).unwrap_or_default();
+            let lowest = bounds
+                .map(|b| key(b.partition, b.lowest_row))
+                .unwrap_or_default();
             let from = start.map_or(lowest.clone(), |s| s.max(lowest));
-            let partition: Option<Vec<u16>> = bounds.map(|(pk, _)| pk.encode_utf16().collect());
-            let mut matching = state
-                .rows
-                .range(from..)
-                .take_while(|((pk, _), _)| partition.as_ref().is_none_or(|p| p == pk))
-                .map(|(_, entity)| entity)
-                .filter(|entity| query.filter.as_ref().is_none_or(|f| f.matches(entity)));
-            let page: Vec<Entity> = matching
-                .by_ref()
-                .take(top)
-                .map(|entity| project(entity, query.select.as_deref()))
-                .collect();
-            let next = matching.next().map(|entity| Continuation {
-                next_partition_key: entity.partition_key.clone(),
-                next_row_key: Some(entity.row_key.clone()),
-            });
-            (page, next)
+            let partition: Option<Vec<u16>> = bounds.map(|b| b.partition.encode_utf16().collect());
+            let in_range = |(pk, rk): &Key| {
+                partition.as_ref().is_none_or(|p| p == pk) && bounds.is_none_or(|b| b.below_top(rk))
+            };
+            let mut page = Vec::new();
+            let mut next = None;
+            // Entities scanned: each one examined, matching or not, as the service charges.
+            let mut scanned = 0u64;
+            for (at, entity) in state.rows.range(from..) {
+                if !in_range(at) {
+                    break;
+                }
+                if page.len() == top {
+                    // The page is full: the query resumes here.
+                    next = Some(Continuation {
+                        next_partition_key: entity.partition_key.clone(),
+                        next_row_key: Some(entity.row_key.clone()),
+                    });
+                    break;
+                }
+                scanned += 1;
+                if query.filter.as_ref().is_none_or(|f| f.matches(entity)) {
+                    page.push(project(entity, query.select.as_deref()));
+                }
+            }
+            (page, next, scanned)
         };
-        self.counts
-            .entities
-            .fetch_add(entities.len() as u64, Ordering::Relaxed);
+        self.counts.entities.fetch_add(scanned, Ordering::Relaxed);
         Ok(Page {
             entities,
             continuation,

@@ -16,12 +16,16 @@ impl Filter {
         evaluate(&self.expr, entity)
     }
 
-    /// The one partition the filter can select, with the lowest row key it can select, when
-    /// its top-level conjunction says so (`PartitionKey eq` and `RowKey ge`/`gt`): where an
-    /// in-memory table can start reading and stop, as the service does for such queries.
-    pub(crate) fn key_bounds(&self) -> Option<(&str, &str)> {
+    /// The key range a query with this filter scans, when its top-level conjunction names one
+    /// partition (`PartitionKey eq`): that partition, the lowest row key it can select
+    /// (`RowKey ge`/`gt`, else the partition's start) and the row key it stops before
+    /// (`RowKey lt`/`le`, if any). The service scans that range and no more; an in-memory
+    /// table does the same, and counts what it scanned as the service counts.
+    pub(crate) fn key_bounds(&self) -> Option<KeyBounds<'_>> {
         let mut partition = None;
         let mut lowest_row = "";
+        let mut highest_row: Option<(&str, bool)> = None;
+        let units = |text: &str| text.encode_utf16().collect::<Vec<u16>>();
         let mut stack = vec![&self.expr];
         while let Some(expr) = stack.pop() {
             match expr {
@@ -30,9 +34,14 @@ impl Filter {
                     match (property.as_str(), op) {
                         ("PartitionKey", Comparison::Eq) => partition = Some(value.as_str()),
                         ("RowKey", Comparison::Ge | Comparison::Gt)
-                            if value.encode_utf16().cmp(lowest_row.encode_utf16()).is_gt() =>
+                            if units(value) > units(lowest_row) =>
                         {
                             lowest_row = value;
+                        }
+                        ("RowKey", Comparison::Lt | Comparison::Le)
+                            if highest_row.is_none_or(|(h, _)| units(value) < units(h)) =>
+                        {
+                            highest_row = Some((value, *op == Comparison::Le));
                         }
                         _ => {}
                     }
@@ -40,7 +49,37 @@ impl Filter {
                 _ => {}
             }
         }
-        partition.map(|p| (p, lowest_row))
+        partition.map(|partition| KeyBounds {
+            partition,
+            lowest_row,
+            highest_row,
+        })
+    }
+}
+
+/// The key range a filter confines a query to (see [`Filter::key_bounds`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KeyBounds<'a> {
+    pub partition: &'a str,
+    pub lowest_row: &'a str,
+    /// The highest row key, and whether it is included.
+    pub highest_row: Option<(&'a str, bool)>,
+}
+
+impl KeyBounds<'_> {
+    /// Whether a row key (in UTF-16 units) of the partition lies at or below the upper bound.
+    pub(crate) fn below_top(&self, row_key: &[u16]) -> bool {
+        match self.highest_row {
+            None => true,
+            Some((high, included)) => {
+                let high: Vec<u16> = high.encode_utf16().collect();
+                if included {
+                    row_key <= high.as_slice()
+                } else {
+                    row_key < high.as_slice()
+                }
+            }
+        }
     }
 }
 
@@ -135,7 +174,14 @@ mod tests {
         let range = Filter::partition_key(Eq, "scan")
             .and(Filter::row_key(Ge, "p:"))
             .and(Filter::row_key(Lt, "p;"));
-        assert_eq!(range.key_bounds(), Some(("scan", "p:")));
+        assert_eq!(
+            range.key_bounds(),
+            Some(KeyBounds {
+                partition: "scan",
+                lowest_row: "p:",
+                highest_row: Some(("p;", false)),
+            })
+        );
         assert_eq!(Filter::row_key(Ge, "p:").key_bounds(), None);
         let either = Filter::partition_key(Eq, "a").or(Filter::partition_key(Eq, "b"));
         assert_eq!(either.key_bounds(), None);
