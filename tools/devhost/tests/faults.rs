@@ -180,7 +180,10 @@ async fn every_action_under_faults(rate: f64, seed: u64) {
     }
 }
 
+/// Opt-in (`--ignored`): the run at one in five covers every fault kind more often, and the
+/// two together took a quarter of CI's test time.
 #[tokio::test(flavor = "multi_thread")]
+#[ignore = "opt-in: the one-in-five run covers the same faults harder"]
 async fn every_action_is_exact_with_one_request_in_twenty_faulted() {
     every_action_under_faults(0.05, 11).await;
 }
