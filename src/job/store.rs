@@ -9,7 +9,7 @@
 use crate::storage::table::batch::{IfMatch, Operation};
 use crate::storage::table::entity::Entity;
 use crate::storage::table::in_memory::InMemoryTable;
-use crate::storage::table::query::{Continuation, Page, Query};
+use crate::storage::table::query::{all_pages, Continuation, Page, Query};
 use crate::storage::table::WriteMode;
 use crate::storage::{StorageError, TableClient};
 
@@ -87,7 +87,8 @@ impl LedgerTable {
         on_table!(self.query_page(query, continuation))
     }
 
+    /// Every page of a query.
     pub async fn query_all(&self, query: &Query) -> Result<Vec<Entity>, StorageError> {
-        on_table!(self.query_all(query))
+        all_pages(|from| async move { self.query_page(query, from.as_ref()).await }).await
     }
 }

@@ -56,7 +56,8 @@ pub enum Operation {
 }
 
 impl Operation {
-    fn keys(&self) -> (&str, &str) {
+    /// The partition and row key the operation writes.
+    pub(crate) fn keys(&self) -> (&str, &str) {
         match self {
             Operation::Insert(e)
             | Operation::UpsertReplace(e)

@@ -4,6 +4,8 @@
 //! operation's index, filtered and projected queries in key order with pages and continuations,
 //! `Timestamp` set on every write, and a missing table answered 404 until it is created.
 //!
+//! (`query_all` is `job::LedgerTable`'s, over these pages.)
+//!
 //! It serves the ledger's race tests and its in-memory benchmark (`job::LedgerTable`): it counts
 //! requests and entities the way the test proxy counts them against Azurite, its clock can be
 //! set so that leases run out on demand, and every call yields to the runtime first, so that
@@ -222,12 +224,12 @@ impl InMemoryTable {
             return Err(invalid("a transaction holds 1 to 100 operations"));
         }
         let partitions: std::collections::HashSet<&str> =
-            operations.iter().map(|op| keys(op).0).collect();
+            operations.iter().map(|op| op.keys().0).collect();
         if partitions.len() > 1 {
             return Err(invalid("a transaction writes to one partition"));
         }
         let distinct: std::collections::HashSet<(&str, &str)> =
-            operations.iter().map(keys).collect();
+            operations.iter().map(Operation::keys).collect();
         if distinct.len() != operations.len() {
             return Err(invalid("a transaction writes each entity once"));
         }
@@ -241,7 +243,7 @@ impl InMemoryTable {
         let mut undo = Vec::with_capacity(operations.len());
         let mut etags = Vec::with_capacity(operations.len());
         for (index, operation) in operations.iter().enumerate() {
-            let (pk, rk) = keys(operation);
+            let (pk, rk) = operation.keys();
             let at = key(pk, rk);
             let previous = state.rows.get(&at).cloned();
             match state.apply(operation, now) {
@@ -334,20 +336,6 @@ impl InMemoryTable {
             continuation,
         })
     }
-
-    /// Every page of a query.
-    pub async fn query_all(&self, query: &Query) -> Result<Vec<Entity>, StorageError> {
-        let mut entities = Vec::new();
-        let mut continuation = None;
-        loop {
-            let page = self.query_page(query, continuation.as_ref()).await?;
-            entities.extend(page.entities);
-            match page.continuation {
-                Some(next) => continuation = Some(next),
-                None => return Ok(entities),
-            }
-        }
-    }
 }
 
 impl State {
@@ -366,7 +354,7 @@ impl State {
         operation: &Operation,
         now: EdmDateTime,
     ) -> Result<Option<String>, ServiceError> {
-        let (pk, rk) = keys(operation);
+        let (pk, rk) = operation.keys();
         let at = key(pk, rk);
         let existing = self.rows.get(&at);
         let condition_holds = |if_match: &IfMatch| match (if_match, existing) {
@@ -422,21 +410,6 @@ fn key(partition_key: &str, row_key: &str) -> Key {
         partition_key.encode_utf16().collect(),
         row_key.encode_utf16().collect(),
     )
-}
-
-fn keys(operation: &Operation) -> (&str, &str) {
-    match operation {
-        Operation::Insert(e)
-        | Operation::UpsertReplace(e)
-        | Operation::UpsertMerge(e)
-        | Operation::Update(e, _)
-        | Operation::Merge(e, _) => (&e.partition_key, &e.row_key),
-        Operation::Delete {
-            partition_key,
-            row_key,
-            ..
-        } => (partition_key, row_key),
-    }
 }
 
 fn service(status: u16, code: &str) -> ServiceError {
@@ -580,12 +553,18 @@ mod tests {
         assert_eq!(first.entities.len(), 7);
         assert_eq!(first.entities[0].row_key, "r05");
         assert!(first.entities[0].properties.is_empty());
-        let all = table.query_all(&query).await.unwrap();
+        let all = crate::job::LedgerTable::Memory(table.clone())
+            .query_all(&query)
+            .await
+            .unwrap();
         let keys: Vec<&str> = all.iter().map(|e| e.row_key.as_str()).collect();
         assert_eq!(keys.len(), 20);
         assert!(keys.windows(2).all(|w| w[0] < w[1]));
         let before = (table.requests(), table.entities());
-        table.query_all(&query).await.unwrap();
+        crate::job::LedgerTable::Memory(table.clone())
+            .query_all(&query)
+            .await
+            .unwrap();
         assert_eq!(
             (table.requests() - before.0, table.entities() - before.1),
             (3, 20)

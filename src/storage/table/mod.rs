@@ -194,16 +194,7 @@ impl TableClient {
 
     /// Reads every page of a query.
     pub async fn query_all(&self, query: &Query) -> Result<Vec<Entity>, StorageError> {
-        let mut entities = Vec::new();
-        let mut continuation = None;
-        loop {
-            let page = self.query_page(query, continuation.as_ref()).await?;
-            entities.extend(page.entities);
-            match page.continuation {
-                Some(next) => continuation = Some(next),
-                None => return Ok(entities),
-            }
-        }
+        query::all_pages(|from| async move { self.query_page(query, from.as_ref()).await }).await
     }
 
     /// Reads one entity by its keys; `None` when it does not exist.

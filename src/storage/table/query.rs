@@ -59,3 +59,22 @@ pub struct Page {
     /// `Some` when the query has more: possibly even when this page is short or empty.
     pub continuation: Option<Continuation>,
 }
+
+/// Reads every page of a query, each from where the last ended, and returns all entities:
+/// `page` reads one page starting at the continuation it is given.
+pub async fn all_pages<F, Fut>(mut page: F) -> Result<Vec<Entity>, crate::storage::StorageError>
+where
+    F: FnMut(Option<Continuation>) -> Fut,
+    Fut: std::future::Future<Output = Result<Page, crate::storage::StorageError>>,
+{
+    let mut entities = Vec::new();
+    let mut continuation = None;
+    loop {
+        let next = page(continuation.take()).await?;
+        entities.extend(next.entities);
+        match next.continuation {
+            Some(more) => continuation = Some(more),
+            None => return Ok(entities),
+        }
+    }
+}
