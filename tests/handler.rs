@@ -981,6 +981,15 @@ async fn scans_are_listed_in_pages_filtered_by_state_and_removed_when_finished()
         status["activity"]["secondsSinceLastStep"].as_u64().unwrap() < 60,
         "{status}"
     );
+    // Its root item waits, written moments ago; nothing was abandoned.
+    assert!(
+        status["activity"]["oldestPendingSeconds"].as_u64().unwrap() < 60,
+        "{status}"
+    );
+    assert!(
+        status["activity"].get("abandonedReturnBy").is_none(),
+        "{status}"
+    );
     let (_, done) = host.status(&finished[0]).await;
     assert!(
         done.get("activity").is_none(),

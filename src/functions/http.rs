@@ -358,11 +358,21 @@ async fn activity(
         .map(|t| (now - t.time()).whole_seconds().max(0) as u64)
         .unwrap_or(0);
     let redrive_minutes = state.redrive_after.as_secs() / 60;
+    let now_ms = crate::job::rows::millis(now);
     let note = if claims.abandoned > 0 {
+        let by = claims
+            .abandoned_return_by_ms
+            .map(|ms| {
+                format!(
+                    " (by {} seconds from now)",
+                    ms.saturating_sub(now_ms) / 1000
+                )
+            })
+            .unwrap_or_default();
         Some(format!(
             "{} work item(s) were held by a step that stopped without finishing (its host stopped); \
-             their messages come back when the host's hold on them ends (at most 10 minutes), \
-             and the scan goes on",
+             their messages come back when the host's hold on them ends (at most 10 minutes after \
+             delivery){by}, and the scan goes on",
             claims.abandoned
         ))
     } else if claims.running == 0 && since >= 60 && queued_messages == Some(0) {
@@ -383,6 +393,14 @@ async fn activity(
         steps_running: claims.running,
         steps_abandoned: claims.abandoned,
         estimated: claims.estimated,
+        oldest_pending_seconds: claims
+            .oldest_touched_ms
+            .map(|touched| now_ms.saturating_sub(touched) / 1000),
+        abandoned_return_by: claims.abandoned_return_by_ms.and_then(|ms| {
+            OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+                .ok()
+                .map(crate::job::ledger::format_time)
+        }),
         queued_messages,
         seconds_since_last_step: since,
         note,

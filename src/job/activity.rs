@@ -26,7 +26,18 @@ pub struct Claims {
     pub abandoned: u64,
     /// Whether the figures are estimates (scaled up from a window of the pending items).
     pub estimated: bool,
+    /// When the oldest pending item seen was last written or sent (ms since the epoch): the
+    /// oldest of all when the window held every pending item, of the window otherwise.
+    pub oldest_touched_ms: Option<u64>,
+    /// The latest time an abandoned claim's message comes back (ms since the epoch): the host
+    /// holds a delivered message at most [`HOST_HOLD_MS`] after the delivery, which came before
+    /// the claim's last write.
+    pub abandoned_return_by_ms: Option<u64>,
 }
+
+/// How long the Functions host holds a delivered queue message at most (its visibility while
+/// an execution runs); a message held by a host that stopped comes back after it.
+pub const HOST_HOLD_MS: u64 = 10 * 60 * 1000;
 
 impl Ledger {
     /// The live and abandoned claims among scan `id`'s `pending` items (its unsettled count).
@@ -38,30 +49,50 @@ impl Ledger {
     ) -> Result<Claims, LedgerError> {
         let now_ms = millis(now);
         let window = self
-            .pending_window(id, COUNTED_UP_TO, Some(&["leaseUntil"]))
+            .pending_window(
+                id,
+                COUNTED_UP_TO,
+                Some(&["leaseUntil", "redrivenAt", "Timestamp"]),
+            )
             .await?;
-        let leases: Vec<u64> = window
+        // (lease until, last touched) of each pending row seen.
+        let rows: Vec<(u64, u64)> = window
             .rows
             .iter()
-            .map(|row| number(row, "leaseUntil"))
+            .map(|row| {
+                let written = row.timestamp.map_or(0, |t| millis(t.time()));
+                (
+                    number(row, "leaseUntil"),
+                    written.max(number(row, "redrivenAt")),
+                )
+            })
             .collect();
-        let running = leases.iter().filter(|&&until| until > now_ms).count() as u64;
-        let abandoned = leases
+        let running = rows.iter().filter(|(until, _)| *until > now_ms).count() as u64;
+        let is_abandoned = |until: u64| until > 0 && until <= now_ms;
+        let abandoned = rows
             .iter()
-            .filter(|&&until| until > 0 && until <= now_ms)
+            .filter(|(until, _)| is_abandoned(*until))
             .count() as u64;
-        if window.complete || leases.is_empty() {
-            return Ok(Claims {
-                running,
-                abandoned,
-                estimated: false,
-            });
-        }
-        let scale = |n: u64| (n * pending).div_ceil(leases.len() as u64);
+        let oldest_touched_ms = rows.iter().map(|(_, touched)| *touched).min();
+        let abandoned_return_by_ms = rows
+            .iter()
+            .filter(|(until, _)| is_abandoned(*until))
+            .map(|(_, touched)| touched + HOST_HOLD_MS)
+            .max();
+        let estimated = !window.complete && !rows.is_empty();
+        let scale = |n: u64| {
+            if estimated {
+                (n * pending).div_ceil(rows.len() as u64)
+            } else {
+                n
+            }
+        };
         Ok(Claims {
             running: scale(running),
             abandoned: scale(abandoned),
-            estimated: true,
+            estimated,
+            oldest_touched_ms,
+            abandoned_return_by_ms,
         })
     }
 

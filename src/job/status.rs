@@ -65,6 +65,15 @@ pub struct Activity {
     /// from a random 100 of them above that (`job::activity`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub estimated: bool,
+    /// How long the oldest pending item has waited since it was written or last sent (of a
+    /// random 100 when the scan has more pending items): a large figure with nothing running
+    /// means its message is stuck or lost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oldest_pending_seconds: Option<u64>,
+    /// When, at the latest, the messages of abandoned steps come back (the host's hold on a
+    /// delivered message ends at most 10 minutes after the delivery).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub abandoned_return_by: Option<String>,
     /// Messages in the work-item queues, of every scan of this app, visible or not (the
     /// service's approximate counts); `None` when they could not be read.
     pub queued_messages: Option<u64>,
