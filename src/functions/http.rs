@@ -359,9 +359,12 @@ async fn activity(
         .unwrap_or(0);
     let redrive_minutes = state.redrive_after.as_secs() / 60;
     let now_ms = crate::job::rows::millis(now);
+    // The Functions host holds a delivered queue message at most 10 minutes (its visibility
+    // while an execution runs); a stopped host's messages come back after that.
+    const HOST_HOLD_MS: u64 = 10 * 60 * 1000;
+    let abandoned_return_by_ms = claims.abandoned_touched_ms.map(|t| t + HOST_HOLD_MS);
     let note = if claims.abandoned > 0 {
-        let by = claims
-            .abandoned_return_by_ms
+        let by = abandoned_return_by_ms
             .map(|ms| {
                 format!(
                     " (by {} seconds from now)",
@@ -396,7 +399,7 @@ async fn activity(
         oldest_pending_seconds: claims
             .oldest_touched_ms
             .map(|touched| now_ms.saturating_sub(touched) / 1000),
-        abandoned_return_by: claims.abandoned_return_by_ms.and_then(|ms| {
+        abandoned_return_by: abandoned_return_by_ms.and_then(|ms| {
             OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
                 .ok()
                 .map(crate::job::ledger::format_time)

@@ -29,15 +29,11 @@ pub struct Claims {
     /// When the oldest pending item seen was last written or sent (ms since the epoch): the
     /// oldest of all when the window held every pending item, of the window otherwise.
     pub oldest_touched_ms: Option<u64>,
-    /// The latest time an abandoned claim's message comes back (ms since the epoch): the host
-    /// holds a delivered message at most [`HOST_HOLD_MS`] after the delivery, which came before
-    /// the claim's last write.
-    pub abandoned_return_by_ms: Option<u64>,
+    /// The latest last write among the abandoned claims seen (ms since the epoch). Their
+    /// deliveries came before it, so their messages come back at most the queue host's hold
+    /// after it (the caller, which knows the host, adds that).
+    pub abandoned_touched_ms: Option<u64>,
 }
-
-/// How long the Functions host holds a delivered queue message at most (its visibility while
-/// an execution runs); a message held by a host that stopped comes back after it.
-pub const HOST_HOLD_MS: u64 = 10 * 60 * 1000;
 
 impl Ledger {
     /// The live and abandoned claims among scan `id`'s `pending` items (its unsettled count).
@@ -74,10 +70,10 @@ impl Ledger {
             .filter(|(until, _)| is_abandoned(*until))
             .count() as u64;
         let oldest_touched_ms = rows.iter().map(|(_, touched)| *touched).min();
-        let abandoned_return_by_ms = rows
+        let abandoned_touched_ms = rows
             .iter()
             .filter(|(until, _)| is_abandoned(*until))
-            .map(|(_, touched)| touched + HOST_HOLD_MS)
+            .map(|(_, touched)| *touched)
             .max();
         let estimated = !window.complete && !rows.is_empty();
         let scale = |n: u64| {
@@ -92,7 +88,7 @@ impl Ledger {
             abandoned: scale(abandoned),
             estimated,
             oldest_touched_ms,
-            abandoned_return_by_ms,
+            abandoned_touched_ms,
         })
     }
 
