@@ -8,6 +8,7 @@ pub mod credential;
 pub mod encoding;
 pub mod error;
 pub mod names;
+pub mod pacing;
 mod pipeline;
 pub mod queue;
 pub mod retry;

@@ -187,6 +187,19 @@ impl Pipeline {
         &self.endpoint
     }
 
+    /// What a refusal as too busy is held against (see [`super::pacing`]): the account's table
+    /// service as a whole (its entity target is per account), or one queue (its message target
+    /// is per queue).
+    pub fn pacing_target(&self, path: &str) -> String {
+        match self.service {
+            Service::Table => format!("table {}", self.endpoint.as_str()),
+            Service::Queue => {
+                let queue = path.trim_start_matches('/').split('/').next().unwrap_or("");
+                format!("queue {}/{queue}", self.endpoint.as_str())
+            }
+        }
+    }
+
     /// Sends the request, retrying as the policy allows; any non-2xx answer is an error.
     pub async fn send(&self, request: Request) -> Result<Response, StorageError> {
         let url = self.url(&request)?;
@@ -199,6 +212,7 @@ impl Pipeline {
                     let error = service_error(&response);
                     if super::throttled::is_throttling(error.status, error.code.as_deref()) {
                         super::throttled::note_throttled();
+                        super::pacing::governor(&self.pacing_target(&request.path)).throttled();
                     }
                     (
                         AttemptOutcome::Status(error.status),

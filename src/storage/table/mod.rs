@@ -117,6 +117,11 @@ impl TableClient {
         describe("table", &self.name)
     }
 
+    /// The back-off this process shares for the table's account (see [`crate::storage::pacing`]).
+    pub fn governor(&self) -> Arc<crate::storage::pacing::Governor> {
+        crate::storage::pacing::governor(&self.pipeline.pacing_target(""))
+    }
+
     /// Creates this table if it does not exist; returns whether it was created.
     pub async fn create_if_missing(&self) -> Result<bool, StorageError> {
         TableServiceClient {

@@ -1,0 +1,239 @@
+//! Back-off that the whole process shares per storage target: additive increase,
+//! multiplicative decrease (AIMD), as TCP does with a congested link.
+//!
+//! A storage account over its entity target answers 503 Server Busy or 500 Operation Timed Out
+//! to some requests and serves the rest. If every step retried on its own at full speed, the
+//! load would stay over the target and the refusals would go on (and hurt the application that
+//! owns the table). Instead every refusal the pipeline sees lowers one rate for its target, the
+//! account's table service or one queue, shared by all the steps of the process; the rate then
+//! climbs back slowly while no refusal comes. Processes do this each on their own, and together
+//! settle just under what the target takes, the way TCP flows share a link.
+//!
+//! The rate starts unlimited: a scan on a quiet account runs at full speed until the account
+//! first says it is busy. After a long quiet spell the limit is lifted again.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+use tokio::time::Instant;
+
+use super::bucket::{Rate, TokenBucket};
+
+/// The rate after a refusal, as a share of the rate before it.
+const CUT: f64 = 0.7;
+/// How fast the rate climbs back, per second, as a share of the rate set by the last cut: back
+/// to where it was cut after about six seconds without a refusal.
+const RAISE_PER_SECOND: f64 = 0.05;
+/// Refusals this soon after a cut answer requests sent before it took effect; they do not cut
+/// again.
+const HOLD_AFTER_CUT: Duration = Duration::from_secs(1);
+/// After this long without a refusal, the limit is lifted.
+const QUIET_BEFORE_UNLIMITED: Duration = Duration::from_secs(60);
+/// The rate never falls below this (entities per second): a page of 100 rows every two seconds.
+pub const MIN_RATE: f64 = 50.0;
+
+/// The shared rate of one storage target in this process.
+#[derive(Debug)]
+pub struct Governor {
+    bucket: TokenBucket,
+    state: Mutex<Aimd>,
+}
+
+#[derive(Debug)]
+struct Aimd {
+    /// The rate set by the last cut, which sets the size of each raise.
+    after_cut: f64,
+    last_cut: Option<Instant>,
+    last_raise: Instant,
+    meter: Meter,
+}
+
+/// Entities taken in the current second and the one before: the rate to cut from when no
+/// limit was set yet.
+#[derive(Debug)]
+struct Meter {
+    window_start: Instant,
+    current: f64,
+    previous: f64,
+}
+
+impl Meter {
+    fn add(&mut self, now: Instant, entities: f64) {
+        self.roll(now);
+        self.current += entities;
+    }
+
+    fn roll(&mut self, now: Instant) {
+        let elapsed = now.saturating_duration_since(self.window_start);
+        if elapsed >= Duration::from_secs(2) {
+            self.previous = 0.0;
+            self.current = 0.0;
+            self.window_start = now;
+        } else if elapsed >= Duration::from_secs(1) {
+            self.previous = self.current;
+            self.current = 0.0;
+            self.window_start += Duration::from_secs(1);
+        }
+    }
+
+    /// Entities per second lately.
+    fn rate(&mut self, now: Instant) -> f64 {
+        self.roll(now);
+        self.previous.max(self.current)
+    }
+}
+
+impl Default for Governor {
+    fn default() -> Self {
+        let now = Instant::now();
+        Governor {
+            bucket: TokenBucket::new(None),
+            state: Mutex::new(Aimd {
+                after_cut: 0.0,
+                last_cut: None,
+                last_raise: now,
+                meter: Meter {
+                    window_start: now,
+                    current: 0.0,
+                    previous: 0.0,
+                },
+            }),
+        }
+    }
+}
+
+impl Governor {
+    /// Waits until `entities` may be sent to the target.
+    pub async fn take(&self, entities: u64) {
+        {
+            let mut state = self.lock();
+            let now = Instant::now();
+            self.raise(&mut state, now);
+            state.meter.add(now, entities as f64);
+        }
+        self.bucket.take(entities).await;
+    }
+
+    /// Returns entities taken and not used (a short page).
+    pub fn give_back(&self, entities: u64) {
+        self.bucket.give_back(entities);
+    }
+
+    /// The target refused a request as too busy: lower the rate, unless it was lowered a moment
+    /// ago.
+    pub fn throttled(&self) {
+        let mut state = self.lock();
+        let now = Instant::now();
+        if state
+            .last_cut
+            .is_some_and(|at| now.saturating_duration_since(at) < HOLD_AFTER_CUT)
+        {
+            return;
+        }
+        self.raise(&mut state, now);
+        let from = match self.bucket.rate() {
+            Some(rate) => rate,
+            None => state.meter.rate(now),
+        };
+        let rate = (from * CUT).max(MIN_RATE);
+        state.after_cut = rate;
+        state.last_cut = Some(now);
+        state.last_raise = now;
+        self.bucket.set_rate(Some(rate));
+        tracing::debug!(rate, "storage target busy: rate lowered");
+    }
+
+    /// The current limit in entities per second; `None` while there is none.
+    pub fn rate(&self) -> Rate {
+        let mut state = self.lock();
+        self.raise(&mut state, Instant::now());
+        self.bucket.rate()
+    }
+
+    fn raise(&self, state: &mut Aimd, now: Instant) {
+        let Some(rate) = self.bucket.rate() else {
+            return;
+        };
+        if state
+            .last_cut
+            .is_none_or(|at| now.saturating_duration_since(at) >= QUIET_BEFORE_UNLIMITED)
+        {
+            self.bucket.set_rate(None);
+            return;
+        }
+        let elapsed = now.saturating_duration_since(state.last_raise);
+        if elapsed >= Duration::from_millis(100) {
+            let raised = rate + state.after_cut * RAISE_PER_SECOND * elapsed.as_secs_f64();
+            self.bucket.set_rate(Some(raised));
+            state.last_raise = now;
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Aimd> {
+        // Plain numbers: a panic elsewhere cannot leave them half-written.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The governor of one storage target (an account's table service, or one queue), shared by
+/// the whole process.
+pub fn governor(target: &str) -> Arc<Governor> {
+    static GOVERNORS: OnceLock<Mutex<HashMap<String, Arc<Governor>>>> = OnceLock::new();
+    let mut governors = GOVERNORS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    governors.entry(target.to_string()).or_default().clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn unlimited_until_refused_then_cut_from_the_rate_in_use() {
+        let governor = Governor::default();
+        for _ in 0..10 {
+            governor.take(1_000).await;
+        }
+        assert_eq!(governor.rate(), None);
+        governor.throttled();
+        assert_eq!(governor.rate(), Some(7_000.0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_storm_of_refusals_cuts_once_per_hold_and_the_rate_climbs_back() {
+        let governor = Governor::default();
+        governor.take(10_000).await;
+        governor.throttled();
+        governor.throttled();
+        governor.throttled();
+        assert_eq!(governor.rate(), Some(7_000.0));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        governor.throttled();
+        let cut = governor.rate().unwrap();
+        assert!((cut - (7_000.0 + 700.0) * CUT).abs() < 1.0, "{cut}");
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let raised = governor.rate().unwrap();
+        assert!((raised - cut * 1.5).abs() < 1.0, "{raised} after 10 s from {cut}");
+        tokio::time::advance(QUIET_BEFORE_UNLIMITED).await;
+        assert_eq!(governor.rate(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_rate_never_falls_below_the_floor() {
+        let governor = Governor::default();
+        for _ in 0..20 {
+            governor.throttled();
+            tokio::time::advance(HOLD_AFTER_CUT).await;
+        }
+        assert!(governor.rate().unwrap() >= MIN_RATE);
+    }
+
+    #[test]
+    fn targets_are_shared_by_name() {
+        let a = governor("http://a/one");
+        assert!(Arc::ptr_eq(&a, &governor("http://a/one")));
+        assert!(!Arc::ptr_eq(&a, &governor("http://a/two")));
+    }
+}

@@ -1,0 +1,10 @@
+//! Pacing what a process sends to storage: a token bucket that paces by pre-payment
+//! ([`TokenBucket`]), and per storage target a rate that backs off when the target says it is
+//! busy ([`Governor`]). The scan's own cap, shared by all its instances, is built on the bucket
+//! in the functions layer.
+
+mod bucket;
+mod governor;
+
+pub use bucket::{Rate, TokenBucket};
+pub use governor::{governor, Governor, MIN_RATE};
