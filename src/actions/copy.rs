@@ -23,6 +23,10 @@ impl CopyRows {
         CopyRows { target }
     }
 
+    pub fn target(&self) -> &TableClient {
+        &self.target
+    }
+
     /// Upserts `rows`, in order, until `go_on` says no; the transactions started are finished.
     pub async fn apply(&self, rows: Vec<Entity>, go_on: GoOn<'_>) -> Result<Applied, StorageError> {
         let transactions = plan_transactions(rows);

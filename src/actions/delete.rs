@@ -18,6 +18,10 @@ impl DeleteRows {
         DeleteRows { table }
     }
 
+    pub fn table(&self) -> &TableClient {
+        &self.table
+    }
+
     /// Deletes `rows`, in order, a partition's chunk per transaction, until `go_on` says no.
     pub async fn apply(&self, rows: Vec<Entity>, go_on: GoOn<'_>) -> Result<Applied, StorageError> {
         let mut chunks = Vec::new();

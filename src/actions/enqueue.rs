@@ -109,7 +109,12 @@ impl EnqueueRows {
                 let text = xml_safe_json(&json);
                 let queue = self.queue.clone();
                 let options = self.options.clone();
-                async move { queue.put_message(text.as_bytes(), &options).await.map(drop) }
+                let governor = self.queue.governor();
+                async move {
+                    // The queue's own back-off: a queue takes about 2,000 messages a second.
+                    governor.take(1).await;
+                    queue.put_message(text.as_bytes(), &options).await.map(drop)
+                }
             })
             .collect();
         let sent = write_until(futures, CONCURRENCY, go_on).await?;

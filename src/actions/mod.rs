@@ -67,6 +67,20 @@ impl Action {
             Action::Delete(delete) => delete.apply(rows, go_on).await,
         }
     }
+
+    /// The table entities writing `rows` costs (one per row copied or deleted), with the
+    /// back-off of the account written to; `None` for an action that writes no table.
+    pub fn table_writes(
+        &self,
+        rows: &[Entity],
+    ) -> Option<(u64, std::sync::Arc<crate::storage::pacing::Governor>)> {
+        let target = match self {
+            Action::Copy(copy) => copy.target(),
+            Action::Delete(delete) => delete.table(),
+            Action::Count | Action::Enqueue(_) => return None,
+        };
+        Some((rows.len() as u64, target.governor()))
+    }
 }
 
 /// Splits rows (in table order) into runs that share a PartitionKey.

@@ -13,7 +13,9 @@ use axum::Router;
 use super::names::*;
 use super::{http, redrive, step};
 use crate::job::ledger::DEFAULT_LEDGER_TABLE;
-use crate::job::spec::SettingLookup;
+use crate::job::spec::{
+    parse_rate_cap, SettingLookup, DEFAULT_MAX_ROWS_PER_SECOND, MAX_ROWS_PER_SECOND_SETTING,
+};
 use crate::job::Ledger;
 use crate::scan::Budget;
 use crate::storage::{ClientOptions, QueueServiceClient, StorageAccount, TableServiceClient};
@@ -81,6 +83,11 @@ pub struct AppState {
     pub item_queues: ItemQueues,
     /// How the host retries queue messages, from the app's host.json (see [`host_queues`]).
     pub host_queues: HostQueues,
+    /// The cap a scan gets when its request names none, or why the app setting
+    /// [`MAX_ROWS_PER_SECOND_SETTING`] could not be read (then starts are refused with that).
+    pub default_cap: Result<Option<u32>, String>,
+    /// This process's share of each running scan's cap, and the slots of its steps.
+    pub pacing: super::pacing::Pacing,
     clients: Mutex<HashMap<String, Clients>>,
     /// Per scan, whether it was cancelled and when that was last read (see [`AppState::cancelled`]).
     cancels: Mutex<HashMap<String, (std::time::Instant, bool)>>,
@@ -214,7 +221,17 @@ impl AppState {
             .filter(|name| !name.is_empty())
             .unwrap_or(STORAGE_CONNECTION)
             .to_string();
+        let default_cap = match settings.get(MAX_ROWS_PER_SECOND_SETTING) {
+            None => Ok(Some(DEFAULT_MAX_ROWS_PER_SECOND)),
+            Some(text) => parse_rate_cap(text)
+                .map_err(|why| format!("the app setting {MAX_ROWS_PER_SECOND_SETTING} {why}")),
+        };
+        if let Err(why) = &default_cap {
+            tracing::error!("{why}; scans cannot start until it is mended");
+        }
         let state = AppState {
+            default_cap,
+            pacing: super::pacing::Pacing::default(),
             ledger_connection,
             settings: settings.clone(),
             ledger: Err(String::new()),

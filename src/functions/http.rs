@@ -81,7 +81,11 @@ pub async fn start_scan(state: &AppState, body: &[u8]) -> Response {
             ),
         );
     }
-    let spec = match ScanSpec::parse(text, &state.settings) {
+    let default_cap = match &state.default_cap {
+        Ok(cap) => *cap,
+        Err(why) => return error(StatusCode::INTERNAL_SERVER_ERROR, None, why.clone()),
+    };
+    let spec = match ScanSpec::parse_with(text, &state.settings, default_cap) {
         Ok(spec) => spec,
         Err(SpecError { field, message }) => {
             return error(StatusCode::BAD_REQUEST, Some(&field), message)
@@ -289,6 +293,11 @@ pub async fn get_scan(state: &AppState, body: &[u8]) -> Response {
                 State::Pending | State::Running | State::Cancelling
             ) {
                 status.activity = activity(state, ledger, &status).await;
+                let now = OffsetDateTime::now_utc();
+                match ledger.pace(id, status.spec.max_rows_per_second, now).await {
+                    Ok(pace) => status.pace = Some(pace),
+                    Err(e) => tracing::warn!(scan = id, "could not read the scan's pace: {e}"),
+                }
             }
             // Items found stranded in this read are sent again; the next read counts them.
             if super::redrive::wants_redrive(status.state) {

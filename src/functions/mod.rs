@@ -4,6 +4,7 @@
 pub mod app;
 pub mod http;
 pub mod names;
+pub mod pacing;
 pub mod plan;
 pub mod protocol;
 pub mod redrive;

@@ -7,14 +7,17 @@ use time::OffsetDateTime;
 
 use super::app::AppState;
 use super::names::{ITEM_BINDING, PARTITION_OUTPUT, RANGE_OUTPUT, STORAGE_CONNECTION};
+use super::pacing::StepPace;
 use super::plan::{action_for, scan_options};
 use super::protocol::{Failure, Invocation, Outcome};
 use crate::actions::{Action, ActionCounts};
 use crate::job::{Begin, Claim, FailureRecord, Finish, StepCounts};
 use crate::scan::item::{Task, WorkItem};
+use crate::scan::reader::{PageRequest, TableReader};
 use crate::scan::{run_step, Clock, RowSink, StepError, SystemClock};
 use crate::storage::queue::{MessageEncoding, PutOptions};
 use crate::storage::table::entity::Entity;
+use crate::storage::table::query::Page;
 use crate::storage::throttled::counting_throttled;
 use crate::storage::StorageError;
 
@@ -276,7 +279,7 @@ async fn run_claimed(
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let scan = claim.scan.clone();
     let work = async {
-        let (outcome, throttled) = counting_throttled(run(state, item, &scan, &lost)).await;
+        let (outcome, throttled) = counting_throttled(run(state, ledger, item, &scan, &lost)).await;
         let _ = stop.send(true);
         match outcome {
             Ok((mut counts, follow_ups)) => {
@@ -387,6 +390,28 @@ struct ActionSink<'a> {
     lost: &'a std::sync::atomic::AtomicBool,
     /// Set when a page was refused because the scan was cancelled or the claim lost.
     cancelled: bool,
+    /// Writes wait for their share of the scan's cap and the target's back-off.
+    pace: &'a StepPace,
+}
+
+/// The step's source, read at its scan's pace: each page waits for the rows it asks for (sized
+/// to the step's share of the rate), and what a short page did not use is given back.
+struct PacedReader<'a> {
+    table: &'a crate::storage::TableClient,
+    pace: &'a StepPace,
+}
+
+impl TableReader for PacedReader<'_> {
+    async fn read_page(&self, request: &PageRequest<'_>) -> Result<Page, StorageError> {
+        let top = self.pace.page_size(request.top);
+        self.pace.before_read(u64::from(top)).await;
+        let paced = PageRequest { top, ..*request };
+        let page = self.table.read_page(&paced).await;
+        // A refused or failed request took nothing from the account.
+        let used = page.as_ref().map_or(0, |page| page.entities.len() as u64);
+        self.pace.after_read(u64::from(top).saturating_sub(used));
+        page
+    }
 }
 
 impl RowSink for ActionSink<'_> {
@@ -404,6 +429,9 @@ impl RowSink for ActionSink<'_> {
             // Nothing of this page is done: the step ends, and its rest is dropped.
             self.cancelled = true;
             return Ok(0);
+        }
+        if let Some((entities, target)) = self.action.table_writes(&rows) {
+            self.pace.before_write(entities, &target).await;
         }
         let clock = self.clock;
         let go_on = move || clock.now() < deadline;
@@ -460,19 +488,30 @@ impl From<StepError<StorageError>> for StepFailure {
     }
 }
 
-/// Runs the step.
+/// Runs the step: waits for a slot in its scan's pacing, then reads and acts, paced.
 async fn run(
     state: &AppState,
+    ledger: &crate::job::Ledger,
     item: &WorkItem,
     scan: &crate::job::ScanRecord,
     lost: &std::sync::atomic::AtomicBool,
 ) -> Result<(StepCounts, Vec<WorkItem>), StepFailure> {
-    let started = std::time::Instant::now();
     let spec = &scan.spec;
     let source = state
         .scan_source(&spec.connection, &spec.table)
         .map_err(StepFailure::permanent)?;
     let action = action_for(state, spec).map_err(StepFailure::permanent)?;
+    let pace = state
+        .pacing
+        .step(
+            ledger,
+            &item.scan,
+            spec.max_rows_per_second,
+            source.governor(),
+        )
+        .await;
+    // The step's budget starts once it has its slot.
+    let started = std::time::Instant::now();
     let options = scan_options(spec, state.budget);
     let clock = SystemClock::default();
     let mut sink = ActionSink {
@@ -483,8 +522,13 @@ async fn run(
         scan: &item.scan,
         lost,
         cancelled: false,
+        pace: &pace,
     };
-    let report = run_step(&source, item, &options, &clock, &mut sink).await?;
+    let reader = PacedReader {
+        table: &source,
+        pace: &pace,
+    };
+    let report = run_step(&reader, item, &options, &clock, &mut sink).await?;
     let counts = StepCounts {
         rows_read: report.rows_read,
         rows_acted: sink.counts.acted,

@@ -5,6 +5,7 @@ pub mod active;
 pub mod activity;
 pub mod housekeeping;
 pub mod ledger;
+pub mod presence;
 #[cfg(test)]
 mod races;
 pub mod redrive;
@@ -18,5 +19,5 @@ pub use ledger::{
     Begin, Claim, Created, FailureRecord, Finish, Ledger, LedgerError, ScanRecord, StepCounts,
 };
 pub use spec::{ActionSpec, ScanSpec, SpecError};
-pub use status::{Activity, ScanStatus, State};
+pub use status::{Activity, Pace, ScanStatus, State};
 pub use store::LedgerTable;

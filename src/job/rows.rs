@@ -8,6 +8,8 @@
 //! - `pending:<item>`: a work item not finished yet, with its queue message ([`PendingRow`]);
 //! - `done:<item>`: a finished item, with its counts and its children's ids ([`DoneRow`]);
 //! - `failed:<item>`: an item that failed for good, with the cause ([`FailedRow`]).
+//! - `pace:<process>`: a handler process running steps of the scan, with its rate (see
+//!   `job::presence`).
 
 use time::OffsetDateTime;
 
@@ -26,6 +28,7 @@ const PENDING: &str = "pending:";
 const DONE: &str = "done:";
 const FAILED: &str = "failed:";
 const COUNTER: &str = "counter:";
+const PACE: &str = "pace:";
 
 /// The row key of a pending item.
 pub fn pending_key(item: &str) -> String {
@@ -61,7 +64,13 @@ pub fn rows_of(scan: &str, (low, high): (String, String)) -> Filter {
         .and(Filter::row_key(Comparison::Lt, &high))
 }
 
-/// The key range of the counter shards, of the pending rows and of the failed rows.
+/// The row key of a process's presence in a scan.
+pub fn pace_key(process: &str) -> String {
+    format!("{PACE}{process}")
+}
+
+/// The key range of the counter shards, of the pending rows, of the failed rows and of the
+/// processes' presence rows.
 pub fn counter_range() -> (String, String) {
     key_range(COUNTER)
 }
@@ -70,6 +79,9 @@ pub fn pending_range() -> (String, String) {
 }
 pub fn failed_range() -> (String, String) {
     key_range(FAILED)
+}
+pub fn pace_range() -> (String, String) {
+    key_range(PACE)
 }
 
 /// The item id behind a pending, done or failed row key.

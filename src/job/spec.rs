@@ -29,6 +29,37 @@ pub struct ScanSpec {
     /// Properties to read besides the keys; `None` for all of them.
     pub select: Option<Vec<String>>,
     pub action: ActionSpec,
+    /// The most entities per second the scan may move, rows read plus rows written, summed
+    /// over every instance that runs it; `None` for no cap of its own (then it goes as fast as
+    /// the accounts take, backing off when they say they are busy). Resolved when the scan
+    /// starts: a request that names none gets the app's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_rows_per_second: Option<u32>,
+}
+
+/// The cap of a scan whose request names none, unless the app setting
+/// [`MAX_ROWS_PER_SECOND_SETTING`] says otherwise: a quarter of the 20,000 entities per second
+/// an account is documented to take, so a scan leaves most of a live account to its
+/// application.
+pub const DEFAULT_MAX_ROWS_PER_SECOND: u32 = 5_000;
+/// The app setting with the default cap: a whole number, or `unlimited`.
+pub const MAX_ROWS_PER_SECOND_SETTING: &str = "TABLESCAN_MAX_ROWS_PER_SECOND";
+/// The highest cap a request may name (far above what one account takes).
+pub const MAX_RATE_CAP: u32 = 10_000_000;
+
+/// A cap as the app setting gives it: a whole number from 1 to [`MAX_RATE_CAP`], or
+/// `unlimited` (`None`).
+pub fn parse_rate_cap(text: &str) -> Result<Option<u32>, String> {
+    let text = text.trim();
+    if text.eq_ignore_ascii_case("unlimited") {
+        return Ok(None);
+    }
+    match text.parse::<u32>() {
+        Ok(n) if (1..=MAX_RATE_CAP).contains(&n) => Ok(Some(n)),
+        _ => Err(format!(
+            "must be a whole number of entities per second from 1 to {MAX_RATE_CAP}, or \"unlimited\"; not {text:?}"
+        )),
+    }
 }
 
 /// Which rows a scan covers.
@@ -130,8 +161,18 @@ impl<F: Fn(&str) -> Option<String>> SettingLookup for F {
 }
 
 impl ScanSpec {
-    /// Parses and validates a request body.
+    /// Parses and validates a request body; a request that names no cap gets
+    /// [`DEFAULT_MAX_ROWS_PER_SECOND`].
     pub fn parse(body: &str, settings: &dyn SettingLookup) -> Result<ScanSpec, SpecError> {
+        Self::parse_with(body, settings, Some(DEFAULT_MAX_ROWS_PER_SECOND))
+    }
+
+    /// Parses and validates a request body; a request that names no cap gets `default_cap`.
+    pub fn parse_with(
+        body: &str,
+        settings: &dyn SettingLookup,
+        default_cap: Option<u32>,
+    ) -> Result<ScanSpec, SpecError> {
         let value: Value = serde_json::from_str(body)
             .or_else(|e| refuse("body", format!("not valid JSON: {e}")))?;
         let Value::Object(object) = value else {
@@ -171,6 +212,25 @@ impl ScanSpec {
             Some(Value::Object(action)) => parse_action(action, settings)?,
             Some(_) => return refuse("action", "must be an object with a \"type\""),
         };
+        let max_rows_per_second = match fields.take("maxRowsPerSecond") {
+            None | Some(Value::Null) => default_cap,
+            Some(Value::String(text)) if text == "unlimited" => None,
+            Some(Value::Number(n)) => match n.as_u64() {
+                Some(cap) if (1..=u64::from(MAX_RATE_CAP)).contains(&cap) => Some(cap as u32),
+                _ => {
+                    return refuse(
+                        "maxRowsPerSecond",
+                        format!("must be a whole number from 1 to {MAX_RATE_CAP}, not {n}"),
+                    )
+                }
+            },
+            Some(_) => {
+                return refuse(
+                    "maxRowsPerSecond",
+                    "must be a whole number of entities per second, or \"unlimited\"",
+                )
+            }
+        };
         fields.finish()?;
         Ok(ScanSpec {
             table,
@@ -180,6 +240,7 @@ impl ScanSpec {
             page_size,
             select,
             action,
+            max_rows_per_second,
         })
     }
 }
@@ -435,6 +496,62 @@ mod tests {
         let normalised = serde_json::to_value(&spec).unwrap();
         assert_eq!(normalised["action"]["type"], "count");
         assert_eq!(normalised["pageSize"], 1000);
+    }
+
+    #[test]
+    fn the_rate_cap_is_the_default_a_number_or_unlimited() {
+        let with = |extra: &str| {
+            parse(&format!(
+                r#"{{"table":"things","action":{{"type":"count"}}{extra}}}"#
+            ))
+        };
+        assert_eq!(
+            with("").unwrap().max_rows_per_second,
+            Some(DEFAULT_MAX_ROWS_PER_SECOND)
+        );
+        assert_eq!(
+            with(r#","maxRowsPerSecond":2000"#)
+                .unwrap()
+                .max_rows_per_second,
+            Some(2000)
+        );
+        assert_eq!(
+            with(r#","maxRowsPerSecond":"unlimited""#)
+                .unwrap()
+                .max_rows_per_second,
+            None
+        );
+        for bad in ["0", "-5", "1.5", "\"fast\"", "true", "20000000"] {
+            let e = with(&format!(r#","maxRowsPerSecond":{bad}"#)).unwrap_err();
+            assert_eq!(e.field, "maxRowsPerSecond", "{bad}");
+        }
+        let settings = |_: &str| Some("UseDevelopmentStorage=true".to_string());
+        let spec = ScanSpec::parse_with(
+            r#"{"table":"things","action":{"type":"count"}}"#,
+            &settings,
+            None,
+        )
+        .unwrap();
+        assert_eq!(spec.max_rows_per_second, None);
+        // Shown in the stored spec when set; a spec stored without it reads as uncapped.
+        let stored = serde_json::to_value(with("").unwrap()).unwrap();
+        assert_eq!(stored["maxRowsPerSecond"], DEFAULT_MAX_ROWS_PER_SECOND);
+        let mut old = stored.clone();
+        old.as_object_mut().unwrap().remove("maxRowsPerSecond");
+        let old: ScanSpec = serde_json::from_value(old).unwrap();
+        assert_eq!(old.max_rows_per_second, None);
+    }
+
+    #[test]
+    fn the_default_cap_setting_is_a_number_or_unlimited() {
+        assert_eq!(parse_rate_cap(" 2500 "), Ok(Some(2500)));
+        assert_eq!(parse_rate_cap("Unlimited"), Ok(None));
+        for bad in ["", "0", "fast", "1e4", "99999999999"] {
+            assert!(
+                parse_rate_cap(bad).unwrap_err().contains("unlimited"),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -50,6 +50,23 @@ pub struct ScanStatus {
     /// For scans in flight, read by `GET /api/scans/{id}`: why the scan is or is not moving.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub activity: Option<Activity>,
+    /// For scans in flight, read by `GET /api/scans/{id}`: how fast it goes now, against its
+    /// cap (see `job::presence`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pace: Option<Pace>,
+}
+
+/// How fast a scan in flight goes now.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pace {
+    /// The scan's cap in entities per second (rows read plus rows written), `null` for none.
+    pub max_rows_per_second: Option<u32>,
+    /// Entities per second the scan moved over the last second or so, summed over the
+    /// processes running it.
+    pub entities_per_second: f64,
+    /// Handler processes running or waiting to run steps of the scan.
+    pub instances: u64,
 }
 
 /// Why a scan in flight is or is not moving (see `job::activity`).
@@ -278,5 +295,6 @@ fn status_of(
         finished_at: finished.map(format_time),
         result,
         activity: None,
+        pace: None,
     }
 }

@@ -215,7 +215,10 @@ mod tests {
         assert!((cut - (7_000.0 + 700.0) * CUT).abs() < 1.0, "{cut}");
         tokio::time::advance(Duration::from_secs(10)).await;
         let raised = governor.rate().unwrap();
-        assert!((raised - cut * 1.5).abs() < 1.0, "{raised} after 10 s from {cut}");
+        assert!(
+            (raised - cut * 1.5).abs() < 1.0,
+            "{raised} after 10 s from {cut}"
+        );
         tokio::time::advance(QUIET_BEFORE_UNLIMITED).await;
         assert_eq!(governor.rate(), None);
     }
