@@ -53,11 +53,11 @@ const ROW_LIFETIME: Duration = Duration::from_secs(4);
 /// usually a moment away, and joining again costs [`JOIN_WAIT`].
 const GRACE: Duration = Duration::from_secs(2);
 /// The rate one step of a paced scan is given at least (entities per second).
-pub const STEP_RATE: f64 = 500.0;
+pub const STEP_RATE: f64 = 300.0;
 /// How long a step waits for a slot before it runs anyway.
 pub const MAX_SLOT_WAIT: Duration = Duration::from_secs(180);
 /// How many seconds of its share one page of a paced step holds.
-const PAGE_SECONDS: f64 = 1.0;
+const PAGE_SECONDS: f64 = 0.5;
 /// The smallest page a paced step asks for.
 const MIN_PAGE: u16 = 100;
 
@@ -201,7 +201,9 @@ impl ScanPace {
             return 0;
         }
         match self.rate(source) {
-            Some(rate) => ((rate / STEP_RATE).ceil() as usize).clamp(1, 64),
+            // One more than the rate needs: a step between two work items (finishing, its
+            // follow-ups on their way through the queue) leaves its part to the others.
+            Some(rate) => ((rate / STEP_RATE).ceil() as usize + 1).clamp(2, 64),
             None => usize::MAX,
         }
     }

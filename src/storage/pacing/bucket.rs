@@ -2,7 +2,8 @@
 //! until the bucket has earned them. Nothing is stored for later (no burst), so over any span of
 //! time what is let through never exceeds the rate times the span, which is what a cap measured
 //! over short windows needs; and because reservations are made in arrival order, takers are
-//! served first come, first served without a queue of their own.
+//! served first come, first served without a queue of their own. A rate lowered while takers
+//! wait holds them back too, so a share cut when another process joins is a cut at once.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -17,24 +18,38 @@ pub struct TokenBucket {
     state: Mutex<State>,
 }
 
+/// Two running totals: entities reserved, and entities earned at the rate (never more than
+/// reserved: no credit builds up while nobody takes). A taker's place is the total reserved
+/// with it; it may go once that much is earned. Places rather than times make a rate changed
+/// while takers wait apply to them too.
 #[derive(Debug)]
 struct State {
     rate: Rate,
-    /// Entities reserved and not yet earned (never negative: no credit builds up).
-    debt: f64,
-    /// When `debt` was last brought up to date.
+    reserved: f64,
+    earned: f64,
+    /// When `earned` was last brought up to date.
     at: Instant,
 }
 
 impl State {
     fn settle(&mut self, now: Instant) {
-        if let Some(rate) = self.rate {
-            let earned = now.saturating_duration_since(self.at).as_secs_f64() * rate;
-            self.debt = (self.debt - earned).max(0.0);
-        } else {
-            self.debt = 0.0;
+        match self.rate {
+            Some(rate) => {
+                let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+                self.earned = (self.earned + elapsed * rate).min(self.reserved);
+            }
+            None => self.earned = self.reserved,
         }
         self.at = now;
+    }
+
+    /// How long until `place` is earned, if it is not yet.
+    fn wait_for(&self, place: f64) -> Option<Duration> {
+        let owed = place - self.earned;
+        if owed <= 0.0 {
+            return None;
+        }
+        self.rate.map(|rate| Duration::from_secs_f64(owed / rate))
     }
 }
 
@@ -43,7 +58,8 @@ impl TokenBucket {
         TokenBucket {
             state: Mutex::new(State {
                 rate: rate.map(|r| r.max(f64::MIN_POSITIVE)),
-                debt: 0.0,
+                reserved: 0.0,
+                earned: 0.0,
                 at: Instant::now(),
             }),
         }
@@ -53,46 +69,52 @@ impl TokenBucket {
         self.lock().rate
     }
 
-    /// Changes the rate; what is reserved already is paid off at the new rate.
+    /// Changes the rate, for the takers waiting too.
     pub fn set_rate(&self, rate: Rate) {
         let mut state = self.lock();
         state.settle(Instant::now());
         state.rate = rate.map(|r| r.max(f64::MIN_POSITIVE));
     }
 
-    /// Reserves `entities` and waits until they are earned. A reservation keeps the time it
-    /// was given: a rate changed meanwhile applies to later ones (takers reserve a fraction of
-    /// a second's worth each, so the difference is small).
+    /// Reserves `entities` and waits until they are earned, behind every earlier taker.
     pub async fn take(&self, entities: u64) {
-        if let Some(at) = self.reserve(entities as f64) {
-            tokio::time::sleep_until(at).await;
+        let place = self.reserve(entities as f64);
+        loop {
+            let wait = {
+                let mut state = self.lock();
+                state.settle(Instant::now());
+                state.wait_for(place)
+            };
+            match wait {
+                // Looked at again when it ends: the rate may have changed meanwhile.
+                Some(wait) => tokio::time::sleep(wait.min(Duration::from_millis(250))).await,
+                None => return,
+            }
         }
     }
 
-    /// Returns entities reserved and not used (a page that came back shorter than asked).
+    /// Returns entities reserved and not used (a page that came back shorter than asked): the
+    /// takers behind go that much sooner.
     pub fn give_back(&self, entities: u64) {
         let mut state = self.lock();
         state.settle(Instant::now());
-        state.debt = (state.debt - entities as f64).max(0.0);
+        state.earned = (state.earned + entities as f64).min(state.reserved);
     }
 
     /// How long the entities reserved so far take to earn.
     pub fn backlog(&self) -> Duration {
         let mut state = self.lock();
         state.settle(Instant::now());
-        match state.rate {
-            Some(rate) => Duration::from_secs_f64(state.debt / rate),
-            None => Duration::ZERO,
-        }
+        let place = state.reserved;
+        state.wait_for(place).unwrap_or(Duration::ZERO)
     }
 
-    fn reserve(&self, entities: f64) -> Option<Instant> {
+    /// Reserves `entities`; the place of this reservation.
+    fn reserve(&self, entities: f64) -> f64 {
         let mut state = self.lock();
-        let now = Instant::now();
-        state.settle(now);
-        let rate = state.rate?;
-        state.debt += entities;
-        Some(now + Duration::from_secs_f64(state.debt / rate))
+        state.settle(Instant::now());
+        state.reserved += entities;
+        state.reserved
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -113,6 +135,21 @@ mod tests {
             bucket.take(500).await;
         }
         // 5,000 entities at 1,000/s: the last reservation is paid at 5 s, the first at 0.5 s.
+        assert_eq!(start.elapsed(), Duration::from_secs(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rate_lowered_while_takers_wait_holds_them_back() {
+        let bucket = std::sync::Arc::new(TokenBucket::new(Some(1_000.0)));
+        let start = tokio::time::Instant::now();
+        let waiting = {
+            let bucket = bucket.clone();
+            tokio::spawn(async move { bucket.take(2_000).await })
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // 1,000 of the 2,000 earned; the other 1,000 now at 250/s.
+        bucket.set_rate(Some(250.0));
+        waiting.await.unwrap();
         assert_eq!(start.elapsed(), Duration::from_secs(5));
     }
 

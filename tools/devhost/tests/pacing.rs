@@ -1,38 +1,180 @@
-//! How a scan behaves against an account that takes a limited number of entities per second:
-//! a count of 40,000 rows, three handler instances under devhost, the source behind the test
-//! proxy's rate limit (a token bucket of 3,000 entities per second answering 503 Server Busy
-//! above it, as the service does above its targets). A measurement for the pacing work
-//! (issue 15), opt-in:
+//! Pacing through devhost on Azurite, three handler instances, the source account behind the
+//! test proxy, which counts every entity it lets through (rows returned by queries, operations
+//! of transactions) and can limit them with a token bucket that answers 503 Server Busy above
+//! its rate, as the service does above its targets.
 //!
-//! `cargo nextest run -p devhost --test pacing --run-ignored all --no-capture`
-//! (with `TABLESCAN_TEST_STORAGE` set, or through `scripts/test`).
+//! - A count and a copy of 40,000 rows capped at 2,000 entities/s: over every 5-second window
+//!   the proxy saw at most 10% over the cap, and on average at least 80% of it.
+//! - A count with no cap against an account that takes 3,000 entities/s: exact, no step failed,
+//!   and after the first 10 seconds under 5% of the requests refused.
 //!
-//! It prints, per 5-second window, the entities the proxy let through and the requests it
-//! refused, and at the end the share of requests refused after the first 10 seconds. It
-//! asserts what holds today: the count is exact and no step failed for good.
+//! Each test prints its windows. Opt-in while the targets are not met yet (issue 15; today the
+//! caps hold, 102% and 95% of the cap at most over 5 s, but the averages are 70% and 55%,
+//! and 16% of requests are refused after the first 10 s against the busy account):
+//! `cargo nextest run -p devhost --test pacing --run-ignored all --no-capture` (with
+//! `TABLESCAN_TEST_STORAGE` set, or through `scripts/test`).
 
 mod common;
 #[path = "../../../tests/common/fault_proxy.rs"]
 mod fault_proxy;
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
 use fault_proxy::FaultProxy;
-use serde_json::json;
+use serde_json::{json, Value};
 use tablescan::storage::table::entity::Entity;
 
 const ROWS: usize = 40_000;
-const ENTITIES_PER_SECOND: f64 = 3_000.0;
+
+fn source_rows() -> Vec<Entity> {
+    (0..ROWS)
+        .map(|i| Entity::new(format!("p{:04}", i / 100), format!("r{:03}", i % 100)))
+        .collect()
+}
+
+/// The proxy's counters at one moment: seconds since the scan started, entities let through,
+/// requests let through, requests refused.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    at: f64,
+    entities: u64,
+    forwarded: u64,
+    refused: u64,
+}
+
+/// Starts the scan, samples the proxy every 250 ms until it ends, and returns its final status
+/// with the samples.
+async fn observe(host: &Host, proxy: &FaultProxy, request: Value) -> (Value, Vec<Sample>) {
+    let injected = proxy.injected.clone();
+    let started = Instant::now();
+    let samples = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sampler = {
+        let samples = samples.clone();
+        tokio::spawn(async move {
+            loop {
+                samples.lock().unwrap().push(Sample {
+                    at: started.elapsed().as_secs_f64(),
+                    entities: injected.entities.load(Ordering::Relaxed),
+                    forwarded: injected.forwarded.load(Ordering::Relaxed),
+                    refused: injected.throttled.load(Ordering::Relaxed),
+                });
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+    };
+    let id = host.start_scan(request).await;
+    let status = host.wait(&id, Duration::from_secs(600)).await;
+    sampler.abort();
+    let mut samples = samples.lock().unwrap().clone();
+    samples.push(Sample {
+        at: started.elapsed().as_secs_f64(),
+        entities: proxy.injected.entities.load(Ordering::Relaxed),
+        forwarded: proxy.injected.forwarded.load(Ordering::Relaxed),
+        refused: proxy.injected.throttled.load(Ordering::Relaxed),
+    });
+    (status, samples)
+}
+
+/// Entities per second over every 5-second window (sliding by one sample), with its start.
+fn windows(samples: &[Sample]) -> Vec<(f64, f64)> {
+    let mut out = Vec::new();
+    for (i, first) in samples.iter().enumerate() {
+        if let Some(last) = samples[i..].iter().find(|s| s.at - first.at >= 5.0) {
+            out.push((
+                first.at,
+                (last.entities - first.entities) as f64 / (last.at - first.at),
+            ));
+        }
+    }
+    out
+}
+
+/// The average rate from the first entity moved to the last.
+fn average(samples: &[Sample]) -> f64 {
+    let total = samples.last().map_or(0, |s| s.entities);
+    let first = samples.iter().find(|s| s.entities > 0);
+    let last = samples.iter().find(|s| s.entities == total);
+    match (first, last) {
+        (Some(first), Some(last)) if last.at > first.at => {
+            (total - first.entities) as f64 / (last.at - first.at)
+        }
+        _ => 0.0,
+    }
+}
+
+fn print_windows(what: &str, samples: &[Sample]) {
+    println!("{what}: entities/s over 5-second windows, every second");
+    for (at, rate) in windows(samples).iter().step_by(4) {
+        println!("  from {at:5.1} s: {rate:7.0}");
+    }
+}
+
+async fn capped(action: Value, entities: u64) {
+    const CAP: f64 = 2_000.0;
+    let source = table_with(&source_rows()).await;
+    let (origin, account) = endpoint("TableEndpoint");
+    let proxy = FaultProxy::start(origin).await;
+    let counted = storage_with(&[(
+        "TableEndpoint",
+        &format!("http://{}{account}", proxy.address),
+    )]);
+    let host = Host::start(3, &[("COUNTED_STORAGE", counted.as_str())]);
+    let mut request = json!({
+        "table": source.name(), "connection": "COUNTED_STORAGE",
+        "maxRowsPerSecond": CAP as u64, "action": action,
+    });
+    if request["action"]["type"] == "copy" {
+        request["action"]["connection"] = json!("COUNTED_STORAGE");
+    }
+    let (status, samples) = observe(&host, &proxy, request.clone()).await;
+    let what = format!("{} capped at {CAP}", request["action"]["type"]);
+    print_windows(&what, &samples);
+    let windows = windows(&samples);
+    let most = windows.iter().map(|w| w.1).fold(0.0, f64::max);
+    let average = average(&samples);
+    println!(
+        "{what}: {} entities; most in a 5-second window {most:.0}/s ({:.0}% of the cap); \
+         average {average:.0}/s ({:.0}%); status pace {}",
+        samples.last().map_or(0, |s| s.entities),
+        most / CAP * 100.0,
+        average / CAP * 100.0,
+        status["spec"]["maxRowsPerSecond"],
+    );
+    assert_eq!(status["state"], "succeeded", "{status}");
+    assert_eq!(status["progress"]["rowsActed"], ROWS as u64, "{status}");
+    assert_eq!(status["progress"]["stepsFailed"], 0, "{status}");
+    assert!(
+        samples.last().map_or(0, |s| s.entities) >= entities,
+        "the proxy saw too few entities"
+    );
+    assert!(
+        most <= CAP * 1.1,
+        "{what}: {most:.0}/s in a 5-second window"
+    );
+    assert!(average >= CAP * 0.8, "{what}: {average:.0}/s on average");
+}
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "a measurement for issue 15 (pacing): run it with --run-ignored all --no-capture"]
-async fn a_count_against_a_rate_limited_account() {
-    let rows: Vec<Entity> = (0..ROWS)
-        .map(|i| Entity::new(format!("p{:04}", i / 100), format!("r{:03}", i % 100)))
-        .collect();
-    let source = table_with(&rows).await;
+#[ignore = "issue 15's targets, not met yet: run with --run-ignored all --no-capture"]
+async fn a_count_holds_its_cap_across_three_instances() {
+    capped(json!({"type": "count"}), ROWS as u64).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "issue 15's targets, not met yet: run with --run-ignored all --no-capture"]
+async fn a_copy_holds_its_cap_counting_rows_read_and_written() {
+    let target = unique("paced");
+    capped(json!({"type": "copy", "table": target}), 2 * ROWS as u64).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "issue 15's targets, not met yet: run with --run-ignored all --no-capture"]
+async fn an_uncapped_count_backs_off_on_an_account_that_is_busy() {
+    const ENTITIES_PER_SECOND: f64 = 3_000.0;
+    let source = table_with(&source_rows()).await;
     let (origin, account) = endpoint("TableEndpoint");
     let proxy = FaultProxy::start(origin).await;
     proxy.set_rate_limit(Some(ENTITIES_PER_SECOND));
@@ -41,65 +183,38 @@ async fn a_count_against_a_rate_limited_account() {
         &format!("http://{}{account}", proxy.address),
     )]);
     let host = Host::start(3, &[("LIMITED_STORAGE", limited.as_str())]);
-    let started = Instant::now();
-    let id = host
-        .start_scan(json!({
+    let (status, samples) = observe(
+        &host,
+        &proxy,
+        json!({
             "table": source.name(), "connection": "LIMITED_STORAGE",
-            "action": {"type": "count"},
-        }))
-        .await;
-
-    // Sample the proxy's counters every second until the scan ends.
-    let sample = || {
-        (
-            proxy.injected.entities.load(Ordering::Relaxed),
-            proxy.injected.forwarded.load(Ordering::Relaxed),
-            proxy.injected.throttled.load(Ordering::Relaxed),
-        )
-    };
-    let mut samples = vec![(0.0, sample())];
-    let status = loop {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        samples.push((started.elapsed().as_secs_f64(), sample()));
-        let status = host.status(&id).await;
-        let state = status["state"].as_str().unwrap_or("").to_string();
-        if ["succeeded", "failed", "cancelled"].contains(&state.as_str()) {
-            break status;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(600),
-            "the count did not end in 10 minutes: {status}"
-        );
-    };
-
-    println!("window (s) | entities/s let through | requests let through | refused (503)");
-    for window in samples.chunks(5).filter(|w| w.len() > 1) {
-        let ((t0, (e0, f0, r0)), (t1, (e1, f1, r1))) = (window[0], window[window.len() - 1]);
-        println!(
-            "{t0:5.0}-{t1:<5.0} | {:>8.0} | {:>6} | {:>6}",
-            (e1 - e0) as f64 / (t1 - t0),
-            f1 - f0,
-            r1 - r0
-        );
-    }
-    let (_, (_, f10, r10)) = samples
-        .iter()
-        .find(|(t, _)| *t >= 10.0)
-        .copied()
-        .unwrap_or(samples[samples.len() - 1]);
-    let (elapsed, (entities, forwarded, refused)) = samples[samples.len() - 1];
-    let later = (refused - r10) as f64 / ((forwarded - f10) + (refused - r10)).max(1) as f64;
+            "maxRowsPerSecond": "unlimited", "action": {"type": "count"},
+        }),
+    )
+    .await;
+    print_windows("uncapped count, account at 3,000/s", &samples);
+    let last = *samples.last().unwrap();
+    let at_10 = *samples.iter().find(|s| s.at >= 10.0).unwrap_or(&last);
+    let later_requests = (last.forwarded - at_10.forwarded) + (last.refused - at_10.refused);
+    let later_refused = last.refused - at_10.refused;
+    let share = later_refused as f64 / later_requests.max(1) as f64;
     println!(
-        "{ROWS} rows in {elapsed:.0} s ({:.0} rows/s against a limit of {ENTITIES_PER_SECOND}); \
-         {forwarded} requests let through ({entities} entities), {refused} refused; \
-         after the first 10 s {:.1}% of requests refused; status: requestsThrottled {}, \
-         attemptsFailed {}",
-        ROWS as f64 / elapsed,
-        later * 100.0,
+        "{ROWS} rows in {:.0} s ({:.0} entities/s on average); {} requests let through, {} \
+         refused; after the first 10 s {later_refused} of {later_requests} refused ({:.1}%); \
+         status requestsThrottled {}",
+        last.at,
+        average(&samples),
+        last.forwarded,
+        last.refused,
+        share * 100.0,
         status["progress"]["requestsThrottled"],
-        status["progress"]["attemptsFailed"],
     );
     assert_eq!(status["state"], "succeeded", "{status}");
     assert_eq!(status["result"]["rows"], ROWS as u64, "{status}");
     assert_eq!(status["progress"]["stepsFailed"], 0, "{status}");
+    assert!(
+        share < 0.05,
+        "{:.1}% of requests refused after the first 10 s",
+        share * 100.0
+    );
 }
