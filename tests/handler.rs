@@ -1172,3 +1172,63 @@ async fn rows_per_message_groups_rows_into_arrays_each_row_once() {
     assert_eq!(seen, expected, "every row in exactly one message");
     assert!((12..95).contains(&messages), "{messages} messages");
 }
+
+/// `queues`: rows spread over several queues by PartitionKey, each row in exactly one message,
+/// a partition's rows all in one queue, and every queue used.
+#[tokio::test]
+async fn an_enqueue_spreads_rows_over_several_queues_by_partition() {
+    let source = fresh_table("spread").await;
+    let rows: Vec<Entity> = (0..120)
+        .map(|i| Entity::new(format!("p{:02}", i % 24), format!("r{i:03}")))
+        .collect();
+    common::load(&source, &rows).await;
+    let names: Vec<String> = (0..3).map(|_| unique_name("spread-")).collect();
+    let mut host = TestHost::start(&[("TABLESCAN_STEP_MAX_QUERIES", "2")]).await;
+    let (start, id) = host
+        .start_scan(&json!({"table": source.name(), "pageSize": 10,
+            "action": {"type": "enqueue", "queues": names, "encoding": "none", "rowsPerMessage": 4}}))
+        .await;
+    host.enqueue_outputs(&start);
+    host.drain().await;
+    let (_, done) = host.status(&id).await;
+    assert_eq!(done["state"], "succeeded", "{done}");
+    assert_eq!(done["progress"]["rowsActed"], 120, "{done}");
+    assert_eq!(done["spec"]["action"]["queues"], json!(names), "{done}");
+
+    let mut seen = Vec::new();
+    let mut queue_of_partition = std::collections::HashMap::new();
+    for (index, name) in names.iter().enumerate() {
+        let target = queues().queue(name).unwrap();
+        let mut in_this = 0;
+        loop {
+            let batch = target.receive(32, Duration::from_secs(60)).await.unwrap();
+            if batch.is_empty() {
+                break;
+            }
+            for message in batch {
+                let text = String::from_utf8(MessageEncoding::Text.decode(&message.text).unwrap())
+                    .unwrap();
+                let array: Vec<Value> = serde_json::from_str(&text).unwrap();
+                assert!((1..=4).contains(&array.len()), "{text}");
+                for row in array {
+                    let partition = row["PartitionKey"].as_str().unwrap().to_string();
+                    let earlier = queue_of_partition.insert(partition.clone(), index);
+                    assert!(
+                        earlier.is_none_or(|q| q == index),
+                        "{partition} in two queues"
+                    );
+                    seen.push((partition, row["RowKey"].as_str().unwrap().to_string()));
+                    in_this += 1;
+                }
+            }
+        }
+        assert!(in_this > 0, "queue {name} got no row");
+    }
+    seen.sort();
+    let mut expected: Vec<(String, String)> = rows
+        .iter()
+        .map(|r| (r.partition_key.clone(), r.row_key.clone()))
+        .collect();
+    expected.sort();
+    assert_eq!(seen, expected, "every row in exactly one message");
+}

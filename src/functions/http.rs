@@ -236,22 +236,20 @@ async fn prepare(state: &AppState, spec: &ScanSpec) -> Result<(), HttpError> {
                 .await
                 .map_err(|e| unavailable(format!("the target table could not be created: {e}")))?;
         }
-        ActionSpec::Enqueue {
-            queue, connection, ..
-        }
-        | ActionSpec::PartitionKeys {
-            queue, connection, ..
-        } => {
+        ActionSpec::Enqueue { connection, .. } | ActionSpec::PartitionKeys { connection, .. } => {
             let target = state
                 .clients(connection)
                 .map_err(|e| refusal(StatusCode::BAD_REQUEST, Some("action.connection"), e))?;
-            let queue = target.queues.queue(queue).map_err(|e| {
-                refusal(StatusCode::BAD_REQUEST, Some("action.queue"), e.to_string())
-            })?;
-            queue
-                .create()
-                .await
-                .map_err(|e| unavailable(format!("the target queue could not be created: {e}")))?;
+            for name in spec.action.target_queues() {
+                let queue = target.queues.queue(name).map_err(|e| {
+                    refusal(StatusCode::BAD_REQUEST, Some("action.queue"), e.to_string())
+                })?;
+                queue.create().await.map_err(|e| {
+                    unavailable(format!(
+                        "the target queue {name:?} could not be created: {e}"
+                    ))
+                })?;
+            }
         }
         ActionSpec::Count | ActionSpec::Delete => {}
     }

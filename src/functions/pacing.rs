@@ -230,8 +230,9 @@ impl StepPace {
             return top;
         };
         let running = self.pace.lock().running.max(1) as f64;
-        let rows = (rate / running * PAGE_SECONDS).clamp(f64::from(MIN_PAGE), f64::from(top));
-        (rows as u16).clamp(1, top)
+        let top = top.max(1);
+        let least = MIN_PAGE.min(top);
+        ((rate / running * PAGE_SECONDS) as u16).clamp(least, top)
     }
 
     /// Waits until `entities` may be read from the source.
@@ -406,6 +407,32 @@ mod tests {
         for task in tasks {
             task.await.unwrap();
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pages_are_a_share_of_the_rate_within_the_asked_size() {
+        let table = InMemoryTable::new("ledger");
+        table.create_if_missing().await.unwrap();
+        let ledger = Ledger::in_memory(table);
+        let pacing = Pacing::default();
+        let source = crate::storage::pacing::governor("table pages-test-source");
+        let step = pacing.step(&ledger, "scan2", Some(1_000), source).await;
+        // Alone, one step: half a second of 1,000/s.
+        assert_eq!(step.page_size(1000), 500);
+        // Never more than asked, never below 100 unless asked for fewer, never zero.
+        assert_eq!(step.page_size(300), 300);
+        assert_eq!(step.page_size(10), 10);
+        assert_eq!(step.page_size(0), 1);
+        let slow = pacing
+            .step(
+                &ledger,
+                "scan3",
+                Some(20),
+                crate::storage::pacing::governor("x"),
+            )
+            .await;
+        assert_eq!(slow.page_size(1000), 100);
+        assert_eq!(slow.page_size(5), 5);
     }
 
     #[tokio::test(start_paused = true)]

@@ -75,6 +75,7 @@ pub fn action_for(state: &AppState, spec: &ScanSpec) -> Result<Action, String> {
         }
         ActionSpec::Enqueue {
             queue,
+            queues,
             connection,
             per,
             encoding: e,
@@ -84,9 +85,14 @@ pub fn action_for(state: &AppState, spec: &ScanSpec) -> Result<Action, String> {
                 Per::Row => MessageBody::Row,
                 Per::Partition => MessageBody::PartitionKey,
             };
+            let spread = queues
+                .iter()
+                .map(|name| target_queue(state, connection, name))
+                .collect::<Result<Vec<_>, _>>()?;
             Action::Enqueue(
                 EnqueueRows::new(target_queue(state, connection, queue)?, body, encoding(*e))
-                    .with_rows_per_message(*rows_per_message),
+                    .with_rows_per_message(*rows_per_message)
+                    .spread_over(spread),
             )
         }
         ActionSpec::PartitionKeys {

@@ -83,7 +83,13 @@ pub enum ActionSpec {
         connection: String,
     },
     Enqueue {
+        /// The queue, or the first of `queues`.
         queue: String,
+        /// Every queue, when the rows are spread over several (empty for one): each row goes to
+        /// the queue picked by a hash of its PartitionKey, so that the queues' ~2,000 messages
+        /// per second each add up.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        queues: Vec<String>,
         connection: String,
         per: Per,
         encoding: Encoding,
@@ -104,6 +110,9 @@ pub enum ActionSpec {
         encoding: Encoding,
     },
 }
+
+/// The most queues an enqueue may spread its rows over.
+pub const MAX_QUEUES: usize = 64;
 
 /// The most rows one enqueued message may hold (a page).
 pub const MAX_ROWS_PER_MESSAGE: u16 = 1000;
@@ -290,6 +299,41 @@ fn parse_select(items: Vec<Value>) -> Result<Vec<String>, SpecError> {
     Ok(names)
 }
 
+/// The names of `queues`: 1 to [`MAX_QUEUES`] valid queue names, each once.
+fn parse_queues(items: Vec<Value>) -> Result<Vec<String>, SpecError> {
+    if items.is_empty() || items.len() > MAX_QUEUES {
+        return refuse(
+            "action.queues",
+            format!("must name 1 to {MAX_QUEUES} queues"),
+        );
+    }
+    let mut names: Vec<String> = Vec::with_capacity(items.len());
+    for (index, item) in items.into_iter().enumerate() {
+        let field = format!("action.queues[{index}]");
+        let Value::String(name) = item else {
+            return refuse(&field, "must be a queue name");
+        };
+        validate_queue_name(&name).or_else(|e| refuse(&field, e.to_string()))?;
+        if names.contains(&name) {
+            return refuse(&field, format!("{name:?} is named twice"));
+        }
+        names.push(name);
+    }
+    Ok(names)
+}
+
+impl ActionSpec {
+    /// The queues an enqueue or partition-keys action writes to, first to last.
+    pub fn target_queues(&self) -> Vec<&str> {
+        match self {
+            ActionSpec::Enqueue { queue, queues, .. } if queues.is_empty() => vec![queue],
+            ActionSpec::Enqueue { queues, .. } => queues.iter().map(String::as_str).collect(),
+            ActionSpec::PartitionKeys { queue, .. } => vec![queue],
+            _ => Vec::new(),
+        }
+    }
+}
+
 fn parse_action(
     object: Map<String, Value>,
     settings: &dyn SettingLookup,
@@ -321,7 +365,22 @@ fn parse_action(
             ActionSpec::Copy { table, connection }
         }
         "enqueue" => {
-            let queue = queue(&mut fields)?;
+            let (queue, queues) = match fields.take("queues") {
+                None | Some(Value::Null) => (queue(&mut fields)?, Vec::new()),
+                Some(Value::Array(items)) => {
+                    if fields.take("queue").is_some() {
+                        return refuse(
+                            "action.queues",
+                            "name either \"queue\" or \"queues\", not both",
+                        );
+                    }
+                    let names = parse_queues(items)?;
+                    let first = names[0].clone();
+                    let queues = if names.len() > 1 { names } else { Vec::new() };
+                    (first, queues)
+                }
+                Some(_) => return refuse("action.queues", "must be an array of queue names"),
+            };
             let connection = fields.connection("connection", settings)?;
             let per = match fields.optional_string("per")?.as_deref() {
                 None | Some("row") => Per::Row,
@@ -339,6 +398,7 @@ fn parse_action(
                 .map_or(1, |n| n as u16);
             ActionSpec::Enqueue {
                 queue,
+                queues,
                 connection,
                 per,
                 encoding,
@@ -555,6 +615,42 @@ mod tests {
     }
 
     #[test]
+    fn an_enqueue_names_one_queue_or_several() {
+        let spec = |action: &str| {
+            parse(&format!(
+                r#"{{"table":"things","action":{{"type":"enqueue",{action}}}}}"#
+            ))
+        };
+        let one = spec(r#""queues":["only"]"#).unwrap();
+        assert_eq!(one.action.target_queues(), ["only"]);
+        assert!(serde_json::to_value(&one).unwrap()["action"]
+            .get("queues")
+            .is_none());
+        let three = spec(r#""queues":["q-a","q-b","q-c"]"#).unwrap();
+        assert_eq!(three.action.target_queues(), ["q-a", "q-b", "q-c"]);
+        let stored = serde_json::to_value(&three).unwrap();
+        assert_eq!(stored["action"]["queue"], "q-a");
+        assert_eq!(
+            stored["action"]["queues"],
+            serde_json::json!(["q-a", "q-b", "q-c"])
+        );
+        let back: ScanSpec = serde_json::from_value(stored).unwrap();
+        assert_eq!(back, three);
+        for (bad, field) in [
+            (r#""queues":[]"#, "action.queues"),
+            (r#""queues":"q-a""#, "action.queues"),
+            (r#""queues":["q-a","q-a"]"#, "action.queues[1]"),
+            (r#""queues":["q-a","Bad_Name"]"#, "action.queues[1]"),
+            (r#""queues":["q-a"],"queue":"q-b""#, "action.queues"),
+        ] {
+            assert_eq!(spec(bad).unwrap_err().field, field, "{bad}");
+        }
+        let many: Vec<String> = (0..65).map(|i| format!("\"q{i:03}\"")).collect();
+        let e = spec(&format!(r#""queues":[{}]"#, many.join(","))).unwrap_err();
+        assert_eq!(e.field, "action.queues");
+    }
+
+    #[test]
     fn rows_per_message_is_a_whole_number_up_to_a_page() {
         let enqueue = |extra: &str| {
             parse(&format!(
@@ -596,6 +692,7 @@ mod tests {
             spec.action,
             ActionSpec::Enqueue {
                 queue: "out-q".into(),
+                queues: Vec::new(),
                 connection: "AzureWebJobsStorage".into(),
                 per: Per::Partition,
                 encoding: Encoding::None,

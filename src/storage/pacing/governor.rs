@@ -21,9 +21,15 @@ use super::bucket::{Rate, TokenBucket};
 
 /// The rate after a refusal, as a share of the rate before it.
 const CUT: f64 = 0.7;
-/// How fast the rate climbs back, per second, as a share of the rate set by the last cut: back
-/// to where it was cut after about six seconds without a refusal.
-const RAISE_PER_SECOND: f64 = 0.05;
+/// After a cut the rate climbs back quickly to this share of the rate that was refused...
+const RECOVER_TO: f64 = 0.9;
+/// ...at this share of that rate per second (from 70% to 90% in two seconds)...
+const RECOVER_PER_SECOND: f64 = 0.1;
+/// ...and then probes above it slowly, at this share per second: ten seconds from 90% back to
+/// the rate that was refused. Most of the time is spent just under the target, and each
+/// process meets a refusal about once in twelve seconds, not once a cycle of a steep climb.
+/// (TCP CUBIC's shape, in straight lines.)
+const PROBE_PER_SECOND: f64 = 0.01;
 /// Refusals this soon after a cut answer requests sent before it took effect; they do not cut
 /// again.
 const HOLD_AFTER_CUT: Duration = Duration::from_secs(1);
@@ -41,8 +47,8 @@ pub struct Governor {
 
 #[derive(Debug)]
 struct Aimd {
-    /// The rate set by the last cut, which sets the size of each raise.
-    after_cut: f64,
+    /// The rate the last cut was made from: where the target last refused.
+    refused_at: f64,
     last_cut: Option<Instant>,
     last_raise: Instant,
     meter: Meter,
@@ -89,7 +95,7 @@ impl Default for Governor {
         Governor {
             bucket: TokenBucket::new(None),
             state: Mutex::new(Aimd {
-                after_cut: 0.0,
+                refused_at: 0.0,
                 last_cut: None,
                 last_raise: now,
                 meter: Meter {
@@ -136,7 +142,7 @@ impl Governor {
             None => state.meter.rate(now),
         };
         let rate = (from * CUT).max(MIN_RATE);
-        state.after_cut = rate;
+        state.refused_at = from.max(MIN_RATE);
         state.last_cut = Some(now);
         state.last_raise = now;
         self.bucket.set_rate(Some(rate));
@@ -163,7 +169,20 @@ impl Governor {
         }
         let elapsed = now.saturating_duration_since(state.last_raise);
         if elapsed >= Duration::from_millis(100) {
-            let raised = rate + state.after_cut * RAISE_PER_SECOND * elapsed.as_secs_f64();
+            let seconds = elapsed.as_secs_f64();
+            let knee = state.refused_at * RECOVER_TO;
+            let raised = if rate < knee {
+                // Recovering; what is left of the interval past the knee is spent probing.
+                let recovered = rate + state.refused_at * RECOVER_PER_SECOND * seconds;
+                if recovered <= knee {
+                    recovered
+                } else {
+                    let past = (recovered - knee) / (state.refused_at * RECOVER_PER_SECOND);
+                    knee + state.refused_at * PROBE_PER_SECOND * past
+                }
+            } else {
+                rate + state.refused_at * PROBE_PER_SECOND * seconds
+            };
             self.bucket.set_rate(Some(raised));
             state.last_raise = now;
         }
@@ -202,23 +221,27 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_storm_of_refusals_cuts_once_per_hold_and_the_rate_climbs_back() {
+    async fn a_storm_of_refusals_cuts_once_then_the_rate_recovers_fast_and_probes_slowly() {
         let governor = Governor::default();
         governor.take(10_000).await;
         governor.throttled();
         governor.throttled();
         governor.throttled();
         assert_eq!(governor.rate(), Some(7_000.0));
+        let near = |expected: f64| {
+            let rate = governor.rate().unwrap();
+            assert!((rate - expected).abs() < 1.0, "{rate}, not {expected}");
+        };
+        // 70% to 90% of the refused rate in two seconds...
+        tokio::time::advance(Duration::from_secs(1)).await;
+        near(8_000.0);
         tokio::time::advance(Duration::from_secs(2)).await;
+        near(9_000.0 + 100.0);
+        // ...then 1% of it per second.
+        tokio::time::advance(Duration::from_secs(9)).await;
+        near(10_000.0);
         governor.throttled();
-        let cut = governor.rate().unwrap();
-        assert!((cut - (7_000.0 + 700.0) * CUT).abs() < 1.0, "{cut}");
-        tokio::time::advance(Duration::from_secs(10)).await;
-        let raised = governor.rate().unwrap();
-        assert!(
-            (raised - cut * 1.5).abs() < 1.0,
-            "{raised} after 10 s from {cut}"
-        );
+        near(7_000.0);
         tokio::time::advance(QUIET_BEFORE_UNLIMITED).await;
         assert_eq!(governor.rate(), None);
     }
