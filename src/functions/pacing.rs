@@ -5,15 +5,16 @@
 //! read and write of those steps pays into before it is sent: rows asked for (a short page gives
 //! the rest back) and rows written. The bucket's rate is the process's share of the cap: the cap
 //! divided by the processes that have work for the scan, which each process learns from the
-//! scan's presence rows in the ledger (`job::presence`), renewing its own and reading all of them
-//! once a [`REFRESH`]. Reading the rows costs one query of one entity per process, whatever the
-//! scan's size.
+//! scan's presence rows in the ledger (`job::presence`), renewing its own once a [`REFRESH`] and
+//! reading all of them once a [`read_period`]: a second while few processes run the scan, longer
+//! as more do, so that the reads cost at most five entities per second per process, whatever
+//! the scan's size and however many instances run it.
 //!
-//! Why the shares never add up to more than the cap, though every process's view is up to a
-//! refresh old: a process lowers its share as soon as it sees another process join, and a
-//! process that joins takes nothing until [`JOIN_WAIT`] after its row was first written, by
-//! which time every other process has read it (they read once a refresh, and a view older than
-//! [`STALE_VIEW`] stops the process). Leaving is safe at any time (the others only gain later).
+//! Why the shares never add up to more than the cap, though every process's view is up to a read
+//! period old: a process lowers its share as soon as it sees another process join, and a process
+//! that joins takes nothing until 1.6 read periods after its row was first written, by which
+//! time every other process has read it (and a view older than three periods stops the process).
+//! Leaving is safe at any time (the others only gain later).
 //!
 //! The other designs considered (docs/scan.md): a share carried by each work item and divided
 //! among its children undershoots, because most items wait in the queue holding a share they do
@@ -41,17 +42,38 @@ use crate::job::rows::millis;
 use crate::job::Ledger;
 use crate::storage::pacing::{Governor, TokenBucket};
 
-/// How often a process renews its presence row and reads the others'.
+/// How often a process renews its presence row, and reads the others' while few run the scan.
 pub const REFRESH: Duration = Duration::from_secs(1);
-/// How long after its row was first written a process starts using its share.
-pub const JOIN_WAIT: Duration = Duration::from_millis(1_600);
-/// A view of the other processes older than this stops the process's use of its share.
-pub const STALE_VIEW: Duration = Duration::from_secs(3);
+/// Per process running the scan, how much longer between two reads of the presence rows: a read
+/// costs one entity per process, so with `n` processes each reads every `n` × 200 ms at the
+/// least, and the reads of all of them cost at most 5 entities per second per process (600 per
+/// second for 100 processes with their writes, 3% of an account's target).
+const READ_SPACING_PER_PROCESS: Duration = Duration::from_millis(200);
+/// How long after its row was first written a process starts using its share, in read periods
+/// of the others: they have all read it by then.
+const JOIN_WAIT_PERIODS: f64 = 1.6;
+/// A view of the other processes older than this many read periods stops the process's use of
+/// its share.
+const STALE_VIEW_PERIODS: f64 = 3.0;
 /// How long a presence row counts after it was written.
 const ROW_LIFETIME: Duration = Duration::from_secs(4);
-/// How long a process stays present after its last step of a scan ended: the next message is
-/// usually a moment away, and joining again costs [`JOIN_WAIT`].
+/// How long a process stays present after its last step of a scan ended (at least; a read
+/// period when that is longer): the next message is usually a moment away, and joining again
+/// costs a wait.
 const GRACE: Duration = Duration::from_secs(2);
+
+/// How often a process reads the presence rows when `members` processes run the scan.
+pub fn read_period(members: usize) -> Duration {
+    REFRESH.max(READ_SPACING_PER_PROCESS * members.min(10_000) as u32)
+}
+/// After this long without reading the other processes (the ledger unreachable), a process runs
+/// on a fallback share rather than stopping: [`FALLBACK_SHARE`] of the cap.
+const FALLBACK_AFTER: Duration = Duration::from_secs(5);
+/// The share of the cap a process takes while it cannot read the other processes: low enough
+/// that ten such processes stay within the cap, and never nothing, so a scan goes on.
+const FALLBACK_SHARE: f64 = 0.1;
+/// How long a withdrawal may hold up the steps that join meanwhile; past it the row runs out.
+const WITHDRAW_TIME: Duration = Duration::from_secs(2);
 /// The rate one step of a paced scan is given at least (entities per second).
 pub const STEP_RATE: f64 = 300.0;
 /// How long a step waits for a slot before it runs anyway.
@@ -104,6 +126,9 @@ struct PaceState {
     members: usize,
     /// When the last step ended, if none runs or waits now.
     idle_since: Option<Instant>,
+    /// Set while the process cannot write its row or read the others' (for
+    /// [`FALLBACK_AFTER`]): it runs on [`FALLBACK_SHARE`] of the cap.
+    fallback: bool,
 }
 
 /// A step's place in its scan's pacing: released when dropped.
@@ -197,7 +222,7 @@ impl ScanPace {
     /// How many steps may run at once: all of them unless something limits the rate; for a
     /// capped scan, none before the first view of the other processes.
     fn slots(&self, state: &PaceState, source: &Governor) -> usize {
-        if self.cap.is_some() && state.view_at.is_none() {
+        if self.cap.is_some() && state.view_at.is_none() && !state.fallback {
             return 0;
         }
         match self.rate(source) {
@@ -209,22 +234,26 @@ impl ScanPace {
     }
 
     /// Whether the process may use its share: it has been present long enough for every other
-    /// process to count it, and its own view of them is fresh.
+    /// process to count it, and its own view of them is fresh; or it runs on the fallback share.
     fn may_use_share(&self) -> bool {
         if self.cap.is_none() {
             return true;
         }
         let state = self.lock();
-        state
-            .present_since
-            .is_some_and(|at| at.elapsed() >= JOIN_WAIT)
-            && state.view_at.is_some_and(|at| at.elapsed() < STALE_VIEW)
+        let period = read_period(state.members);
+        state.fallback
+            || state
+                .present_since
+                .is_some_and(|at| at.elapsed() >= period.mul_f64(JOIN_WAIT_PERIODS))
+                && state
+                    .view_at
+                    .is_some_and(|at| at.elapsed() < period.mul_f64(STALE_VIEW_PERIODS))
     }
 }
 
 impl StepPace {
     /// How many rows to ask for in the next page: a second's worth of the step's part of the
-    /// rate (at least [`MIN_PAGE`]), at most `top`.
+    /// rate (at least 100 rows), at most `top`.
     pub fn page_size(&self, top: u16) -> u16 {
         let Some(rate) = self.pace.rate(&self.source) else {
             return top;
@@ -282,8 +311,9 @@ impl Drop for StepPace {
     }
 }
 
-/// Renews this process's presence in a scan and reads the others', once a [`REFRESH`], until
-/// the process has had no step of the scan for [`GRACE`]; then withdraws.
+/// Renews this process's presence in a scan once a [`REFRESH`] and reads the others' once a
+/// [`read_period`], until the process has had no step of the scan for [`GRACE`]; then
+/// withdraws.
 struct Refresher {
     pace: Arc<ScanPace>,
     ledger: Ledger,
@@ -295,6 +325,8 @@ impl Refresher {
     async fn run(self) {
         let pace = &self.pace;
         let mut last = (Instant::now(), 0u64);
+        let mut next_read = Instant::now();
+        let mut last_success = Instant::now();
         loop {
             let now = Instant::now();
             let moved = pace.moved.load(Ordering::Relaxed);
@@ -315,15 +347,17 @@ impl Refresher {
                 active: true,
                 rate,
             };
+            let mut succeeded = true;
             match self.ledger.announce(&pace.scan, &presence).await {
                 Ok(()) => {
                     pace.lock().present_since.get_or_insert(now);
                 }
                 Err(e) => {
+                    succeeded = false;
                     tracing::warn!(scan = %pace.scan, "could not renew this process's presence: {e}")
                 }
             }
-            if let Some(cap) = pace.cap {
+            if let Some(cap) = pace.cap.filter(|_| now >= next_read || !succeeded) {
                 match self.ledger.presence(&pace.scan).await {
                     Ok(rows) => {
                         let members = rows
@@ -335,11 +369,22 @@ impl Refresher {
                         let mut state = pace.lock();
                         state.members = members;
                         state.view_at = Some(now);
+                        next_read = now + read_period(members);
                     }
                     Err(e) => {
+                        succeeded = false;
                         tracing::warn!(scan = %pace.scan, "could not read the scan's processes: {e}")
                     }
                 }
+            }
+            if succeeded {
+                last_success = Instant::now();
+                pace.lock().fallback = false;
+            } else if last_success.elapsed() >= FALLBACK_AFTER {
+                if let Some(cap) = pace.cap {
+                    pace.share.set_rate(Some(cap * FALLBACK_SHARE));
+                }
+                pace.lock().fallback = true;
             }
             tokio::time::sleep_until(now + REFRESH).await;
         }
@@ -349,17 +394,24 @@ impl Refresher {
     /// it did. Holds the scans' lock throughout, so no step joins a withdrawn scan.
     async fn withdrawn(&self) -> bool {
         let mut scans = self.scans.lock().await;
-        let idle = self
-            .pace
-            .lock()
-            .idle_since
-            .is_some_and(|at| at.elapsed() >= GRACE);
+        let idle = {
+            let state = self.pace.lock();
+            let grace = GRACE.max(read_period(state.members));
+            state.idle_since.is_some_and(|at| at.elapsed() >= grace)
+        };
         if !idle {
             return false;
         }
-        if let Err(e) = self.ledger.withdraw(&self.pace.scan, &self.process).await {
+        let withdrawal = self.ledger.withdraw(&self.pace.scan, &self.process);
+        match tokio::time::timeout(WITHDRAW_TIME, withdrawal).await {
+            Ok(Ok(())) => {}
             // The row runs out by itself.
-            tracing::debug!(scan = %self.pace.scan, "could not withdraw this process's presence: {e}");
+            Ok(Err(e)) => {
+                tracing::debug!(scan = %self.pace.scan, "could not withdraw this process's presence: {e}")
+            }
+            Err(_) => {
+                tracing::debug!(scan = %self.pace.scan, "withdrawing this process's presence took too long")
+            }
         }
         scans.remove(&self.pace.scan);
         true
@@ -407,6 +459,39 @@ mod tests {
         for task in tasks {
             task.await.unwrap();
         }
+    }
+
+    #[test]
+    fn reads_space_out_as_processes_join_so_their_cost_stays_bounded() {
+        assert_eq!(read_period(1), REFRESH);
+        assert_eq!(read_period(5), REFRESH);
+        assert_eq!(read_period(100), Duration::from_secs(20));
+        // Entities read per second by all processes together: n rows, n readers, per period.
+        for n in [1usize, 3, 10, 50, 100, 1_000] {
+            let per_second = (n * n) as f64 / read_period(n).as_secs_f64();
+            assert!(
+                per_second <= 5.0 * n as f64,
+                "{n} processes read {per_second}/s"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_process_that_cannot_reach_the_ledger_goes_on_at_a_fallback_share() {
+        let table = InMemoryTable::new("ledger");
+        // Never created: every ledger request fails.
+        let ledger = Ledger::in_memory(table);
+        let pacing = Pacing::default();
+        let source = crate::storage::pacing::governor("table fallback-test-source");
+        let start = Instant::now();
+        let step = pacing.step(&ledger, "scan4", Some(2_000), source).await;
+        step.before_read(400).await;
+        // Waited for the fallback, then 400 entities at a tenth of the cap.
+        let waited = start.elapsed();
+        assert!(
+            waited >= FALLBACK_AFTER && waited <= FALLBACK_AFTER + Duration::from_secs(4),
+            "{waited:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -465,7 +550,7 @@ mod tests {
         // Every 5-second window (sliding by 100 ms) at most 3.5% over the cap (the test of the
         // whole app allows 10%). What is over comes from pages reserved at a process's old
         // share when a newcomer halves it (a page keeps the time it was given); a process that
-        // used its share before the others had seen it (no JOIN_WAIT) adds to that: 4% here.
+        // used its share before the others had seen it (no join wait) adds to that: 4% here.
         let mut from = Duration::ZERO;
         let mut most = 0;
         while from + Duration::from_secs(5) <= Duration::from_secs(30) {
