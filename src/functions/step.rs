@@ -508,6 +508,7 @@ async fn run(
             &item.scan,
             spec.max_rows_per_second,
             source.governor(),
+            item.depth == 0,
         )
         .await;
     // The step's budget starts once it has its slot.

@@ -24,6 +24,10 @@ pub struct Presence {
     pub process: String,
     /// Until when the row counts (epoch milliseconds): its writer renews it well before.
     pub until_ms: u64,
+    /// When the process starts (or started) using its share of the scan's cap (epoch
+    /// milliseconds): far enough ahead when it first writes its row for every other process
+    /// to have read it by then.
+    pub from_ms: u64,
     /// Whether the process has steps of the scan to run (running or waiting); one without
     /// takes no share of the cap.
     pub active: bool,
@@ -47,6 +51,7 @@ impl Presence {
         Some(Presence {
             process,
             until_ms: number(e, "until"),
+            from_ms: number(e, "from"),
             active: matches!(e.properties.get("active"), Some(Value::Boolean(true))),
             rate: match e.properties.get("rate") {
                 Some(Value::Double(r)) if r.is_finite() => r.max(0.0),
@@ -127,6 +132,7 @@ mod tests {
             let presence = Presence {
                 process: process.into(),
                 until_ms,
+                from_ms: 0,
                 active,
                 rate: 1_234.5,
             };

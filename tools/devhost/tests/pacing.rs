@@ -29,9 +29,15 @@ use tablescan::storage::table::entity::Entity;
 
 const ROWS: usize = 40_000;
 
+/// 400 partitions of 100 rows, with keys spread like hashes (as GUIDs or hashed ids are), so that
+/// prefix discovery finds parallel work at once: these tests are about pacing, not about how
+/// the work tree unfolds over a skewed key space.
 fn source_rows() -> Vec<Entity> {
     (0..ROWS)
-        .map(|i| Entity::new(format!("p{:04}", i / 100), format!("r{:03}", i % 100)))
+        .map(|i| {
+            let partition = (i as u64 / 100).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+            Entity::new(format!("{partition:08x}"), format!("r{:03}", i % 100))
+        })
         .collect()
 }
 
@@ -110,6 +116,12 @@ fn print_windows(what: &str, samples: &[Sample]) {
     for (at, rate) in windows(samples).iter().step_by(4) {
         println!("  from {at:5.1} s: {rate:7.0}");
     }
+    let seconds: Vec<String> = samples
+        .chunks(4)
+        .zip(samples.iter().skip(4).step_by(4))
+        .map(|(chunk, next)| format!("{}", next.entities - chunk[0].entities))
+        .collect();
+    println!("{what}: entities in each second: {}", seconds.join(" "));
 }
 
 async fn capped(action: Value, entities: u64) {
@@ -130,6 +142,11 @@ async fn capped(action: Value, entities: u64) {
         request["action"]["connection"] = json!("COUNTED_STORAGE");
     }
     let (status, samples) = observe(&host, &proxy, request.clone()).await;
+    for line in host.log().lines() {
+        if line.contains("share the scan") || line.contains("step ") && line.contains("rows read") {
+            println!("{line}");
+        }
+    }
     let what = format!("{} capped at {CAP}", request["action"]["type"]);
     print_windows(&what, &samples);
     let windows = windows(&samples);
