@@ -533,7 +533,7 @@ mod tests {
                 tokio::spawn(async move {
                     while Instant::now() < end {
                         let step = pacing
-                            .step(&ledger, "scan1", Some(3_000), source.clone())
+                            .step(&ledger, "scan1", Some(3_000), source.clone(), false)
                             .await;
                         // A step of ten pages.
                         for _ in 0..10 {
@@ -639,6 +639,7 @@ mod tests {
                 "scan3",
                 Some(20),
                 crate::storage::pacing::governor("x"),
+                false,
             )
             .await;
         assert_eq!(slow.page_size(1000), 100);
