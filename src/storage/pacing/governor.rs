@@ -35,6 +35,16 @@ const PROBE_PER_SECOND: f64 = 0.01;
 const HOLD_AFTER_CUT: Duration = Duration::from_secs(1);
 /// After this long without a refusal, the limit is lifted.
 const QUIET_BEFORE_UNLIMITED: Duration = Duration::from_secs(60);
+/// A target not heard from yet is approached from this rate, doubled every second without a
+/// refusal (TCP's slow start), rather than all at once: a new process's steps would otherwise
+/// all start at full speed, and on a busy account learn of it only from refusals.
+const SLOW_START_RATE: f64 = 1_000.0;
+/// Slow start ends here: the limit is lifted.
+const SLOW_START_END: f64 = 64_000.0;
+/// The least a rate climbs per second while recovering, and while probing (entities per
+/// second, per second): a rate cut to little must not take minutes to come back.
+const LEAST_RECOVERY: f64 = 100.0;
+const LEAST_PROBE: f64 = 20.0;
 /// The rate never falls below this (entities per second): a page of 100 rows every two seconds.
 pub const MIN_RATE: f64 = 50.0;
 
@@ -49,6 +59,8 @@ pub struct Governor {
 struct Aimd {
     /// The rate the last cut was made from: where the target last refused.
     refused_at: f64,
+    /// Whether the rate is still doubling from [`SLOW_START_RATE`] (no refusal yet).
+    slow_start: bool,
     last_cut: Option<Instant>,
     last_raise: Instant,
     meter: Meter,
@@ -93,9 +105,10 @@ impl Default for Governor {
     fn default() -> Self {
         let now = Instant::now();
         Governor {
-            bucket: TokenBucket::new(None),
+            bucket: TokenBucket::new(Some(SLOW_START_RATE)),
             state: Mutex::new(Aimd {
                 refused_at: 0.0,
+                slow_start: true,
                 last_cut: None,
                 last_raise: now,
                 meter: Meter {
@@ -137,16 +150,22 @@ impl Governor {
             return;
         }
         self.raise(&mut state, now);
+        // Cut from what is in use, when that is less than the limit: a limit far above the
+        // use would not slow anything down.
+        // But a process that used little lately did not cause the refusal: it is cut to no
+        // less than half its limit, or from the slow-start rate when it had none.
+        let used = state.meter.rate(now);
         let from = match self.bucket.rate() {
-            Some(rate) => rate,
-            None => state.meter.rate(now),
+            Some(rate) => rate.min(used.max(rate / 2.0)),
+            None => used.max(SLOW_START_RATE),
         };
+        state.slow_start = false;
         let rate = (from * CUT).max(MIN_RATE);
         state.refused_at = from.max(MIN_RATE);
         state.last_cut = Some(now);
         state.last_raise = now;
         self.bucket.set_rate(Some(rate));
-        tracing::debug!(rate, "storage target busy: rate lowered");
+        tracing::debug!(rate, from, "storage target busy: rate lowered");
     }
 
     /// The current limit in entities per second; `None` while there is none.
@@ -160,6 +179,20 @@ impl Governor {
         let Some(rate) = self.bucket.rate() else {
             return;
         };
+        if state.slow_start {
+            let elapsed = now.saturating_duration_since(state.last_raise);
+            if elapsed >= Duration::from_millis(100) {
+                let doubled = rate * 2f64.powf(elapsed.as_secs_f64());
+                state.last_raise = now;
+                if doubled >= SLOW_START_END {
+                    state.slow_start = false;
+                    self.bucket.set_rate(None);
+                } else {
+                    self.bucket.set_rate(Some(doubled));
+                }
+            }
+            return;
+        }
         if state
             .last_cut
             .is_none_or(|at| now.saturating_duration_since(at) >= QUIET_BEFORE_UNLIMITED)
@@ -171,17 +204,18 @@ impl Governor {
         if elapsed >= Duration::from_millis(100) {
             let seconds = elapsed.as_secs_f64();
             let knee = state.refused_at * RECOVER_TO;
+            let recovery = (state.refused_at * RECOVER_PER_SECOND).max(LEAST_RECOVERY);
+            let probe = (state.refused_at * PROBE_PER_SECOND).max(LEAST_PROBE);
             let raised = if rate < knee {
                 // Recovering; what is left of the interval past the knee is spent probing.
-                let recovered = rate + state.refused_at * RECOVER_PER_SECOND * seconds;
+                let recovered = rate + recovery * seconds;
                 if recovered <= knee {
                     recovered
                 } else {
-                    let past = (recovered - knee) / (state.refused_at * RECOVER_PER_SECOND);
-                    knee + state.refused_at * PROBE_PER_SECOND * past
+                    knee + probe * (recovered - knee) / recovery
                 }
             } else {
-                rate + state.refused_at * PROBE_PER_SECOND * seconds
+                rate + probe * seconds
             };
             self.bucket.set_rate(Some(raised));
             state.last_raise = now;
@@ -210,19 +244,57 @@ mod tests {
     use super::*;
 
     #[tokio::test(start_paused = true)]
-    async fn unlimited_until_refused_then_cut_from_the_rate_in_use() {
+    async fn a_new_target_is_approached_from_a_thousand_doubling_each_second() {
         let governor = Governor::default();
+        assert_eq!(governor.rate(), Some(SLOW_START_RATE));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(governor.rate(), Some(2_000.0));
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(governor.rate(), None);
+        // Unlimited until refused, then cut from the rate in use.
         for _ in 0..10 {
             governor.take(1_000).await;
         }
-        assert_eq!(governor.rate(), None);
         governor.throttled();
         assert_eq!(governor.rate(), Some(7_000.0));
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_refusal_cuts_from_what_is_used_but_not_below_half_the_limit() {
+        let governor = Governor::default();
+        tokio::time::advance(Duration::from_secs(7)).await;
+        governor.take(10_000).await;
+        governor.throttled();
+        assert_eq!(governor.rate(), Some(7_000.0));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        // Little used lately: cut from half the limit.
+        let limit = governor.rate().unwrap();
+        governor.throttled();
+        let cut = governor.rate().unwrap();
+        assert!((cut - limit / 2.0 * CUT).abs() < 1.0, "{cut} from {limit}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rate_cut_low_climbs_back_at_a_least_pace() {
+        let governor = Governor::default();
+        for _ in 0..12 {
+            governor.throttled();
+            tokio::time::advance(HOLD_AFTER_CUT).await;
+        }
+        let low = governor.rate().unwrap();
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let later = governor.rate().unwrap();
+        assert!(
+            later - low >= 10.0 * LEAST_PROBE,
+            "{low} to {later} in 10 s"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_storm_of_refusals_cuts_once_then_the_rate_recovers_fast_and_probes_slowly() {
         let governor = Governor::default();
+        tokio::time::advance(Duration::from_secs(7)).await;
+        assert_eq!(governor.rate(), None);
         governor.take(10_000).await;
         governor.throttled();
         governor.throttled();
@@ -240,6 +312,7 @@ mod tests {
         // ...then 1% of it per second.
         tokio::time::advance(Duration::from_secs(9)).await;
         near(10_000.0);
+        governor.take(10_000).await;
         governor.throttled();
         near(7_000.0);
         tokio::time::advance(QUIET_BEFORE_UNLIMITED).await;
