@@ -212,7 +212,7 @@ impl Pacing {
                     break;
                 }
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         StepPace { pace, source }
     }
