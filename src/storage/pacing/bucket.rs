@@ -45,11 +45,14 @@ impl State {
 
     /// How long until `place` is earned, if it is not yet.
     fn wait_for(&self, place: f64) -> Option<Duration> {
+        // Sums of fractions drift: a thousandth of an entity is paid. (Without this, a remainder
+        // too small to wait for would make the taker spin.)
         let owed = place - self.earned;
-        if owed <= 0.0 {
+        if owed <= 1e-3 {
             return None;
         }
-        self.rate.map(|rate| Duration::from_secs_f64(owed / rate))
+        self.rate
+            .map(|rate| Duration::from_secs_f64(owed / rate).max(Duration::from_millis(1)))
     }
 }
 
@@ -177,6 +180,19 @@ mod tests {
         assert_eq!(bucket.backlog(), Duration::from_millis(200));
         bucket.take(300).await;
         assert_eq!(start.elapsed(), Duration::from_millis(500));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_remainder_too_small_to_wait_for_does_not_spin() {
+        // Rates and amounts whose sums do not come out even in binary.
+        let bucket = TokenBucket::new(Some(333.333_333_3));
+        for n in [1u64, 7, 13, 1000, 3] {
+            for _ in 0..50 {
+                bucket.take(n).await;
+            }
+            bucket.set_rate(Some(0.1 + n as f64 / 3.0));
+        }
+        assert!(bucket.backlog() < Duration::from_secs(1));
     }
 
     #[tokio::test(start_paused = true)]

@@ -42,11 +42,15 @@ const SLOW_START_RATE: f64 = 1_000.0;
 /// Slow start ends here: the limit is lifted.
 const SLOW_START_END: f64 = 64_000.0;
 /// The least a rate climbs per second while recovering, and while probing (entities per
-/// second, per second): a rate cut to little must not take minutes to come back.
-const LEAST_RECOVERY: f64 = 100.0;
-const LEAST_PROBE: f64 = 20.0;
-/// The rate never falls below this (entities per second): a page of 100 rows every two seconds.
-pub const MIN_RATE: f64 = 50.0;
+/// second, per second), so that a rate cut very low still comes back. Small, because every
+/// process pressing on the target climbs at once: a hundred climbing 20 a second each would add
+/// a queue's whole 2,000 a second every second.
+const LEAST_RECOVERY: f64 = 5.0;
+const LEAST_PROBE: f64 = 1.0;
+/// The rate never falls below this (entities per second). Low, because the target's rate is
+/// shared by every process pressing on it: a hundred instances enqueueing into one queue of
+/// 2,000 messages a second get 20 each, and a floor above that would keep them over it.
+pub const MIN_RATE: f64 = 5.0;
 
 /// The shared rate of one storage target in this process.
 #[derive(Debug)]
