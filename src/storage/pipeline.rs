@@ -91,6 +91,11 @@ pub(crate) struct Request {
     pub body: Vec<u8>,
     /// Whether repeating the request after it may have been applied is harmless.
     pub idempotent: bool,
+    /// Entities the request touches, as the service counts them (a query's page size, a
+    /// transaction's operations); 0 for bookkeeping that is not paced. A retry after a "too
+    /// busy" answer waits for this much of its target's back-off (see [`super::pacing`]), so
+    /// that retries do not press on a busy account at full speed.
+    pub entities: u64,
 }
 
 impl Request {
@@ -106,7 +111,14 @@ impl Request {
             content_type: None,
             body: Vec::new(),
             idempotent,
+            entities: 0,
         }
+    }
+
+    /// Sets the entities the request touches (see [`Request::entities`]).
+    pub fn entities(mut self, entities: u64) -> Self {
+        self.entities = entities;
+        self
     }
 
     pub fn query(mut self, name: &'static str, value: impl Into<String>) -> Self {
@@ -251,6 +263,11 @@ impl Pipeline {
                 "retrying storage request"
             );
             tokio::time::sleep(delay).await;
+            if request.entities > 0 && matches!(outcome, AttemptOutcome::Status(503 | 500)) {
+                super::pacing::governor(&self.pacing_target(&request.path))
+                    .take(request.entities)
+                    .await;
+            }
         }
     }
 

@@ -171,7 +171,9 @@ impl TableClient {
                     "the page size must be 1 to {MAX_PAGE_SIZE}, not {top}"
                 ));
             }
-            request = request.query("$top", top.to_string());
+            request = request
+                .query("$top", top.to_string())
+                .entities(u64::from(top));
         }
         if let Some(c) = continuation {
             request = request.query("NextPartitionKey", c.next_partition_key.clone());
@@ -318,7 +320,8 @@ impl TableClient {
             .map_err(|why| StorageError::invalid_request(OP, resource.clone(), why))?;
         let request = table_request(OP, resource.clone(), Method::POST, "$batch".into())
             .body(encoded.content_type, encoded.body)
-            .idempotent(encoded.idempotent);
+            .idempotent(encoded.idempotent)
+            .entities(operations.len() as u64);
         let response = self.pipeline.send(request).await?;
         let text = String::from_utf8_lossy(&response.body);
         let parts = batch::parse_response(&text);

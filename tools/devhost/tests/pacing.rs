@@ -128,6 +128,15 @@ fn print_windows(what: &str, samples: &[Sample]) {
         .map(|(chunk, next)| format!("{}", next.entities - chunk[0].entities))
         .collect();
     println!("{what}: entities in each second: {}", seconds.join(" "));
+    let refused: Vec<String> = samples
+        .chunks(4)
+        .zip(samples.iter().skip(4).step_by(4))
+        .map(|(chunk, next)| format!("{}", next.refused - chunk[0].refused))
+        .collect();
+    println!(
+        "{what}: requests refused in each second: {}",
+        refused.join(" ")
+    );
 }
 
 async fn capped(action: Value, entities: u64) {
