@@ -1119,116 +1119,118 @@ async fn a_redelivered_root_of_a_finished_scan_sends_nothing() {
     assert_eq!(after["progress"], status["progress"], "nothing changed");
 }
 
-/// `rowsPerMessage`: each message is a JSON array of at most that many rows, every row is in
-/// exactly one message, and the counts are of rows, not messages.
-#[tokio::test]
-async fn rows_per_message_groups_rows_into_arrays_each_row_once() {
-    let source = fresh_table("grouped").await;
-    let rows: Vec<Entity> = (0..95)
-        .map(|i| Entity::new(format!("p{}", i % 3), format!("r{i:02}")).with("n", Edm::Int64(i)))
-        .collect();
-    common::load(&source, &rows).await;
-    let queue = unique_name("grouped-");
+/// Runs an enqueue scan of `rows` (pages of 10, two queries a step) to the end and checks its
+/// counts; its final status.
+async fn enqueued(name: &str, rows: &[Entity], action: Value) -> Value {
+    let source = fresh_table(name).await;
+    common::load(&source, rows).await;
     let mut host = TestHost::start(&[("TABLESCAN_STEP_MAX_QUERIES", "2")]).await;
     let (start, id) = host
-        .start_scan(&json!({"table": source.name(), "pageSize": 10,
-            "action": {"type": "enqueue", "queue": queue, "encoding": "none", "rowsPerMessage": 8}}))
+        .start_scan(&json!({"table": source.name(), "pageSize": 10, "action": action}))
         .await;
     host.enqueue_outputs(&start);
     host.drain().await;
     let (_, done) = host.status(&id).await;
     assert_eq!(done["state"], "succeeded", "{done}");
-    assert_eq!(done["progress"]["rowsActed"], 95, "{done}");
-    assert_eq!(done["spec"]["action"]["rowsPerMessage"], 8, "{done}");
+    assert_eq!(done["progress"]["rowsActed"], rows.len(), "{done}");
+    done
+}
 
-    let target = queues().queue(&queue).unwrap();
-    let mut seen = Vec::new();
-    let mut messages = 0;
+/// Every message left on `queue` (unencoded JSON arrays of rows), as the keys of each array.
+async fn arrays_on(queue: &str) -> Vec<Vec<(String, String)>> {
+    let target = queues().queue(queue).unwrap();
+    let mut arrays = Vec::new();
     loop {
         let batch = target.receive(32, Duration::from_secs(60)).await.unwrap();
         if batch.is_empty() {
-            break;
+            return arrays;
         }
         for message in batch {
             let text =
                 String::from_utf8(MessageEncoding::Text.decode(&message.text).unwrap()).unwrap();
             let array: Vec<Value> = serde_json::from_str(&text).unwrap();
-            assert!((1..=8).contains(&array.len()), "{text}");
-            messages += 1;
-            for row in array {
-                seen.push((
-                    row["PartitionKey"].as_str().unwrap().to_string(),
-                    row["RowKey"].as_str().unwrap().to_string(),
-                ));
-            }
+            arrays.push(
+                array
+                    .iter()
+                    .map(|row| {
+                        (
+                            row["PartitionKey"].as_str().unwrap().to_string(),
+                            row["RowKey"].as_str().unwrap().to_string(),
+                        )
+                    })
+                    .collect(),
+            );
         }
     }
-    seen.sort();
-    let mut expected: Vec<(String, String)> = rows
+}
+
+/// The keys of `rows`, sorted.
+fn sorted_keys(rows: &[Entity]) -> Vec<(String, String)> {
+    let mut keys: Vec<(String, String)> = rows
         .iter()
         .map(|r| (r.partition_key.clone(), r.row_key.clone()))
         .collect();
-    expected.sort();
-    assert_eq!(seen, expected, "every row in exactly one message");
-    assert!((12..95).contains(&messages), "{messages} messages");
+    keys.sort();
+    keys
+}
+
+/// `rowsPerMessage`: each message is a JSON array of at most that many rows, every row is in
+/// exactly one message, and the counts are of rows, not messages.
+#[tokio::test]
+async fn rows_per_message_groups_rows_into_arrays_each_row_once() {
+    let rows: Vec<Entity> = (0..95)
+        .map(|i| Entity::new(format!("p{}", i % 3), format!("r{i:02}")).with("n", Edm::Int64(i)))
+        .collect();
+    let queue = unique_name("grouped-");
+    let done = enqueued(
+        "grouped",
+        &rows,
+        json!({"type": "enqueue", "queue": queue, "encoding": "none", "rowsPerMessage": 8}),
+    )
+    .await;
+    assert_eq!(done["spec"]["action"]["rowsPerMessage"], 8, "{done}");
+    let arrays = arrays_on(&queue).await;
+    assert!(arrays.iter().all(|a| (1..=8).contains(&a.len())));
+    assert!(
+        (12..95).contains(&arrays.len()),
+        "{} messages",
+        arrays.len()
+    );
+    let mut seen: Vec<_> = arrays.into_iter().flatten().collect();
+    seen.sort();
+    assert_eq!(seen, sorted_keys(&rows), "every row in exactly one message");
 }
 
 /// `queues`: rows spread over several queues by PartitionKey, each row in exactly one message,
 /// a partition's rows all in one queue, and every queue used.
 #[tokio::test]
 async fn an_enqueue_spreads_rows_over_several_queues_by_partition() {
-    let source = fresh_table("spread").await;
     let rows: Vec<Entity> = (0..120)
         .map(|i| Entity::new(format!("p{:02}", i % 24), format!("r{i:03}")))
         .collect();
-    common::load(&source, &rows).await;
     let names: Vec<String> = (0..3).map(|_| unique_name("spread-")).collect();
-    let mut host = TestHost::start(&[("TABLESCAN_STEP_MAX_QUERIES", "2")]).await;
-    let (start, id) = host
-        .start_scan(&json!({"table": source.name(), "pageSize": 10,
-            "action": {"type": "enqueue", "queues": names, "encoding": "none", "rowsPerMessage": 4}}))
-        .await;
-    host.enqueue_outputs(&start);
-    host.drain().await;
-    let (_, done) = host.status(&id).await;
-    assert_eq!(done["state"], "succeeded", "{done}");
-    assert_eq!(done["progress"]["rowsActed"], 120, "{done}");
+    let done = enqueued(
+        "spread",
+        &rows,
+        json!({"type": "enqueue", "queues": names, "encoding": "none", "rowsPerMessage": 4}),
+    )
+    .await;
     assert_eq!(done["spec"]["action"]["queues"], json!(names), "{done}");
-
     let mut seen = Vec::new();
     let mut queue_of_partition = std::collections::HashMap::new();
     for (index, name) in names.iter().enumerate() {
-        let target = queues().queue(name).unwrap();
-        let mut in_this = 0;
-        loop {
-            let batch = target.receive(32, Duration::from_secs(60)).await.unwrap();
-            if batch.is_empty() {
-                break;
-            }
-            for message in batch {
-                let text = String::from_utf8(MessageEncoding::Text.decode(&message.text).unwrap())
-                    .unwrap();
-                let array: Vec<Value> = serde_json::from_str(&text).unwrap();
-                assert!((1..=4).contains(&array.len()), "{text}");
-                for row in array {
-                    let partition = row["PartitionKey"].as_str().unwrap().to_string();
-                    let earlier = queue_of_partition.insert(partition.clone(), index);
-                    assert!(
-                        earlier.is_none_or(|q| q == index),
-                        "{partition} in two queues"
-                    );
-                    seen.push((partition, row["RowKey"].as_str().unwrap().to_string()));
-                    in_this += 1;
-                }
-            }
+        let arrays = arrays_on(name).await;
+        assert!(!arrays.is_empty(), "queue {name} got no row");
+        assert!(arrays.iter().all(|a| (1..=4).contains(&a.len())));
+        for (partition, row) in arrays.into_iter().flatten() {
+            let earlier = queue_of_partition.insert(partition.clone(), index);
+            assert!(
+                earlier.is_none_or(|q| q == index),
+                "{partition} in two queues"
+            );
+            seen.push((partition, row));
         }
-        assert!(in_this > 0, "queue {name} got no row");
     }
     seen.sort();
-    let mut expected: Vec<(String, String)> = rows
-        .iter()
-        .map(|r| (r.partition_key.clone(), r.row_key.clone()))
-        .collect();
-    expected.sort();
-    assert_eq!(seen, expected, "every row in exactly one message");
+    assert_eq!(seen, sorted_keys(&rows), "every row in exactly one message");
 }
