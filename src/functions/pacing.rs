@@ -216,12 +216,6 @@ impl Pacing {
         }
         StepPace { pace, source }
     }
-
-    /// How many scans this process paces now.
-    #[cfg(test)]
-    pub async fn scans(&self) -> usize {
-        self.scans.lock().await.len()
-    }
 }
 
 impl ScanPace {

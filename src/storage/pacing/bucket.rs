@@ -105,7 +105,8 @@ impl TokenBucket {
     }
 
     /// How long the entities reserved so far take to earn.
-    pub fn backlog(&self) -> Duration {
+    #[cfg(test)]
+    fn backlog(&self) -> Duration {
         let mut state = self.lock();
         state.settle(Instant::now());
         let place = state.reserved;
