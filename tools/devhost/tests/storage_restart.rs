@@ -27,7 +27,11 @@ struct Emulator {
 
 impl Emulator {
     fn start() -> Emulator {
-        let location = std::env::temp_dir().join(format!("azurite-restart-{}", std::process::id()));
+        // One folder per emulator: tests of one process (under `cargo test`) run side by side.
+        static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let location =
+            std::env::temp_dir().join(format!("azurite-restart-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&location).unwrap();
         let mut emulator = Emulator {
             child: None,
@@ -136,6 +140,9 @@ async fn copy_across_a_storage_restart(kill: bool) {
     let id = host
         .start_scan(json!({
             "table": "restartsource", "pageSize": 10,
+            // 960 rows read and 960 written at 100 entities/s take about 19 s, so the kill
+            // below (some 7 s in) lands mid-copy however fast the machine is.
+            "maxRowsPerSecond": 100,
             "action": {"type": "copy", "table": "restarttarget"}
         }))
         .await;
