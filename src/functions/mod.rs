@@ -8,6 +8,7 @@ pub mod pacing;
 pub mod plan;
 pub mod protocol;
 pub mod redrive;
+pub mod shares;
 pub mod step;
 
 pub use app::{router, AppState, Settings};

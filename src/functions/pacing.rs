@@ -3,17 +3,19 @@
 //!
 //! Each process keeps, per scan it runs steps of, a token bucket ([`TokenBucket`]) that every
 //! read and write of those steps pays into before it is sent: rows asked for (a short page gives
-//! the rest back) and rows written. The bucket's rate is the process's share of the cap: the cap
-//! divided by the processes that have work for the scan, which each process learns from the
-//! scan's presence rows in the ledger (`job::presence`), renewing its own once a [`REFRESH`] and
-//! reading all of them once a [`read_period`]: a second while few processes run the scan, longer
-//! as more do, so that the reads cost at most five entities per second per process, whatever
-//! the scan's size and however many instances run it.
+//! the rest back) and rows written. The bucket's rate is the process's share of the cap, worked
+//! out by `functions::shares` from what every process running the scan wants: the whole cap
+//! while its steps are held back by their share, else what it used lately with room to grow.
+//! Each process learns the others' wants from the scan's presence rows in the ledger
+//! (`job::presence`), renewing its own once a [`REFRESH`] and reading all of them once a
+//! [`read_period`]: 400 ms while one or two processes run the scan, longer as more do, so that the
+//! reads cost at most five entities per second per process, whatever the scan's size and
+//! however many instances run it.
 //!
 //! Why the shares never add up to more than the cap, though every process's view is up to a read
-//! period old: a process lowers its share as soon as it sees another process join, and a process
-//! that joins takes nothing until 1.6 read periods after its row was first written, by which
-//! time every other process has read it (and a view older than three periods stops the process).
+//! period old: a process lowers its want at once, and raises it (joining is raising it from
+//! nothing) only at a time 1.6 read periods after it wrote the raise, by which time every other
+//! process has read it and made room (and a view older than three periods stops the process).
 //! Leaving is safe at any time (the others only gain later).
 //!
 //! The other designs considered (docs/scan.md): a share carried by each work item and divided
@@ -37,21 +39,25 @@ use std::time::Duration;
 use time::OffsetDateTime;
 use tokio::time::Instant;
 
+use super::shares::{allocation, Wants, CLOCK_MARGIN_MS};
 use crate::job::presence::Presence;
 use crate::job::rows::millis;
 use crate::job::Ledger;
 use crate::storage::pacing::{Governor, TokenBucket};
 
-/// How often a process renews its presence row, and reads the others' while few run the scan.
+/// How often a process renews its presence row.
 pub const REFRESH: Duration = Duration::from_secs(1);
 /// Per process running the scan, how much longer between two reads of the presence rows: a read
 /// costs one entity per process, so with `n` processes each reads every `n` × 200 ms at the
 /// least, and the reads of all of them cost at most 5 entities per second per process (600 per
 /// second for 100 processes with their writes, 3% of an account's target).
 const READ_SPACING_PER_PROCESS: Duration = Duration::from_millis(200);
-/// How long after its row was first written a process starts using its share, in read periods
+/// The shortest time between two reads of the presence rows: a process joining waits 1.6 of
+/// them (under a second while few processes run the scan), and the work it was sent waits too.
+const MIN_READ_PERIOD: Duration = Duration::from_millis(400);
+/// How long after it wrote a larger want (or joined) a process starts using it, in read periods
 /// of the others: they have all read it by then.
-const JOIN_WAIT_PERIODS: f64 = 1.6;
+const RAISE_WAIT_PERIODS: f64 = 1.6;
 /// A view of the other processes older than this many read periods stops the process's use of
 /// its share.
 const STALE_VIEW_PERIODS: f64 = 3.0;
@@ -60,9 +66,6 @@ const ROW_LIFETIME: Duration = Duration::from_secs(5);
 /// How long a process stays present after its last step of a scan ended: the next message may
 /// be a moment away, and joining again costs the joiner (only) a wait.
 const GRACE: Duration = Duration::from_millis(500);
-/// How far apart the processes' clocks may be. A newcomer's row names the time it starts using
-/// its share; it starts this much after it, and the others make room this much before it.
-const CLOCK_MARGIN_MS: u64 = 100;
 /// How often a process looks whether a newcomer's start time has come.
 const TICK: Duration = Duration::from_millis(100);
 
@@ -78,12 +81,19 @@ fn wall_ms() -> u64 {
 fn wall_ms() -> u64 {
     static ANCHOR: std::sync::OnceLock<(Instant, u64)> = std::sync::OnceLock::new();
     let (at, wall) = *ANCHOR.get_or_init(|| (Instant::now(), millis(OffsetDateTime::now_utc())));
-    wall + Instant::now().saturating_duration_since(at).as_millis() as u64
+    // Tests run side by side, each on a paused clock of its own: one may be behind the clock
+    // that set the anchor, and its time must move all the same.
+    let now = Instant::now();
+    if now >= at {
+        wall + (now - at).as_millis() as u64
+    } else {
+        wall - (at - now).as_millis() as u64
+    }
 }
 
 /// How often a process reads the presence rows when `members` processes run the scan.
 pub fn read_period(members: usize) -> Duration {
-    REFRESH.max(READ_SPACING_PER_PROCESS * members.min(10_000) as u32)
+    MIN_READ_PERIOD.max(READ_SPACING_PER_PROCESS * members.min(10_000) as u32)
 }
 /// After this long without writing its row or reading the others' (the ledger unreachable), a
 /// process runs on a fallback share rather than stopping: [`FALLBACK_SHARE`] of the cap. Shorter
@@ -142,12 +152,11 @@ pub struct ScanPace {
 struct PaceState {
     running: usize,
     waiting: usize,
-    /// When this process starts using its share (epoch ms, written in its presence row), if
-    /// it has announced itself.
-    from_ms: Option<u64>,
-    /// The other processes as last read: when each starts (or started) using its share, and
-    /// until when its row counts.
-    others: Vec<(u64, u64)>,
+    /// What this process wants of the cap, as written in its presence row, once it has
+    /// announced itself.
+    wants: Option<Wants>,
+    /// The other processes' presence rows as last read.
+    others: Vec<Presence>,
     /// When the other processes were last read.
     view_at: Option<Instant>,
     /// How many processes share the cap now (this one too), from the last view.
@@ -157,6 +166,13 @@ struct PaceState {
     /// Set while the process cannot write its row or read the others' (for
     /// [`FALLBACK_AFTER`]): it runs on [`FALLBACK_SHARE`] of the cap.
     fallback: bool,
+}
+
+/// A place reserved in a scan's share ahead of a read ([`StepPace::reserve_read`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Reservation {
+    place: f64,
+    entities: u64,
 }
 
 /// A step's place in its scan's pacing: released when dropped.
@@ -269,11 +285,8 @@ impl ScanPace {
         }
         let state = self.lock();
         let period = read_period(state.members);
-        let now_ms = wall_ms();
         state.fallback
-            || state
-                .from_ms
-                .is_some_and(|from| now_ms >= from + CLOCK_MARGIN_MS)
+            || state.wants.is_some_and(|w| w.in_use(wall_ms()) > 0.0)
                 && state
                     .view_at
                     .is_some_and(|at| at.elapsed() < period.mul_f64(STALE_VIEW_PERIODS))
@@ -294,9 +307,46 @@ impl StepPace {
     }
 
     /// Waits until `entities` may be read from the source.
+    ///
+    /// The scan's share is paid last: what the back-off held up is then let through at the
+    /// share's rate, never faster. (Paid first, takers held up behind a slow back-off would
+    /// go all at once when it lifts, over the cap.)
     pub async fn before_read(&self, entities: u64) {
-        self.take_share(entities).await;
+        self.before_reserved_read(entities, None).await;
+    }
+
+    /// As [`before_read`](Self::before_read), with part of the share reserved ahead
+    /// ([`reserve_read`](Self::reserve_read)): more is paid for, or the rest given back.
+    pub async fn before_reserved_read(&self, entities: u64, reserved: Option<Reservation>) {
+        self.wait_to_use_share().await;
         self.source.take(entities).await;
+        match reserved {
+            Some(reserved) => {
+                self.pace.share.wait(reserved.place).await;
+                if entities > reserved.entities {
+                    self.take_share(entities - reserved.entities).await;
+                } else {
+                    self.give_back_share(reserved.entities - entities);
+                }
+            }
+            None => self.take_share(entities).await,
+        }
+    }
+
+    /// Reserves a place for reading `entities` in the share's line without waiting: a step
+    /// reserves its next page while this one is on its way, so that the wait for the share
+    /// and the request's time overlap. Unused, it must be [`release`](Self::release)d.
+    pub fn reserve_read(&self, entities: u64) -> Reservation {
+        self.pace.moved.fetch_add(entities, Ordering::Relaxed);
+        Reservation {
+            place: self.pace.share.reserve(entities as f64),
+            entities,
+        }
+    }
+
+    /// Gives a reservation back unused.
+    pub fn release(&self, reserved: Reservation) {
+        self.give_back_share(reserved.entities);
     }
 
     /// Returns entities paid for and not read (a short page, a failed request).
@@ -305,16 +355,21 @@ impl StepPace {
         self.source.give_back(unused);
     }
 
-    /// Waits until `entities` may be written through `target`'s back-off.
+    /// Waits until `entities` may be written through `target`'s back-off (the share paid
+    /// last, as for reads).
     pub async fn before_write(&self, entities: u64, target: &Governor) {
-        self.take_share(entities).await;
+        self.wait_to_use_share().await;
         target.take(entities).await;
+        self.take_share(entities).await;
     }
 
-    async fn take_share(&self, entities: u64) {
+    async fn wait_to_use_share(&self) {
         while !self.pace.may_use_share() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    async fn take_share(&self, entities: u64) {
         self.pace.moved.fetch_add(entities, Ordering::Relaxed);
         self.pace.share.take(entities).await;
     }
@@ -366,14 +421,13 @@ impl Refresher {
             // A capped scan's newcomer reads first: its start time must leave the others, who
             // read once a period, time to see it.
             let capped = pace.cap.is_some();
-            let joining = capped && pace.lock().from_ms.is_none();
+            let joining = capped && pace.lock().wants.is_none();
             if capped && (now >= next_read || joining) {
                 match self.ledger.presence(&pace.scan).await {
                     Ok(rows) => {
-                        let others: Vec<(u64, u64)> = rows
-                            .iter()
-                            .filter(|p| p.process != self.process && p.active)
-                            .map(|p| (p.from_ms, p.until_ms))
+                        let others: Vec<Presence> = rows
+                            .into_iter()
+                            .filter(|p| p.process != self.process)
                             .collect();
                         let mut state = pace.lock();
                         state.others = others;
@@ -388,22 +442,6 @@ impl Refresher {
             }
             if now >= next_write || joining {
                 let wall = wall_ms();
-                let from_ms = {
-                    let mut state = pace.lock();
-                    let others = state
-                        .others
-                        .iter()
-                        .filter(|(_, until)| *until > wall)
-                        .count();
-                    let alone_at_the_root = pace.root && others == 0;
-                    *state.from_ms.get_or_insert_with(|| {
-                        if alone_at_the_root {
-                            return wall.saturating_sub(CLOCK_MARGIN_MS);
-                        }
-                        let wait = read_period(others + 1).mul_f64(JOIN_WAIT_PERIODS);
-                        wall + wait.as_millis() as u64 + CLOCK_MARGIN_MS
-                    })
-                };
                 let moved = pace.moved.load(Ordering::Relaxed);
                 let elapsed = now.saturating_duration_since(last.0).as_secs_f64();
                 let rate = if elapsed > 0.0 {
@@ -412,15 +450,20 @@ impl Refresher {
                     0.0
                 };
                 last = (now, moved);
+                let wants = self.renewed_wants(wall, rate);
                 let presence = Presence {
                     process: self.process.clone(),
                     until_ms: wall + ROW_LIFETIME.as_millis() as u64,
-                    from_ms,
-                    active: true,
+                    want: wants.want,
+                    next_want: wants.next,
+                    from_ms: wants.from_ms,
                     rate,
                 };
                 match self.ledger.announce(&pace.scan, &presence).await {
-                    Ok(()) => next_write = now + REFRESH,
+                    Ok(()) => {
+                        next_write = now + REFRESH;
+                        self.written(wants, wall);
+                    }
                     Err(e) => {
                         failed = true;
                         tracing::warn!(scan = %pace.scan, "could not renew this process's presence: {e}")
@@ -433,7 +476,7 @@ impl Refresher {
                 if state.fallback {
                     // Back from the fallback share: join afresh.
                     state.fallback = false;
-                    state.from_ms = None;
+                    state.wants = None;
                 }
             } else if last_success.elapsed() >= FALLBACK_AFTER {
                 pace.lock().fallback = true;
@@ -443,9 +486,57 @@ impl Refresher {
         }
     }
 
-    /// Sets this process's share from the last view: the cap divided by the processes whose
-    /// start time has come (within the clock margin) and whose rows still count; on the
-    /// fallback, a fixed small share.
+    /// What this process wants of the cap from now on, as its next row will say: on its first
+    /// row, the whole cap at once if it runs the scan's first step alone, else the whole cap
+    /// from a time every other process will have read the row by; later, renewed from what it
+    /// used (`used`, entities per second) and whether its steps are held back.
+    fn renewed_wants(&self, wall: u64, used: f64) -> Wants {
+        let pace = &self.pace;
+        // An uncapped scan's rows only report its rate.
+        let cap = pace.cap.unwrap_or(f64::INFINITY);
+        let state = pace.lock();
+        let others = state.others.iter().filter(|p| p.until_ms > wall).count();
+        let raise_at = |members: usize| {
+            // Reads come a tick late at worst.
+            let wait = read_period(members).mul_f64(RAISE_WAIT_PERIODS) + TICK;
+            wall + wait.as_millis() as u64 + CLOCK_MARGIN_MS
+        };
+        match state.wants {
+            None if pace.root && others == 0 => Wants::alone(cap, wall),
+            // What its steps waiting now may use, at first.
+            None => Wants::joining(
+                cap,
+                STEP_RATE * state.waiting.max(1) as f64,
+                raise_at(others + 1),
+            ),
+            Some(wants) => {
+                let part = pace.share.rate().unwrap_or(f64::INFINITY);
+                let held_back = state.waiting > 0;
+                wants.renewed(cap, used, part, held_back, wall, raise_at(state.members))
+            }
+        }
+    }
+
+    /// Takes `wants`, written at `wall` (epoch ms), as this process's own, unless the write
+    /// took so long that a raise in it may not be read by every other process before it takes
+    /// effect: then the old wants stay, and the next row announces the raise afresh.
+    fn written(&self, wants: Wants, wall: u64) {
+        let mut state = self.pace.lock();
+        let raises = state
+            .wants
+            .is_none_or(|old| wants.next > old.in_use(wall) || wants.from_ms > old.from_ms);
+        let took = wall_ms().saturating_sub(wall);
+        let slack = read_period(state.members).as_millis() as u64 / 2;
+        if raises && took > slack {
+            tracing::debug!(scan = %self.pace.scan, took, "a raise of this process's want was written too late to count");
+            return;
+        }
+        state.wants = Some(wants);
+    }
+
+    /// Sets this process's share from the last view: its part of the cap given what it wants
+    /// and what the other processes whose rows still count want (a raise counted from a little
+    /// before its time, see [`Wants::counted`]); on the fallback, a fixed small share.
     fn share_out(&self) {
         let pace = &self.pace;
         let Some(cap) = pace.cap else {
@@ -457,11 +548,20 @@ impl Refresher {
             pace.share.set_rate(Some(cap * FALLBACK_SHARE));
             return;
         }
-        let members = 1 + state
+        let others: Vec<f64> = state
             .others
             .iter()
-            .filter(|(from, until)| *from <= now_ms + CLOCK_MARGIN_MS && *until > now_ms)
-            .count();
+            .filter(|p| p.until_ms > now_ms)
+            .map(|p| Wants::counted_of(p, now_ms))
+            .filter(|want| *want > 0.0)
+            .collect();
+        // While joining, the part it will have (it uses none before its time).
+        let mine = match state.wants {
+            Some(wants) if wants.in_use(now_ms) > 0.0 => wants.in_use(now_ms),
+            Some(wants) => wants.next,
+            None => cap,
+        };
+        let members = 1 + others.len();
         if members != state.members && state.view_at.is_some() {
             tracing::info!(
                 scan = %pace.scan,
@@ -471,7 +571,7 @@ impl Refresher {
             );
         }
         state.members = members;
-        pace.share.set_rate(Some(cap / members as f64));
+        pace.share.set_rate(Some(allocation(cap, mine, &others)));
     }
 
     /// Withdraws this process from the scan if it has had no step of it for [`GRACE`]; whether
@@ -510,12 +610,12 @@ mod tests {
     /// Entities let through, with when.
     type Log = Arc<Mutex<Vec<(Instant, u64)>>>;
 
-    /// One process's steps of the scan: `steps` at once, each reading pages as the pace allows
-    /// until `end`.
+    /// One process's steps of the scan: `steps` at once, each reading pages of up to `top` rows
+    /// as the pace allows, `pause` apart, until `end`.
     async fn run_process(
         pacing: Arc<Pacing>,
         ledger: Ledger,
-        steps: usize,
+        (steps, top, pause): (usize, u16, Duration),
         end: Instant,
         log: Log,
     ) {
@@ -531,10 +631,10 @@ mod tests {
                             .await;
                         // A step of ten pages.
                         for _ in 0..10 {
-                            let top = step.page_size(1000);
+                            let top = step.page_size(top);
                             step.before_read(u64::from(top)).await;
                             log.lock().unwrap().push((Instant::now(), u64::from(top)));
-                            tokio::time::sleep(Duration::from_millis(30)).await;
+                            tokio::time::sleep(pause).await;
                         }
                     }
                 })
@@ -547,7 +647,7 @@ mod tests {
 
     #[test]
     fn reads_space_out_as_processes_join_so_their_cost_stays_bounded() {
-        assert_eq!(read_period(1), REFRESH);
+        assert_eq!(read_period(1), MIN_READ_PERIOD);
         assert_eq!(read_period(5), REFRESH);
         assert_eq!(read_period(100), Duration::from_secs(20));
         // Entities read per second by all processes together: n rows, n readers, per period.
@@ -603,12 +703,9 @@ mod tests {
             .step(&ledger, "scan5", Some(1_000), source, false)
             .await;
         child.before_read(100).await;
-        // 1.6 read periods of one second, and the clock margin.
-        assert!(
-            start.elapsed() >= Duration::from_millis(1_700),
-            "{:?}",
-            start.elapsed()
-        );
+        // 1.6 read periods of two processes, a tick, and the clock margin.
+        let wait = read_period(2).mul_f64(RAISE_WAIT_PERIODS) + TICK + Duration::from_millis(100);
+        assert!(start.elapsed() >= wait, "{:?}", start.elapsed());
     }
 
     #[tokio::test(start_paused = true)]
@@ -654,7 +751,8 @@ mod tests {
             let (ledger, log) = (ledger.clone(), log.clone());
             processes.push(tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_secs(join)).await;
-                run_process(Arc::new(Pacing::default()), ledger, 8, end, log).await;
+                let busy = (8, 1000, Duration::from_millis(30));
+                run_process(Arc::new(Pacing::default()), ledger, busy, end, log).await;
             }));
         }
         for process in processes {
@@ -686,6 +784,52 @@ mod tests {
         assert!(
             steady >= 79_800,
             "{steady} entities in 28 s: under 95% of the cap"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_process_with_little_to_do_leaves_its_part_to_a_busy_one() {
+        let table = InMemoryTable::new("ledger");
+        table.create_if_missing().await.unwrap();
+        let ledger = Ledger::in_memory(table);
+        let log: Log = Arc::default();
+        let start = Instant::now();
+        let end = start + Duration::from_secs(30);
+        // One process reads all it can; the other a page of 100 rows a second.
+        let busy = (8, 1000, Duration::from_millis(30));
+        let light = (1, 100, Duration::from_secs(1));
+        let mut processes = Vec::new();
+        for load in [busy, light] {
+            let (ledger, log) = (ledger.clone(), log.clone());
+            processes.push(tokio::spawn(async move {
+                run_process(Arc::new(Pacing::default()), ledger, load, end, log).await;
+            }));
+        }
+        for process in processes {
+            process.await.unwrap();
+        }
+        let log = log.lock().unwrap().clone();
+        let in_window = |from: Duration, to: Duration| -> u64 {
+            log.iter()
+                .filter(|(at, _)| *at >= start + from && *at < start + to)
+                .map(|(_, n)| n)
+                .sum()
+        };
+        let mut from = Duration::ZERO;
+        let mut most = 0;
+        while from + Duration::from_secs(5) <= Duration::from_secs(30) {
+            most = most.max(in_window(from, from + Duration::from_secs(5)));
+            from += Duration::from_millis(100);
+        }
+        // Equal shares would hold the busy one to half the cap: 1,600/s of 3,000 in all.
+        let steady = in_window(Duration::from_secs(5), Duration::from_secs(30));
+        assert!(
+            most <= 15_525,
+            "{most} entities in a 5 s window: over 103.5% of the cap"
+        );
+        assert!(
+            steady >= 67_500,
+            "{steady} entities in 25 s: under 90% of the cap"
         );
     }
 }

@@ -7,7 +7,7 @@ use time::OffsetDateTime;
 
 use super::app::AppState;
 use super::names::{ITEM_BINDING, PARTITION_OUTPUT, RANGE_OUTPUT, STORAGE_CONNECTION};
-use super::pacing::StepPace;
+use super::pacing::{Reservation, StepPace};
 use super::plan::{action_for, scan_options};
 use super::protocol::{Failure, Invocation, Outcome};
 use crate::actions::{Action, ActionCounts};
@@ -399,18 +399,46 @@ struct ActionSink<'a> {
 struct PacedReader<'a> {
     table: &'a crate::storage::TableClient,
     pace: &'a StepPace,
+    /// The share reserved for the next page while this one is on its way (given back if the
+    /// step reads no more).
+    next: std::sync::Mutex<Option<Reservation>>,
+}
+
+impl PacedReader<'_> {
+    fn take_next(&self) -> Option<Reservation> {
+        self.next.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    fn release_next(&self) {
+        if let Some(reserved) = self.take_next() {
+            self.pace.release(reserved);
+        }
+    }
 }
 
 impl TableReader for PacedReader<'_> {
     async fn read_page(&self, request: &PageRequest<'_>) -> Result<Page, StorageError> {
         let top = self.pace.page_size(request.top);
-        self.pace.before_read(u64::from(top)).await;
+        let reserved = self.take_next();
+        self.pace
+            .before_reserved_read(u64::from(top), reserved)
+            .await;
+        // A step reads page after page: the next one's share is earned while this one is on
+        // its way, so a step alone is not held to a page per wait plus request.
+        let next = self.pace.reserve_read(u64::from(top));
+        *self.next.lock().unwrap_or_else(|e| e.into_inner()) = Some(next);
         let paced = PageRequest { top, ..*request };
         let page = self.table.read_page(&paced).await;
         // A refused or failed request took nothing from the account.
         let used = page.as_ref().map_or(0, |page| page.entities.len() as u64);
         self.pace.after_read(u64::from(top).saturating_sub(used));
         page
+    }
+}
+
+impl Drop for PacedReader<'_> {
+    fn drop(&mut self) {
+        self.release_next();
     }
 }
 
@@ -528,6 +556,7 @@ async fn run(
     let reader = PacedReader {
         table: &source,
         pace: &pace,
+        next: Default::default(),
     };
     let report = run_step(&reader, item, &options, &clock, &mut sink).await?;
     let counts = StepCounts {

@@ -24,13 +24,15 @@ pub struct Presence {
     pub process: String,
     /// Until when the row counts (epoch milliseconds): its writer renews it well before.
     pub until_ms: u64,
-    /// When the process starts (or started) using its share of the scan's cap (epoch
-    /// milliseconds): far enough ahead when it first writes its row for every other process
-    /// to have read it by then.
+    /// Entities per second of the scan's cap the process wants until `from_ms` (0 while it
+    /// joins: it takes no part yet).
+    pub want: f64,
+    /// What it wants from `from_ms` on. A larger want than before takes effect only at a time
+    /// far enough ahead, when it is written, for every other process to have read it by then;
+    /// a smaller one takes effect at once.
+    pub next_want: f64,
+    /// When `next_want` takes effect (epoch milliseconds).
     pub from_ms: u64,
-    /// Whether the process has steps of the scan to run (running or waiting); one without
-    /// takes no share of the cap.
-    pub active: bool,
     /// Entities per second the process moved for the scan lately.
     pub rate: f64,
 }
@@ -38,31 +40,61 @@ pub struct Presence {
 impl Presence {
     fn to_entity(&self, scan: &str) -> Entity {
         Entity::new(scan, pace_key(&self.process))
-            .with(
-                "until",
-                Value::Int64(self.until_ms.min(i64::MAX as u64) as i64),
-            )
-            .with("active", Value::Boolean(self.active))
+            .with("until", Value::Int64(clamp_ms(self.until_ms)))
+            .with("from", Value::Int64(clamp_ms(self.from_ms)))
+            .with("want", Value::Double(finite(self.want)))
+            .with("next", Value::Double(finite(self.next_want)))
             .with("rate", Value::Double(self.rate))
     }
 
     fn from_entity(e: &Entity) -> Option<Presence> {
         let process = e.row_key.strip_prefix(&pace_key(""))?.to_string();
+        // A row without wants claims as much as it can get: the safe reading.
+        let want = double(e, "want").unwrap_or(f64::INFINITY);
         Some(Presence {
             process,
             until_ms: number(e, "until"),
             from_ms: number(e, "from"),
-            active: matches!(e.properties.get("active"), Some(Value::Boolean(true))),
-            rate: match e.properties.get("rate") {
-                Some(Value::Double(r)) if r.is_finite() => r.max(0.0),
-                _ => 0.0,
-            },
+            want,
+            next_want: double(e, "next").unwrap_or(want),
+            rate: double(e, "rate").unwrap_or(0.0),
         })
+    }
+
+    /// What the process wants at `at_ms` (epoch milliseconds).
+    pub fn want_at(&self, at_ms: u64) -> f64 {
+        if at_ms >= self.from_ms {
+            self.next_want
+        } else {
+            self.want
+        }
     }
 
     /// Whether the row still counts at `now`.
     pub fn live(&self, now: OffsetDateTime) -> bool {
         self.until_ms > millis(now)
+    }
+}
+
+fn clamp_ms(ms: u64) -> i64 {
+    ms.min(i64::MAX as u64) as i64
+}
+
+/// Wants are stored finite (the service's JSON has no infinity): as much as it can get is
+/// written as the largest double, and read back as such, larger than any cap.
+fn finite(want: f64) -> f64 {
+    if want.is_finite() {
+        want.max(0.0)
+    } else {
+        f64::MAX
+    }
+}
+
+/// A non-negative double property, if present and sound.
+fn double(e: &Entity, name: &str) -> Option<f64> {
+    match e.properties.get(name) {
+        Some(Value::Double(x)) if !x.is_nan() => Some(x.max(0.0)),
+        _ => None,
     }
 }
 
@@ -93,7 +125,7 @@ impl Ledger {
             .presence(scan)
             .await?
             .into_iter()
-            .filter(|p| p.active && p.live(now))
+            .filter(|p| p.live(now))
             .collect();
         let rate: f64 = live.iter().map(|p| p.rate).sum();
         Ok(Pace {
@@ -128,12 +160,13 @@ mod tests {
         let ledger = Ledger::in_memory(table);
         let now = OffsetDateTime::now_utc();
         let until_ms = millis(now) + 4_000;
-        for (process, active) in [("a", true), ("b", false)] {
+        for (process, until_ms) in [("a", until_ms), ("b", until_ms - 8_000)] {
             let presence = Presence {
                 process: process.into(),
                 until_ms,
-                from_ms: 0,
-                active,
+                want: 0.0,
+                next_want: f64::INFINITY,
+                from_ms: 1_000,
                 rate: 1_234.5,
             };
             ledger.announce("scan1", &presence).await.unwrap();
@@ -141,9 +174,12 @@ mod tests {
         let rows = ledger.presence("scan1").await.unwrap();
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].process, "a");
-        assert!(rows[0].active && !rows[1].active);
         assert_eq!(rows[0].rate, 1_234.5);
-        assert!(rows[0].live(now));
+        // The time a larger want takes effect survives the round trip: the others must see it.
+        assert_eq!(rows[0].from_ms, 1_000);
+        assert_eq!(rows[0].want_at(999), 0.0);
+        assert!(rows[0].want_at(1_000) > 1e300);
+        assert!(rows[0].live(now) && !rows[1].live(now));
         assert!(!rows[0].live(now + time::Duration::seconds(5)));
         let pace = ledger.pace("scan1", Some(900), now).await.unwrap();
         assert_eq!(

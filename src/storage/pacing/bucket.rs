@@ -82,6 +82,13 @@ impl TokenBucket {
     /// Reserves `entities` and waits until they are earned, behind every earlier taker.
     pub async fn take(&self, entities: u64) {
         let place = self.reserve(entities as f64);
+        self.wait(place).await;
+    }
+
+    /// Waits until a place [`reserve`](Self::reserve)d earlier is earned. Reserving ahead of
+    /// the moment the entities are needed (the next page, while this one is on its way) lets
+    /// the wait run meanwhile, and nothing goes before it is earned all the same.
+    pub async fn wait(&self, place: f64) {
         loop {
             let wait = {
                 let mut state = self.lock();
@@ -113,8 +120,8 @@ impl TokenBucket {
         state.wait_for(place).unwrap_or(Duration::ZERO)
     }
 
-    /// Reserves `entities`; the place of this reservation.
-    fn reserve(&self, entities: f64) -> f64 {
+    /// Reserves `entities`; the place of this reservation, to [`wait`](Self::wait) for.
+    pub fn reserve(&self, entities: f64) -> f64 {
         let mut state = self.lock();
         state.settle(Instant::now());
         state.reserved += entities;

@@ -14,7 +14,8 @@
 //! measurements that need the machine to themselves; run them alone, with
 //! `TABLESCAN_PACING_TARGETS=1` for the averages:
 //! `TABLESCAN_PACING_TARGETS=1 cargo nextest run -p devhost --test pacing --run-ignored all
-//! --no-capture` (with `TABLESCAN_TEST_STORAGE` set, or through `scripts/test`).
+//! --no-capture` (with `TABLESCAN_TEST_STORAGE` set, or through `scripts/test`);
+//! `TABLESCAN_PACING_LOG=1` prints the host's log too.
 
 mod common;
 #[path = "../../../tests/common/fault_proxy.rs"]
@@ -158,6 +159,9 @@ async fn capped(action: Value, entities: u64) {
     }
     let (status, samples) = observe(&host, &proxy, request.clone()).await;
     let what = format!("{} capped at {CAP}", request["action"]["type"]);
+    if std::env::var_os("TABLESCAN_PACING_LOG").is_some() {
+        println!("{}", host.log());
+    }
     print_windows(&what, &samples);
     let windows = windows(&samples);
     let most = windows.iter().map(|w| w.1).fold(0.0, f64::max);
