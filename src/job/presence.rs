@@ -2,9 +2,9 @@
 //! partition (`pace:<process>`), written by that process alone about once a second while it
 //! runs steps of the scan, so that writers never contend.
 //!
-//! A scan's rate cap is shared out from these rows (see `functions::pacing`): each process
-//! reads them to learn how many others take a share. The status sums their rates for the
-//! scan's current speed. A process that stops or dies simply stops renewing its row, which
+//! A scan's rate cap is shared out from these rows (see `functions::pacing` and
+//! `functions::shares`): each process reads them to learn what the others want of the cap.
+//! The status sums their rates for the scan's current speed. A process that stops or dies simply stops renewing its row, which
 //! then no longer counts once its `until` has passed; the cost of a read is one query of one
 //! entity per process, whatever the scan's size.
 
