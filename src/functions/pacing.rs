@@ -171,7 +171,8 @@ struct PaceState {
 /// A place reserved in a scan's share ahead of a read ([`StepPace::reserve_read`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Reservation {
-    place: f64,
+    source_place: f64,
+    share_place: f64,
     entities: u64,
 }
 
@@ -294,7 +295,7 @@ impl ScanPace {
 }
 
 impl StepPace {
-    /// How many rows to ask for in the next page: a second's worth of the step's part of the
+    /// How many rows to ask for in the next page: half a second's worth of the step's part of the
     /// rate (at least 100 rows), at most `top`.
     pub fn page_size(&self, top: u16) -> u16 {
         let Some(rate) = self.pace.rate(&self.source) else {
@@ -319,34 +320,38 @@ impl StepPace {
     /// ([`reserve_read`](Self::reserve_read)): more is paid for, or the rest given back.
     pub async fn before_reserved_read(&self, entities: u64, reserved: Option<Reservation>) {
         self.wait_to_use_share().await;
-        self.source.take(entities).await;
-        match reserved {
-            Some(reserved) => {
-                self.pace.share.wait(reserved.place).await;
-                if entities > reserved.entities {
-                    self.take_share(entities - reserved.entities).await;
-                } else {
-                    self.give_back_share(reserved.entities - entities);
-                }
-            }
-            None => self.take_share(entities).await,
+        let Some(reserved) = reserved else {
+            self.source.take(entities).await;
+            self.take_share(entities).await;
+            return;
+        };
+        self.source.wait(reserved.source_place).await;
+        self.pace.share.wait(reserved.share_place).await;
+        if entities > reserved.entities {
+            let more = entities - reserved.entities;
+            self.source.take(more).await;
+            self.take_share(more).await;
+        } else {
+            self.after_read(reserved.entities - entities);
         }
     }
 
-    /// Reserves a place for reading `entities` in the share's line without waiting: a step
-    /// reserves its next page while this one is on its way, so that the wait for the share
-    /// and the request's time overlap. Unused, it must be [`release`](Self::release)d.
+    /// Reserves places for reading `entities` in the account's back-off and the scan's share
+    /// without waiting: a step reserves its next page while this one is on its way, so that
+    /// the waits and the request's time overlap. Unused, it must be
+    /// [`release`](Self::release)d.
     pub fn reserve_read(&self, entities: u64) -> Reservation {
         self.pace.moved.fetch_add(entities, Ordering::Relaxed);
         Reservation {
-            place: self.pace.share.reserve(entities as f64),
+            source_place: self.source.reserve(entities),
+            share_place: self.pace.share.reserve(entities as f64),
             entities,
         }
     }
 
     /// Gives a reservation back unused.
     pub fn release(&self, reserved: Reservation) {
-        self.give_back_share(reserved.entities);
+        self.after_read(reserved.entities);
     }
 
     /// Returns entities paid for and not read (a short page, a failed request).

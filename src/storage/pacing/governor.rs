@@ -30,6 +30,14 @@ const RECOVER_PER_SECOND: f64 = 0.1;
 /// process meets a refusal about once in twelve seconds, not once a cycle of a steep climb.
 /// (TCP CUBIC's shape, in straight lines.)
 const PROBE_PER_SECOND: f64 = 0.01;
+/// Past the rate that was last refused, and this long without a refusal, the target has room
+/// again (others using it left): the probe's pace then doubles every [`MAX_PROBE_DOUBLING`], as
+/// BIC TCP's "max probing" does, so a process left alone on a target it shared is not held to
+/// a slow climb for the minute before its limit is lifted. Not at once: processes sharing a
+/// target each pass their own refused rate while another recovers from a cut, and would all
+/// speed up into the next refusal.
+const MAX_PROBE_AFTER: Duration = Duration::from_secs(5);
+const MAX_PROBE_DOUBLING: Duration = Duration::from_secs(1);
 /// Refusals this soon after a cut answer requests sent before it took effect; they do not cut
 /// again.
 const HOLD_AFTER_CUT: Duration = Duration::from_secs(1);
@@ -53,6 +61,10 @@ const LEAST_PROBE: f64 = 1.0;
 pub const MIN_RATE: f64 = 5.0;
 
 /// The shared rate of one storage target in this process.
+///
+/// Its climb after a cut: to 90% of where the target last refused quickly, then slowly above
+/// it, then (past it, and five quiet seconds on) faster and faster: TCP BIC and CUBIC's shape
+/// in straight lines, with CUBIC's fast convergence when refused below the last estimate.
 #[derive(Debug)]
 pub struct Governor {
     bucket: TokenBucket,
@@ -67,6 +79,8 @@ struct Aimd {
     slow_start: bool,
     last_cut: Option<Instant>,
     last_raise: Instant,
+    /// When the rate passed `refused_at` without a refusal since the last cut.
+    passed_at: Option<Instant>,
     meter: Meter,
 }
 
@@ -115,6 +129,7 @@ impl Default for Governor {
                 slow_start: true,
                 last_cut: None,
                 last_raise: now,
+                passed_at: None,
                 meter: Meter {
                     window_start: now,
                     current: 0.0,
@@ -128,13 +143,25 @@ impl Default for Governor {
 impl Governor {
     /// Waits until `entities` may be sent to the target.
     pub async fn take(&self, entities: u64) {
+        let place = self.reserve(entities);
+        self.bucket.wait(place).await;
+    }
+
+    /// Reserves `entities` without waiting; the place to [`wait`](Self::wait) for, ahead of
+    /// the moment they are sent (see `TokenBucket::wait`). Unused, they are given back.
+    pub fn reserve(&self, entities: u64) -> f64 {
         {
             let mut state = self.lock();
             let now = Instant::now();
             self.raise(&mut state, now);
             state.meter.add(now, entities as f64);
         }
-        self.bucket.take(entities).await;
+        self.bucket.reserve(entities as f64)
+    }
+
+    /// Waits until a place reserved earlier may go.
+    pub async fn wait(&self, place: f64) {
+        self.bucket.wait(place).await;
     }
 
     /// Returns entities taken and not used (a short page).
@@ -163,13 +190,28 @@ impl Governor {
             Some(rate) => rate.min(used.max(rate / 2.0)),
             None => used.max(SLOW_START_RATE),
         };
-        state.slow_start = false;
         let rate = (from * CUT).max(MIN_RATE);
-        state.refused_at = from.max(MIN_RATE);
+        // Refused below where it was refused last: the target has less room than that estimate
+        // said (or others came), so the estimate falls below this refusal too, halfway to the
+        // cut, and the climb levels off lower (CUBIC's fast convergence; it also makes room
+        // for processes that came later).
+        let refused_at = if !state.slow_start && from < state.refused_at {
+            from * (1.0 + CUT) / 2.0
+        } else {
+            from
+        };
+        state.slow_start = false;
+        state.refused_at = refused_at.max(MIN_RATE);
         state.last_cut = Some(now);
         state.last_raise = now;
+        state.passed_at = None;
         self.bucket.set_rate(Some(rate));
-        tracing::debug!(rate, from, "storage target busy: rate lowered");
+        tracing::debug!(
+            rate,
+            from,
+            refused_at = state.refused_at,
+            "storage target busy: rate lowered"
+        );
     }
 
     /// The current limit in entities per second; `None` while there is none.
@@ -218,9 +260,32 @@ impl Governor {
                 } else {
                     knee + probe * (recovered - knee) / recovery
                 }
+            } else if let Some(passed) = state
+                .passed_at
+                .map(|at| at + MAX_PROBE_AFTER)
+                .filter(|at| *at < now)
+            {
+                // Max probing: the probe's pace doubles every MAX_PROBE_DOUBLING, so the
+                // climb over this interval is the integral of probe × 2^(t / doubling).
+                let doubling = MAX_PROBE_DOUBLING.as_secs_f64();
+                let from = state
+                    .last_raise
+                    .saturating_duration_since(passed)
+                    .as_secs_f64();
+                let to = now.saturating_duration_since(passed).as_secs_f64();
+                // The part of the interval before max probing began is a straight probe.
+                let straight = passed
+                    .saturating_duration_since(state.last_raise)
+                    .as_secs_f64();
+                let pace_at = |t: f64| 2f64.powf((t / doubling).min(30.0));
+                rate + probe * straight
+                    + probe * doubling * (pace_at(to) - pace_at(from)) / std::f64::consts::LN_2
             } else {
                 rate + probe * seconds
             };
+            if raised >= state.refused_at && state.passed_at.is_none() {
+                state.passed_at = Some(now);
+            }
             self.bucket.set_rate(Some(raised));
             state.last_raise = now;
         }
@@ -321,6 +386,54 @@ mod tests {
         near(7_000.0);
         tokio::time::advance(QUIET_BEFORE_UNLIMITED).await;
         assert_eq!(governor.rate(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn past_the_refused_rate_the_probe_speeds_up() {
+        let governor = Governor::default();
+        tokio::time::advance(Duration::from_secs(7)).await;
+        governor.take(10_000).await;
+        governor.throttled();
+        // Recovered to 9,000 in 2 s, probed to 10,000 in 10 s more (100/s).
+        tokio::time::advance(Duration::from_secs(12)).await;
+        let at_refused = governor.rate().unwrap();
+        assert!((at_refused - 10_000.0).abs() < 1.0, "{at_refused}");
+        // Five seconds more of the straight probe (+500); then the probe's pace doubles every
+        // second: 100 × (2^5 - 1) / ln 2 in 5 s, where a straight probe would add 500.
+        for _ in 0..100 {
+            tokio::time::advance(Duration::from_millis(100)).await;
+            governor.rate();
+        }
+        let later = governor.rate().unwrap();
+        assert!(
+            (later - 14_972.0).abs() < 100.0,
+            "{later} ten seconds past the refused rate"
+        );
+        // A refusal ends it: a cut from what was in use (20,000 in the last second), and the
+        // straight climb again.
+        governor.take(20_000).await;
+        governor.throttled();
+        let cut = governor.rate().unwrap();
+        assert!((cut - 14_000.0).abs() < 1.0, "{cut}");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let recovering = governor.rate().unwrap();
+        assert!((recovering - 16_000.0).abs() < 1.0, "{recovering}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn refused_again_below_the_last_refusal_levels_off_lower() {
+        let governor = Governor::default();
+        tokio::time::advance(Duration::from_secs(7)).await;
+        governor.take(10_000).await;
+        governor.throttled();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        // Refused again at 8,000, on the way back to 9,000: the estimate falls to 6,800.
+        governor.take(8_000).await;
+        governor.throttled();
+        assert!((governor.rate().unwrap() - 5_600.0).abs() < 1.0);
+        tokio::time::advance(Duration::from_secs(3)).await;
+        let rate = governor.rate().unwrap();
+        assert!((6_120.0..6_800.0).contains(&rate), "{rate}");
     }
 
     #[tokio::test(start_paused = true)]

@@ -225,6 +225,9 @@ async fn an_uncapped_count_backs_off_on_an_account_that_is_busy() {
         }),
     )
     .await;
+    if std::env::var_os("TABLESCAN_PACING_LOG").is_some() {
+        println!("{}", host.log());
+    }
     print_windows("uncapped count, account at 3,000/s", &samples);
     let last = *samples.last().unwrap();
     let at_10 = *samples.iter().find(|s| s.at >= 10.0).unwrap_or(&last);
