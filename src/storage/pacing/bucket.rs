@@ -29,6 +29,8 @@ struct State {
     earned: f64,
     /// When `earned` was last brought up to date.
     at: Instant,
+    /// When a taker last had to wait: the rate held something back.
+    held_at: Option<Instant>,
 }
 
 impl State {
@@ -64,6 +66,7 @@ impl TokenBucket {
                 reserved: 0.0,
                 earned: 0.0,
                 at: Instant::now(),
+                held_at: None,
             }),
         }
     }
@@ -92,8 +95,13 @@ impl TokenBucket {
         loop {
             let wait = {
                 let mut state = self.lock();
-                state.settle(Instant::now());
-                state.wait_for(place)
+                let now = Instant::now();
+                state.settle(now);
+                let wait = state.wait_for(place);
+                if wait.is_some() {
+                    state.held_at = Some(now);
+                }
+                wait
             };
             match wait {
                 // Looked at again when it ends: the rate may have changed meanwhile.
@@ -101,6 +109,11 @@ impl TokenBucket {
                 None => return,
             }
         }
+    }
+
+    /// Whether a taker had to wait for the rate since `since`.
+    pub fn held_since(&self, since: Instant) -> bool {
+        self.lock().held_at.is_some_and(|at| at >= since)
     }
 
     /// Returns entities reserved and not used (a page that came back shorter than asked): the

@@ -21,6 +21,8 @@ use super::bucket::{Rate, TokenBucket};
 
 /// The rate after a refusal, as a share of the rate before it.
 const CUT: f64 = 0.7;
+/// The same for the first refusal, which ends slow start.
+const SLOW_START_CUT: f64 = 0.5;
 /// After a cut the rate climbs back quickly to this share of the rate that was refused...
 const RECOVER_TO: f64 = 0.9;
 /// ...at this share of that rate per second (from 70% to 90% in two seconds)...
@@ -33,14 +35,17 @@ const PROBE_PER_SECOND: f64 = 0.01;
 /// Past the rate that was last refused, and this long without a refusal, the target has room
 /// again (others using it left): the probe's pace then doubles every [`MAX_PROBE_DOUBLING`], as
 /// BIC TCP's "max probing" does, so a process left alone on a target it shared is not held to
-/// a slow climb for the minute before its limit is lifted. Not at once: processes sharing a
-/// target each pass their own refused rate while another recovers from a cut, and would all
-/// speed up into the next refusal.
-const MAX_PROBE_AFTER: Duration = Duration::from_secs(5);
+/// a slow climb for the minute before its limit is lifted. Not soon: a process that sends little
+/// to a target shared by many can go seconds without a refusal while the target is full, and
+/// a hundred of them speeding up at once meet the next refusal together (in the pacing model,
+/// 5 s doubled the refusals of an enqueue into eight queues; 30 s did not).
+const MAX_PROBE_AFTER: Duration = Duration::from_secs(30);
 const MAX_PROBE_DOUBLING: Duration = Duration::from_secs(1);
 /// Refusals this soon after a cut answer requests sent before it took effect; they do not cut
 /// again.
 const HOLD_AFTER_CUT: Duration = Duration::from_secs(1);
+/// A limit climbs only while at least this share of it is in use.
+const USED_TO_CLIMB: f64 = 0.5;
 /// After this long without a refusal, the limit is lifted.
 const QUIET_BEFORE_UNLIMITED: Duration = Duration::from_secs(60);
 /// A target not heard from yet is approached from this rate, doubled every second without a
@@ -63,7 +68,7 @@ pub const MIN_RATE: f64 = 5.0;
 /// The shared rate of one storage target in this process.
 ///
 /// Its climb after a cut: to 90% of where the target last refused quickly, then slowly above
-/// it, then (past it, and five quiet seconds on) faster and faster: TCP BIC and CUBIC's shape
+/// it, then (past it, and 30 quiet seconds on) faster and faster: TCP BIC and CUBIC's shape
 /// in straight lines, with CUBIC's fast convergence when refused below the last estimate.
 #[derive(Debug)]
 pub struct Governor {
@@ -116,6 +121,16 @@ impl Meter {
     fn rate(&mut self, now: Instant) -> f64 {
         self.roll(now);
         self.previous.max(self.current)
+    }
+
+    /// Entities per second lately, the current second counted at its pace so far (at least a
+    /// tenth of a second of it): whether a limit is in use, from the moment it is.
+    fn pace(&mut self, now: Instant) -> f64 {
+        self.roll(now);
+        let into = now
+            .saturating_duration_since(self.window_start)
+            .max(Duration::from_millis(100));
+        self.previous.max(self.current / into.as_secs_f64())
     }
 }
 
@@ -190,16 +205,21 @@ impl Governor {
             Some(rate) => rate.min(used.max(rate / 2.0)),
             None => used.max(SLOW_START_RATE),
         };
-        let rate = (from * CUT).max(MIN_RATE);
+        // Slow start doubles the rate every second, so its first refusal may come at up to
+        // twice what the target takes: that cut halves the rate, as TCP's does, and takes the
+        // target to be at three quarters of the rate refused.
         // Refused below where it was refused last: the target has less room than that estimate
         // said (or others came), so the estimate falls below this refusal too, halfway to the
         // cut, and the climb levels off lower (CUBIC's fast convergence; it also makes room
         // for processes that came later).
-        let refused_at = if !state.slow_start && from < state.refused_at {
-            from * (1.0 + CUT) / 2.0
+        let (rate, refused_at) = if state.slow_start {
+            (from * SLOW_START_CUT, from * (1.0 + SLOW_START_CUT) / 2.0)
+        } else if from < state.refused_at {
+            (from * CUT, from * (1.0 + CUT) / 2.0)
         } else {
-            from
+            (from * CUT, from)
         };
+        let rate = rate.max(MIN_RATE);
         state.slow_start = false;
         state.refused_at = refused_at.max(MIN_RATE);
         state.last_cut = Some(now);
@@ -225,6 +245,23 @@ impl Governor {
         let Some(rate) = self.bucket.rate() else {
             return;
         };
+        // A limit grows fast (doubling in slow start, max probing) only while it is used, as
+        // TCP's congestion window validation has it: a process idle for a while, or sending a
+        // trickle, has learnt nothing about the target, and would come back with a limit far
+        // above what the target takes, all at once. In use: it held a taker back in the last
+        // second, or half of it was taken. The straight climbs, and the lift after a quiet
+        // minute, go on regardless: they are what lets a limit cut while the process was busy
+        // elsewhere (a copy's reads while it writes) come back, and the slots of a step follow
+        // the source's limit (in the pacing model, gating them too made a copy's last steps
+        // wait 300 s for slots under a stale limit).
+        let held = self
+            .bucket
+            .held_since(now.checked_sub(Duration::from_secs(1)).unwrap_or(now));
+        let in_use = held || state.meter.pace(now) >= rate * USED_TO_CLIMB;
+        if state.slow_start && !in_use {
+            state.last_raise = now;
+            return;
+        }
         if state.slow_start {
             let elapsed = now.saturating_duration_since(state.last_raise);
             if elapsed >= Duration::from_millis(100) {
@@ -263,7 +300,7 @@ impl Governor {
             } else if let Some(passed) = state
                 .passed_at
                 .map(|at| at + MAX_PROBE_AFTER)
-                .filter(|at| *at < now)
+                .filter(|at| *at < now && in_use)
             {
                 // Max probing: the probe's pace doubles every MAX_PROBE_DOUBLING, so the
                 // climb over this interval is the integral of probe × 2^(t / doubling).
@@ -312,35 +349,83 @@ pub fn governor(target: &str) -> Arc<Governor> {
 mod tests {
     use super::*;
 
-    #[tokio::test(start_paused = true)]
-    async fn a_new_target_is_approached_from_a_thousand_doubling_each_second() {
-        let governor = Governor::default();
-        assert_eq!(governor.rate(), Some(SLOW_START_RATE));
-        tokio::time::advance(Duration::from_secs(1)).await;
-        assert_eq!(governor.rate(), Some(2_000.0));
-        tokio::time::advance(Duration::from_secs(5)).await;
-        assert_eq!(governor.rate(), None);
-        // Unlimited until refused, then cut from the rate in use.
-        for _ in 0..10 {
-            governor.take(1_000).await;
+    impl Governor {
+        /// Counts `entities` as used now, as a take does, without waiting for the bucket.
+        fn note_use(&self, entities: u64) {
+            let mut state = self.lock();
+            let now = Instant::now();
+            self.raise(&mut state, now);
+            state.meter.add(now, entities as f64);
         }
+    }
+
+    /// Uses the governor at its limit (10,000 a second while it has none) for `span`.
+    async fn busy_for(governor: &Governor, span: Duration) {
+        let end = Instant::now() + span;
+        while Instant::now() < end {
+            let limit = governor.rate().unwrap_or(100_000.0);
+            governor.note_use((limit / 10.0).ceil() as u64);
+            tokio::time::advance(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// A governor past slow start, just cut from 10,000 to 7,000.
+    async fn cut_from_ten_thousand() -> Governor {
+        let governor = Governor::default();
+        busy_for(&governor, Duration::from_secs(7)).await;
+        assert_eq!(governor.rate(), None);
+        // Idle long enough for the meter to forget, then 10,000 in a second, refused.
+        tokio::time::advance(Duration::from_secs(3)).await;
+        governor.note_use(10_000);
         governor.throttled();
         assert_eq!(governor.rate(), Some(7_000.0));
+        governor
+    }
+
+    fn near(governor: &Governor, expected: f64, within: f64) {
+        let rate = governor.rate().unwrap();
+        assert!(
+            (rate - expected).abs() < within,
+            "{rate}, not {expected} (within {within})"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_target_is_approached_from_a_thousand_doubling_each_second_it_is_used() {
+        let governor = Governor::default();
+        assert_eq!(governor.rate(), Some(SLOW_START_RATE));
+        busy_for(&governor, Duration::from_secs(1)).await;
+        near(&governor, 2_000.0, 1.0);
+        // Unused, it does not climb.
+        tokio::time::advance(Duration::from_secs(5)).await;
+        near(&governor, 2_000.0, 1.0);
+        busy_for(&governor, Duration::from_secs(6)).await;
+        assert_eq!(governor.rate(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_refusal_that_ends_slow_start_halves_the_rate() {
+        let governor = Governor::default();
+        busy_for(&governor, Duration::from_secs(2)).await;
+        near(&governor, 4_000.0, 1.0);
+        governor.note_use(4_000);
+        governor.throttled();
+        near(&governor, 2_000.0, 1.0);
+        // Recovering towards 90% of 3,000 (three quarters of the rate refused).
+        busy_for(&governor, Duration::from_secs(10)).await;
+        let rate = governor.rate().unwrap();
+        assert!((2_700.0..3_000.0).contains(&rate), "{rate}");
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_refusal_cuts_from_what_is_used_but_not_below_half_the_limit() {
-        let governor = Governor::default();
-        tokio::time::advance(Duration::from_secs(7)).await;
-        governor.take(10_000).await;
-        governor.throttled();
-        assert_eq!(governor.rate(), Some(7_000.0));
+        let governor = cut_from_ten_thousand().await;
+        // Unused for two seconds, the limit recovers all the same (a straight climb), and a
+        // refusal then cuts from half of it: the process used too little to have caused it.
         tokio::time::advance(Duration::from_secs(2)).await;
-        // Little used lately: cut from half the limit.
-        let limit = governor.rate().unwrap();
+        near(&governor, 9_000.0, 1.0);
         governor.throttled();
-        let cut = governor.rate().unwrap();
-        assert!((cut - limit / 2.0 * CUT).abs() < 1.0, "{cut} from {limit}");
+        near(&governor, 4_500.0 * CUT, 1.0);
     }
 
     #[tokio::test(start_paused = true)]
@@ -351,87 +436,64 @@ mod tests {
             tokio::time::advance(HOLD_AFTER_CUT).await;
         }
         let low = governor.rate().unwrap();
-        tokio::time::advance(Duration::from_secs(10)).await;
+        busy_for(&governor, Duration::from_secs(10)).await;
         let later = governor.rate().unwrap();
         assert!(
-            later - low >= 10.0 * LEAST_PROBE,
+            later - low >= 10.0 * LEAST_PROBE - 1e-6,
             "{low} to {later} in 10 s"
         );
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_storm_of_refusals_cuts_once_then_the_rate_recovers_fast_and_probes_slowly() {
-        let governor = Governor::default();
-        tokio::time::advance(Duration::from_secs(7)).await;
-        assert_eq!(governor.rate(), None);
-        governor.take(10_000).await;
-        governor.throttled();
+        let governor = cut_from_ten_thousand().await;
         governor.throttled();
         governor.throttled();
         assert_eq!(governor.rate(), Some(7_000.0));
-        let near = |expected: f64| {
-            let rate = governor.rate().unwrap();
-            assert!((rate - expected).abs() < 1.0, "{rate}, not {expected}");
-        };
         // 70% to 90% of the refused rate in two seconds...
-        tokio::time::advance(Duration::from_secs(1)).await;
-        near(8_000.0);
-        tokio::time::advance(Duration::from_secs(2)).await;
-        near(9_000.0 + 100.0);
+        busy_for(&governor, Duration::from_secs(1)).await;
+        near(&governor, 8_000.0, 1.0);
+        busy_for(&governor, Duration::from_secs(2)).await;
+        near(&governor, 9_000.0 + 100.0, 1.0);
         // ...then 1% of it per second.
-        tokio::time::advance(Duration::from_secs(9)).await;
-        near(10_000.0);
-        governor.take(10_000).await;
+        busy_for(&governor, Duration::from_secs(9)).await;
+        near(&governor, 10_000.0, 1.0);
+        governor.note_use(10_000);
         governor.throttled();
-        near(7_000.0);
-        tokio::time::advance(QUIET_BEFORE_UNLIMITED).await;
+        near(&governor, 7_000.0, 1.0);
+        busy_for(&governor, QUIET_BEFORE_UNLIMITED).await;
         assert_eq!(governor.rate(), None);
     }
 
     #[tokio::test(start_paused = true)]
     async fn past_the_refused_rate_the_probe_speeds_up() {
-        let governor = Governor::default();
-        tokio::time::advance(Duration::from_secs(7)).await;
-        governor.take(10_000).await;
-        governor.throttled();
+        let governor = cut_from_ten_thousand().await;
         // Recovered to 9,000 in 2 s, probed to 10,000 in 10 s more (100/s).
-        tokio::time::advance(Duration::from_secs(12)).await;
-        let at_refused = governor.rate().unwrap();
-        assert!((at_refused - 10_000.0).abs() < 1.0, "{at_refused}");
-        // Five seconds more of the straight probe (+500); then the probe's pace doubles every
-        // second: 100 × (2^5 - 1) / ln 2 in 5 s, where a straight probe would add 500.
-        for _ in 0..100 {
-            tokio::time::advance(Duration::from_millis(100)).await;
-            governor.rate();
-        }
-        let later = governor.rate().unwrap();
-        assert!(
-            (later - 14_972.0).abs() < 100.0,
-            "{later} ten seconds past the refused rate"
-        );
-        // A refusal ends it: a cut from what was in use (20,000 in the last second), and the
-        // straight climb again.
-        governor.take(20_000).await;
+        busy_for(&governor, Duration::from_secs(12)).await;
+        near(&governor, 10_000.0, 1.0);
+        // Thirty seconds more of the straight probe (+3,000); then the probe's pace doubles
+        // every second: 100 × (2^5 - 1) / ln 2 in 5 s, where a straight probe would add 500.
+        busy_for(&governor, Duration::from_secs(35)).await;
+        near(&governor, 17_472.0, 100.0);
+        // A refusal ends it: a cut from there, and the straight climb again.
+        let before = governor.rate().unwrap();
+        governor.note_use(before as u64);
         governor.throttled();
-        let cut = governor.rate().unwrap();
-        assert!((cut - 14_000.0).abs() < 1.0, "{cut}");
-        tokio::time::advance(Duration::from_secs(1)).await;
-        let recovering = governor.rate().unwrap();
-        assert!((recovering - 16_000.0).abs() < 1.0, "{recovering}");
+        near(&governor, before * CUT, 1.0);
+        busy_for(&governor, Duration::from_secs(1)).await;
+        near(&governor, before * (CUT + RECOVER_PER_SECOND), 1.0);
     }
 
     #[tokio::test(start_paused = true)]
     async fn refused_again_below_the_last_refusal_levels_off_lower() {
-        let governor = Governor::default();
-        tokio::time::advance(Duration::from_secs(7)).await;
-        governor.take(10_000).await;
-        governor.throttled();
-        tokio::time::advance(Duration::from_secs(1)).await;
+        let governor = cut_from_ten_thousand().await;
+        busy_for(&governor, Duration::from_secs(1)).await;
+        near(&governor, 8_000.0, 1.0);
         // Refused again at 8,000, on the way back to 9,000: the estimate falls to 6,800.
-        governor.take(8_000).await;
+        governor.note_use(8_000);
         governor.throttled();
-        assert!((governor.rate().unwrap() - 5_600.0).abs() < 1.0);
-        tokio::time::advance(Duration::from_secs(3)).await;
+        near(&governor, 5_600.0, 1.0);
+        busy_for(&governor, Duration::from_secs(3)).await;
         let rate = governor.rate().unwrap();
         assert!((6_120.0..6_800.0).contains(&rate), "{rate}");
     }
