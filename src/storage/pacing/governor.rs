@@ -32,15 +32,6 @@ const RECOVER_PER_SECOND: f64 = 0.1;
 /// process meets a refusal about once in twelve seconds, not once a cycle of a steep climb.
 /// (TCP CUBIC's shape, in straight lines.)
 const PROBE_PER_SECOND: f64 = 0.01;
-/// Past the rate that was last refused, and this long without a refusal, the target has room
-/// again (others using it left): the probe's pace then doubles every [`MAX_PROBE_DOUBLING`], as
-/// BIC TCP's "max probing" does, so a process left alone on a target it shared is not held to
-/// a slow climb for the minute before its limit is lifted. Not soon: a process that sends little
-/// to a target shared by many can go seconds without a refusal while the target is full, and
-/// a hundred of them speeding up at once meet the next refusal together (in the pacing model,
-/// 5 s doubled the refusals of an enqueue into eight queues; 30 s did not).
-const MAX_PROBE_AFTER: Duration = Duration::from_secs(30);
-const MAX_PROBE_DOUBLING: Duration = Duration::from_secs(1);
 /// Refusals this soon after a cut answer requests sent before it took effect; they do not cut
 /// again.
 const HOLD_AFTER_CUT: Duration = Duration::from_secs(1);
@@ -68,8 +59,8 @@ pub const MIN_RATE: f64 = 5.0;
 /// The shared rate of one storage target in this process.
 ///
 /// Its climb after a cut: to 90% of where the target last refused quickly, then slowly above
-/// it, then (past it, and 30 quiet seconds on) faster and faster: TCP BIC and CUBIC's shape
-/// in straight lines, with CUBIC's fast convergence when refused below the last estimate.
+/// it: TCP CUBIC's shape in straight lines, with CUBIC's fast convergence when refused below
+/// the last estimate.
 #[derive(Debug)]
 pub struct Governor {
     bucket: TokenBucket,
@@ -84,8 +75,6 @@ struct Aimd {
     slow_start: bool,
     last_cut: Option<Instant>,
     last_raise: Instant,
-    /// When the rate passed `refused_at` without a refusal since the last cut.
-    passed_at: Option<Instant>,
     meter: Meter,
 }
 
@@ -144,7 +133,6 @@ impl Default for Governor {
                 slow_start: true,
                 last_cut: None,
                 last_raise: now,
-                passed_at: None,
                 meter: Meter {
                     window_start: now,
                     current: 0.0,
@@ -224,7 +212,6 @@ impl Governor {
         state.refused_at = refused_at.max(MIN_RATE);
         state.last_cut = Some(now);
         state.last_raise = now;
-        state.passed_at = None;
         self.bucket.set_rate(Some(rate));
         tracing::debug!(
             rate,
@@ -245,15 +232,15 @@ impl Governor {
         let Some(rate) = self.bucket.rate() else {
             return;
         };
-        // A limit grows fast (doubling in slow start, max probing) only while it is used, as
-        // TCP's congestion window validation has it: a process idle for a while, or sending a
-        // trickle, has learnt nothing about the target, and would come back with a limit far
-        // above what the target takes, all at once. In use: it held a taker back in the last
-        // second, or half of it was taken. The straight climbs, and the lift after a quiet
-        // minute, go on regardless: they are what lets a limit cut while the process was busy
-        // elsewhere (a copy's reads while it writes) come back, and the slots of a step follow
-        // the source's limit (in the pacing model, gating them too made a copy's last steps
-        // wait 300 s for slots under a stale limit).
+        // A limit doubles in slow start only while it is used, as TCP's congestion window
+        // validation has it: a process idle for a while, or sending a trickle, has learnt
+        // nothing about the target, and would come back with a limit far above what the
+        // target takes, all at once. In use: it held a taker back in the last second, or half
+        // of it was taken. The straight climbs, and the lift after a quiet minute, go on
+        // regardless: they are what lets a limit cut while the process was busy elsewhere (a
+        // copy's reads while it writes) come back, and the slots of a step follow the source's
+        // limit (in the pacing model, gating them too made a copy's last steps wait 300 s for
+        // slots under a stale limit).
         let held = self
             .bucket
             .held_since(now.checked_sub(Duration::from_secs(1)).unwrap_or(now));
@@ -297,32 +284,9 @@ impl Governor {
                 } else {
                     knee + probe * (recovered - knee) / recovery
                 }
-            } else if let Some(passed) = state
-                .passed_at
-                .map(|at| at + MAX_PROBE_AFTER)
-                .filter(|at| *at < now && in_use)
-            {
-                // Max probing: the probe's pace doubles every MAX_PROBE_DOUBLING, so the
-                // climb over this interval is the integral of probe × 2^(t / doubling).
-                let doubling = MAX_PROBE_DOUBLING.as_secs_f64();
-                let from = state
-                    .last_raise
-                    .saturating_duration_since(passed)
-                    .as_secs_f64();
-                let to = now.saturating_duration_since(passed).as_secs_f64();
-                // The part of the interval before max probing began is a straight probe.
-                let straight = passed
-                    .saturating_duration_since(state.last_raise)
-                    .as_secs_f64();
-                let pace_at = |t: f64| 2f64.powf((t / doubling).min(30.0));
-                rate + probe * straight
-                    + probe * doubling * (pace_at(to) - pace_at(from)) / std::f64::consts::LN_2
             } else {
                 rate + probe * seconds
             };
-            if raised >= state.refused_at && state.passed_at.is_none() {
-                state.passed_at = Some(now);
-            }
             self.bucket.set_rate(Some(raised));
             state.last_raise = now;
         }
@@ -463,25 +427,6 @@ mod tests {
         near(&governor, 7_000.0, 1.0);
         busy_for(&governor, QUIET_BEFORE_UNLIMITED).await;
         assert_eq!(governor.rate(), None);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn past_the_refused_rate_the_probe_speeds_up() {
-        let governor = cut_from_ten_thousand().await;
-        // Recovered to 9,000 in 2 s, probed to 10,000 in 10 s more (100/s).
-        busy_for(&governor, Duration::from_secs(12)).await;
-        near(&governor, 10_000.0, 1.0);
-        // Thirty seconds more of the straight probe (+3,000); then the probe's pace doubles
-        // every second: 100 × (2^5 - 1) / ln 2 in 5 s, where a straight probe would add 500.
-        busy_for(&governor, Duration::from_secs(35)).await;
-        near(&governor, 17_472.0, 100.0);
-        // A refusal ends it: a cut from there, and the straight climb again.
-        let before = governor.rate().unwrap();
-        governor.note_use(before as u64);
-        governor.throttled();
-        near(&governor, before * CUT, 1.0);
-        busy_for(&governor, Duration::from_secs(1)).await;
-        near(&governor, before * (CUT + RECOVER_PER_SECOND), 1.0);
     }
 
     #[tokio::test(start_paused = true)]
