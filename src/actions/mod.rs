@@ -138,12 +138,13 @@ where
             match queue.next() {
                 Some((index, future)) => {
                     started += 1;
-                    set.spawn(async move {
+                    // Its refusals count in the step's status like the step's own.
+                    set.spawn(crate::storage::throttled::carrying_count(async move {
                         // The semaphore is never closed, so acquiring cannot fail; without a
                         // permit the write would still be correct, only less polite.
                         let _permit = WRITES_IN_FLIGHT.acquire().await.ok();
                         (index, future.await)
-                    });
+                    }));
                 }
                 None => break,
             }
