@@ -456,6 +456,7 @@ impl Refresher {
                 };
                 last = (now, moved);
                 let wants = self.renewed_wants(wall, rate);
+                self.lowered(wants, wall);
                 let presence = Presence {
                     process: self.process.clone(),
                     until_ms: wall + ROW_LIFETIME.as_millis() as u64,
@@ -522,14 +523,30 @@ impl Refresher {
         }
     }
 
+    /// Whether `wants` raise what this process uses at `wall` (joining is a raise).
+    fn raises(&self, wants: &Wants, wall: u64) -> bool {
+        self.pace
+            .lock()
+            .wants
+            .is_none_or(|old| wants.next > old.in_use(wall))
+    }
+
+    /// Takes `wants` as this process's own before they are written, if they raise nothing:
+    /// using less than the row will say is always safe, using more than the others have read
+    /// is not.
+    fn lowered(&self, wants: Wants, wall: u64) {
+        if !self.raises(&wants, wall) {
+            self.pace.lock().wants = Some(wants);
+            self.share_out();
+        }
+    }
+
     /// Takes `wants`, written at `wall` (epoch ms), as this process's own, unless the write
     /// took so long that a raise in it may not be read by every other process before it takes
     /// effect: then the old wants stay, and the next row announces the raise afresh.
     fn written(&self, wants: Wants, wall: u64) {
+        let raises = self.raises(&wants, wall);
         let mut state = self.pace.lock();
-        let raises = state
-            .wants
-            .is_none_or(|old| wants.next > old.in_use(wall) || wants.from_ms > old.from_ms);
         let took = wall_ms().saturating_sub(wall);
         let slack = read_period(state.members).as_millis() as u64 / 2;
         if raises && took > slack {
@@ -541,7 +558,7 @@ impl Refresher {
 
     /// Sets this process's share from the last view: its part of the cap given what it wants
     /// and what the other processes whose rows still count want (a raise counted from a little
-    /// before its time, see [`Wants::counted`]); on the fallback, a fixed small share.
+    /// before its time, see [`Wants::counted_of`]); on the fallback, a fixed small share.
     fn share_out(&self) {
         let pace = &self.pace;
         let Some(cap) = pace.cap else {
