@@ -615,6 +615,59 @@ async fn partition_keys_sends_one_message_per_partition() {
     assert_eq!(keys, (0..7).map(|i| format!("p{i}")).collect::<Vec<_>>());
 }
 
+/// The app's own work queues (and their poison queues) and ledger are refused as targets, and a
+/// copy onto its own source; nothing is written for a refused scan. A count of the ledger is
+/// a read, and allowed.
+#[tokio::test]
+async fn the_apps_own_storage_and_a_copy_onto_itself_are_refused() {
+    let source = fresh_table("guarded").await;
+    let ledger = unique_name("guardledger");
+    let host = TestHost::start(&[("TABLESCAN_LEDGER_TABLE", ledger.as_str())]).await;
+    let table = source.name();
+    let enqueue =
+        |queue: &str| json!({"table": table, "action": {"type": "enqueue", "queue": queue}});
+    let cases = vec![
+        (enqueue("tablescan-range"), "action.queue"),
+        (enqueue("tablescan-partition-poison"), "action.queue"),
+        (
+            json!({"table": table, "action": {"type": "enqueue", "queues": ["fine1", "tablescan-range-poison"]}}),
+            "action.queues",
+        ),
+        (
+            json!({"table": table, "action": {"type": "partition-keys", "queue": "tablescan-partition"}}),
+            "action.queue",
+        ),
+        (
+            json!({"table": table, "action": {"type": "copy", "table": ledger}}),
+            "action.table",
+        ),
+        (
+            json!({"table": table, "action": {"type": "copy", "table": table.to_uppercase()}}),
+            "action.table",
+        ),
+        (
+            json!({"table": ledger, "action": {"type": "delete"}}),
+            "table",
+        ),
+    ];
+    for (request, field) in cases {
+        let body = request.to_string();
+        let (status, error) = host
+            .http("StartScan", "POST", "/api/scans", &[], Some(&body))
+            .await
+            .res();
+        assert_eq!(status, 400, "{body}: {error}");
+        assert_eq!(error["error"]["field"], field, "{body}: {error}");
+    }
+    assert!(host.queued.is_empty(), "{:?}", host.queued);
+    let fine = json!({"table": table, "action": {"type": "enqueue", "queue": unique_name("fine")}});
+    let (answer, _) = host.start_scan(&fine).await;
+    assert_eq!(answer.res().0, 202);
+    let count_ledger = json!({"table": ledger, "action": {"type": "count"}});
+    let (answer, _) = host.start_scan(&count_ledger).await;
+    assert_eq!(answer.res().0, 202);
+}
+
 #[tokio::test]
 async fn every_kind_of_bad_request_is_a_400_naming_the_field() {
     let source = fresh_table("badreq").await;

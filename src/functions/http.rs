@@ -5,7 +5,9 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 use time::OffsetDateTime;
 
-use super::app::AppState;
+use super::app::{AppState, Clients};
+use super::guard::{self, Place, Protected, Touches};
+use super::names;
 use super::names::{HTTP_REQUEST, HTTP_RESPONSE, PARTITION_OUTPUT, RANGE_OUTPUT};
 use super::plan::scope_range;
 use super::protocol::{Failure, HttpRequest, Invocation, Outcome};
@@ -186,6 +188,64 @@ fn idempotent_scan_id(key: &str) -> Result<String, String> {
 
 /// Checks what a scan will touch before it starts: the ledger table exists, the source table
 /// exists, the copy target and the message queue are created.
+/// Refuses a scan that would write to the app's own storage or copy a table onto itself
+/// (`functions::guard`), before anything is created.
+fn guard(
+    state: &AppState,
+    spec: &ScanSpec,
+    source: &Clients,
+    ledger_account: &Clients,
+    ledger_table: &str,
+) -> Result<(), HttpError> {
+    let app = state
+        .clients(names::STORAGE_CONNECTION)
+        .map_err(|e| refusal(StatusCode::SERVICE_UNAVAILABLE, None, e))?;
+    let protected = Protected {
+        ledger: Place::new(ledger_account.tables.endpoint(), ledger_table),
+        work_queues: [names::RANGE_QUEUE, names::PARTITION_QUEUE]
+            .map(|queue| Place::new(app.queues.endpoint(), queue))
+            .to_vec(),
+    };
+    let target = |connection: &str| {
+        state
+            .clients(connection)
+            .map_err(|e| refusal(StatusCode::BAD_REQUEST, Some("action.connection"), e))
+    };
+    let (target_table, target_queues) = match &spec.action {
+        ActionSpec::Copy { table, connection } => (
+            Some(Place::new(target(connection)?.tables.endpoint(), table)),
+            Vec::new(),
+        ),
+        ActionSpec::Enqueue { connection, .. } | ActionSpec::PartitionKeys { connection, .. } => {
+            let target = target(connection)?;
+            let queues = spec.action.target_queues();
+            let places = queues
+                .iter()
+                .map(|queue| Place::new(target.queues.endpoint(), queue))
+                .collect();
+            (None, places)
+        }
+        ActionSpec::Count | ActionSpec::Delete => (None, Vec::new()),
+    };
+    let touches = Touches {
+        source: Place::new(source.tables.endpoint(), &spec.table),
+        target_table,
+        target_queues,
+    };
+    guard::check(spec, &touches, &protected).map_err(|refused| {
+        tracing::warn!(
+            field = refused.field,
+            "a scan was refused: {}",
+            refused.message
+        );
+        refusal(
+            StatusCode::BAD_REQUEST,
+            Some(refused.field),
+            refused.message,
+        )
+    })
+}
+
 async fn prepare(state: &AppState, spec: &ScanSpec) -> Result<(), HttpError> {
     let unavailable = |what: String| refusal(StatusCode::SERVICE_UNAVAILABLE, None, what);
     let ledger = state.ledger().map_err(unavailable)?;
@@ -225,6 +285,7 @@ async fn prepare(state: &AppState, spec: &ScanSpec) -> Result<(), HttpError> {
             )))
         }
     }
+    guard(state, spec, &source, &ledger_account, ledger.table().name())?;
     match &spec.action {
         ActionSpec::Copy { table, connection } => {
             let target = state

@@ -2,6 +2,7 @@
 //! one handler per function, and the router.
 
 pub mod app;
+pub mod guard;
 pub mod http;
 pub mod names;
 pub mod pacing;

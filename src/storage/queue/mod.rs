@@ -135,6 +135,11 @@ impl QueueServiceClient {
         })
     }
 
+    /// The service's base URL (which account, for telling two clients' storage apart).
+    pub fn endpoint(&self) -> &str {
+        self.pipeline.endpoint().as_str()
+    }
+
     /// A client for one queue; the name is checked here, the queue is not contacted.
     pub fn queue(&self, name: &str) -> Result<QueueClient, StorageError> {
         validate_queue_name(name).map_err(|e| {

@@ -53,6 +53,11 @@ impl TableServiceClient {
         })
     }
 
+    /// The service's base URL (which account, for telling two clients' storage apart).
+    pub fn endpoint(&self) -> &str {
+        self.pipeline.endpoint().as_str()
+    }
+
     /// A client for one table; the name is checked here, the table is not contacted.
     pub fn table(&self, name: &str) -> Result<TableClient, StorageError> {
         validate_table_name(name).map_err(|e| {
