@@ -7,6 +7,7 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::scan::keys::KeyRange;
 use crate::scan::step::Strategy;
 use crate::storage::names::{validate_key, validate_queue_name, validate_table_name, KeyKind};
 use crate::storage::table::filter::Property;
@@ -241,6 +242,13 @@ impl ScanSpec {
             }
         };
         fields.finish()?;
+        if select.is_some() && matches!(action, ActionSpec::Delete) {
+            return refuse(
+                "select",
+                "does not apply to a delete, which removes whole rows; to see what a delete \
+                 would take, run a count over the same scope first",
+            );
+        }
         Ok(ScanSpec {
             table,
             connection,
@@ -268,6 +276,28 @@ fn parse_scope(object: Map<String, Value>) -> Result<Scope, SpecError> {
     let after = key("after")?;
     let before = key("before")?;
     fields.finish()?;
+    // A scope that holds no key is a mistake, not a scan of nothing: say so.
+    let between = KeyRange::between(after.as_deref(), before.as_deref());
+    if between.is_empty() {
+        return refuse(
+            "scope.before",
+            format!(
+                "no PartitionKey lies after {:?} and before {:?}: `before` must come after \
+                 `after` (keys compare as the service does, by UTF-16 code units)",
+                after.unwrap_or_default(),
+                before.unwrap_or_default()
+            ),
+        );
+    }
+    if KeyRange::with_prefix(&prefix)
+        .intersect(&between)
+        .is_empty()
+    {
+        return refuse(
+            "scope.prefix",
+            format!("no PartitionKey starting with {prefix:?} lies between `after` and `before`"),
+        );
+    }
     Ok(Scope {
         prefix,
         after,
@@ -821,6 +851,26 @@ mod tests {
                 r#"{"table":"orders","action":{"type":"count"},"unknown":true}"#,
                 "unknown",
             ),
+            (
+                r#"{"table":"orders","scope":{"after":"B","before":"A"},"action":{"type":"count"}}"#,
+                "scope.before",
+            ),
+            (
+                r#"{"table":"orders","scope":{"after":"A","before":"A"},"action":{"type":"count"}}"#,
+                "scope.before",
+            ),
+            (
+                r#"{"table":"orders","scope":{"prefix":"m","before":"k"},"action":{"type":"count"}}"#,
+                "scope.prefix",
+            ),
+            (
+                r#"{"table":"orders","scope":{"prefix":"m","after":"n"},"action":{"type":"count"}}"#,
+                "scope.prefix",
+            ),
+            (
+                r#"{"table":"orders","select":["Name"],"action":{"type":"delete"}}"#,
+                "select",
+            ),
         ];
         for (body, field) in cases {
             let err = parse(body).unwrap_err();
@@ -831,6 +881,21 @@ mod tests {
             "k".repeat(513)
         );
         assert_eq!(parse(&too_long).unwrap_err().field, "scope.before");
+    }
+
+    #[test]
+    fn scopes_that_hold_keys_are_accepted() {
+        for scope in [
+            r#"{"after":"a","before":"b"}"#,
+            r#"{"prefix":"m","after":"m5"}"#,
+            r#"{"prefix":"m","after":"l","before":"n"}"#,
+            r#"{"prefix":"m","before":"m0"}"#,
+            r#"{"after":"a","before":"a0"}"#,
+        ] {
+            let body =
+                format!(r#"{{"table":"orders","scope":{scope},"action":{{"type":"count"}}}}"#);
+            assert!(parse(&body).is_ok(), "{scope}: {:?}", parse(&body).err());
+        }
     }
 
     #[test]
