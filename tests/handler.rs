@@ -738,6 +738,19 @@ async fn every_kind_of_bad_request_is_a_400_naming_the_field() {
             json!({"table": table, "action": {"type": "count"}, "priority": 1}).to_string(),
             "priority",
         ),
+        (
+            format!(r#"{{"table":"{table}","action":{{"type":"count","type":"delete"}}}}"#),
+            "action.type",
+        ),
+        (
+            json!({"table": table, "scope": {"after": "b", "before": "a"}, "action": {"type": "count"}})
+                .to_string(),
+            "scope.before",
+        ),
+        (
+            json!({"table": table, "select": ["Name"], "action": {"type": "delete"}}).to_string(),
+            "select",
+        ),
     ];
     for (body, field) in cases {
         let answer = host

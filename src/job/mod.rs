@@ -3,6 +3,7 @@
 
 pub mod active;
 pub mod activity;
+mod duplicate_keys;
 pub mod housekeeping;
 pub mod ledger;
 pub mod presence;

@@ -185,6 +185,12 @@ impl ScanSpec {
     ) -> Result<ScanSpec, SpecError> {
         let value: Value = serde_json::from_str(body)
             .or_else(|e| refuse("body", format!("not valid JSON: {e}")))?;
+        if let Some(path) = super::duplicate_keys::first_duplicate(body) {
+            return refuse(
+                &path,
+                "is given twice; say it once (JSON parsers would silently keep the last)",
+            );
+        }
         let Value::Object(object) = value else {
             return refuse("body", "must be a JSON object");
         };
@@ -870,6 +876,14 @@ mod tests {
             (
                 r#"{"table":"orders","select":["Name"],"action":{"type":"delete"}}"#,
                 "select",
+            ),
+            (
+                r#"{"table":"orders","action":{"type":"count"},"action":{"type":"delete"}}"#,
+                "action",
+            ),
+            (
+                r#"{"table":"orders","action":{"type":"count","type":"delete"}}"#,
+                "action.type",
             ),
         ];
         for (body, field) in cases {
