@@ -51,7 +51,12 @@ impl Emulator {
         let [blob, queue, table] = self.ports.map(|p| p.to_string());
         let child = Command::new("node")
             .arg(Self::entry())
-            .args(["--disableTelemetry", "--silent", "--location"])
+            .args([
+                "--disableTelemetry",
+                "--silent",
+                "--skipApiVersionCheck",
+                "--location",
+            ])
             .arg(&self.location)
             .args([
                 "--blobHost",
