@@ -50,6 +50,14 @@ fn refusal(status: StatusCode, field: Option<&str>, message: impl Into<String>) 
     }
 }
 
+fn refuse<T>(
+    status: StatusCode,
+    field: Option<&str>,
+    message: impl Into<String>,
+) -> Result<T, HttpError> {
+    Err(refusal(status, field, message))
+}
+
 fn error(status: StatusCode, field: Option<&str>, message: impl Into<String>) -> Response {
     refusal(status, field, message).into_response()
 }
@@ -60,21 +68,36 @@ fn request(body: &[u8]) -> Result<HttpRequest, Failure> {
         .map_err(|why| Failure::new(StatusCode::BAD_REQUEST, why))
 }
 
-/// `POST /api/scans`.
+/// `POST /api/scans`. A refused start is logged with its reason (not the body).
 pub async fn start_scan(state: &AppState, body: &[u8]) -> Response {
+    match try_start_scan(state, body).await {
+        Ok(response) => response,
+        Err(refused) => {
+            tracing::info!(
+                status = refused.status.as_u16(),
+                field = refused.field.as_deref().unwrap_or(""),
+                "a scan start was refused: {}",
+                refused.message
+            );
+            refused.into_response()
+        }
+    }
+}
+
+async fn try_start_scan(state: &AppState, body: &[u8]) -> Result<Response, HttpError> {
     let req = match request(body) {
         Ok(req) => req,
-        Err(failure) => return failure.into_response(),
+        Err(failure) => return Ok(failure.into_response()),
     };
     let Some(text) = req.body.as_deref().filter(|b| !b.trim().is_empty()) else {
-        return error(
+        return refuse(
             StatusCode::BAD_REQUEST,
             Some("body"),
             "the request has no body; send the scan as JSON",
         );
     };
     if text.len() > MAX_REQUEST_BYTES {
-        return error(
+        return refuse(
             StatusCode::PAYLOAD_TOO_LARGE,
             Some("body"),
             format!(
@@ -85,26 +108,24 @@ pub async fn start_scan(state: &AppState, body: &[u8]) -> Response {
     }
     let default_cap = match &state.default_cap {
         Ok(cap) => *cap,
-        Err(why) => return error(StatusCode::INTERNAL_SERVER_ERROR, None, why.clone()),
+        Err(why) => return refuse(StatusCode::INTERNAL_SERVER_ERROR, None, why.clone()),
     };
     let spec = match ScanSpec::parse_with(text, &state.settings, default_cap) {
         Ok(spec) => spec,
         Err(SpecError { field, message }) => {
-            return error(StatusCode::BAD_REQUEST, Some(&field), message)
+            return refuse(StatusCode::BAD_REQUEST, Some(&field), message)
         }
     };
     let ledger = match state.ledger() {
         Ok(ledger) => ledger,
-        Err(why) => return error(StatusCode::SERVICE_UNAVAILABLE, None, why),
+        Err(why) => return refuse(StatusCode::SERVICE_UNAVAILABLE, None, why),
     };
-    if let Err(refused) = prepare(state, &spec).await {
-        return refused.into_response();
-    }
+    prepare(state, &spec).await?;
     let id = match req.header(IDEMPOTENCY_KEY) {
         None => new_scan_id(),
         Some(key) => match idempotent_scan_id(key) {
             Ok(id) => id,
-            Err(why) => return error(StatusCode::BAD_REQUEST, Some(IDEMPOTENCY_KEY), why),
+            Err(why) => return refuse(StatusCode::BAD_REQUEST, Some(IDEMPOTENCY_KEY), why),
         },
     };
     let (range, prefix) = scope_range(&spec);
@@ -115,7 +136,7 @@ pub async fn start_scan(state: &AppState, body: &[u8]) -> Response {
     {
         Ok(created) => created,
         Err(e) => {
-            return error(
+            return refuse(
                 StatusCode::SERVICE_UNAVAILABLE,
                 None,
                 format!("the scan could not be recorded: {e}"),
@@ -128,7 +149,7 @@ pub async fn start_scan(state: &AppState, body: &[u8]) -> Response {
     let send_root = match &created {
         Created::New => true,
         Created::Existing(existing) if existing.spec != spec => {
-            return error(
+            return refuse(
                 StatusCode::CONFLICT,
                 Some(IDEMPOTENCY_KEY),
                 "this key already started a scan with a different request",
@@ -137,7 +158,7 @@ pub async fn start_scan(state: &AppState, body: &[u8]) -> Response {
         Created::Existing(_) => match ledger.root_unstarted(&root).await {
             Ok(unstarted) => unstarted,
             Err(e) => {
-                return error(
+                return refuse(
                     StatusCode::SERVICE_UNAVAILABLE,
                     None,
                     format!("the scan could not be read: {e}"),
@@ -147,7 +168,8 @@ pub async fn start_scan(state: &AppState, body: &[u8]) -> Response {
     };
     let location = format!("/api/scans/{id}");
     let log = match created {
-        Created::New => format!("scan {id} started over table {}", spec.table),
+        // The audit line: what was started (the host logs who asked).
+        Created::New => format!("scan {id} started: {}", spec.summary()),
         Created::Existing(_) => format!("scan {id} was started before with this idempotency key"),
     };
     let roots = if send_root {
@@ -155,7 +177,7 @@ pub async fn start_scan(state: &AppState, body: &[u8]) -> Response {
     } else {
         Vec::new()
     };
-    Outcome::default()
+    Ok(Outcome::default()
         .http(
             HTTP_RESPONSE,
             StatusCode::ACCEPTED,
@@ -164,7 +186,7 @@ pub async fn start_scan(state: &AppState, body: &[u8]) -> Response {
         )
         .messages(RANGE_OUTPUT, roots)
         .log(log)
-        .into_response()
+        .into_response())
 }
 
 /// The request header that makes a start idempotent.
@@ -233,11 +255,6 @@ fn guard(
         target_queues,
     };
     guard::check(spec, &touches, &protected).map_err(|refused| {
-        tracing::warn!(
-            field = refused.field,
-            "a scan was refused: {}",
-            refused.message
-        );
         refusal(
             StatusCode::BAD_REQUEST,
             Some(refused.field),

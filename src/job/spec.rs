@@ -171,6 +171,50 @@ impl<F: Fn(&str) -> Option<String>> SettingLookup for F {
 }
 
 impl ScanSpec {
+    /// One line saying what the scan does, for the log: the action and its target, the source,
+    /// the scope and the cap; connections by setting name (never their value).
+    pub fn summary(&self) -> String {
+        let action = match &self.action {
+            ActionSpec::Count => "count".to_string(),
+            ActionSpec::Delete => "delete".to_string(),
+            ActionSpec::Copy { table, connection } => {
+                format!("copy into table {table:?} of {connection}")
+            }
+            ActionSpec::Enqueue { connection, .. } => format!(
+                "enqueue into {} of {connection}",
+                quoted_list(&self.action.target_queues())
+            ),
+            ActionSpec::PartitionKeys {
+                queue, connection, ..
+            } => format!("partition-keys into queue {queue:?} of {connection}"),
+        };
+        let scope = &self.scope;
+        let mut limits = Vec::new();
+        if !scope.prefix.is_empty() {
+            limits.push(format!("prefix {:?}", scope.prefix));
+        }
+        if let Some(after) = &scope.after {
+            limits.push(format!("after {after:?}"));
+        }
+        if let Some(before) = &scope.before {
+            limits.push(format!("before {before:?}"));
+        }
+        let scope = if limits.is_empty() {
+            "every PartitionKey".to_string()
+        } else {
+            limits.join(", ")
+        };
+        let cap = self
+            .max_rows_per_second
+            .map_or("no cap".to_string(), |cap| {
+                format!("at most {cap} entities/s")
+            });
+        format!(
+            "{action} over table {:?} of {}; {scope}; {cap}",
+            self.table, self.connection
+        )
+    }
+
     /// Parses and validates a request body; a request that names no cap gets
     /// [`DEFAULT_MAX_ROWS_PER_SECOND`].
     pub fn parse(body: &str, settings: &dyn SettingLookup) -> Result<ScanSpec, SpecError> {
@@ -265,6 +309,15 @@ impl ScanSpec {
             action,
             max_rows_per_second,
         })
+    }
+}
+
+/// `queue "a"`, or `queues "a", "b"`.
+fn quoted_list<S: AsRef<str>>(names: &[S]) -> String {
+    let quoted: Vec<String> = names.iter().map(|n| format!("{:?}", n.as_ref())).collect();
+    match quoted.len() {
+        1 => format!("queue {}", quoted[0]),
+        _ => format!("queues {}", quoted.join(", ")),
     }
 }
 
@@ -895,6 +948,31 @@ mod tests {
             "k".repeat(513)
         );
         assert_eq!(parse(&too_long).unwrap_err().field, "scope.before");
+    }
+
+    #[test]
+    fn a_summary_says_what_where_and_how_fast() {
+        let spec = parse(
+            r#"{"table":"orders","scope":{"prefix":"m","after":"m1"},"maxRowsPerSecond":900,
+                "action":{"type":"copy","table":"backup"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            spec.summary(),
+            r#"copy into table "backup" of AzureWebJobsStorage over table "orders" of AzureWebJobsStorage; prefix "m", after "m1"; at most 900 entities/s"#
+        );
+        let spec = parse(
+            r#"{"table":"orders","maxRowsPerSecond":"unlimited",
+                "action":{"type":"enqueue","queues":["qqq1","qqq2"]}}"#,
+        )
+        .unwrap();
+        let summary = spec.summary();
+        assert!(
+            summary
+                .starts_with(r#"enqueue into queues "qqq1", "qqq2" of AzureWebJobsStorage over"#),
+            "{summary}"
+        );
+        assert!(summary.ends_with("every PartitionKey; no cap"), "{summary}");
     }
 
     #[test]
