@@ -64,21 +64,24 @@ async fn two_scans_of_one_table_at_once_are_both_exact() {
 }
 
 #[tokio::test]
-async fn a_copy_onto_its_own_source_ends_and_changes_nothing() {
+async fn a_copy_onto_its_own_source_is_refused_and_changes_nothing() {
     let source = fresh_table("self").await;
     let rows = rows(250);
     load(&source, &rows).await;
     let before = contents(&source).await;
-    let mut host = TestHost::start(&[("TABLESCAN_STEP_MAX_QUERIES", "2")]).await;
-    let id = host
-        .run_scan(&json!({
-            "table": source.name(), "pageSize": 9,
-            "action": {"type": "copy", "table": source.name()}
-        }))
-        .await;
-    let (_, status) = host.status(&id).await;
-    assert_eq!(status["state"], "succeeded", "{status}");
-    assert_eq!(status["progress"]["rowsActed"], 250, "{status}");
+    let host = TestHost::start(&[("TABLESCAN_STEP_MAX_QUERIES", "2")]).await;
+    let body = json!({
+        "table": source.name(), "pageSize": 9,
+        "action": {"type": "copy", "table": source.name()}
+    })
+    .to_string();
+    let (status, error) = host
+        .http("StartScan", "POST", "/api/scans", &[], Some(&body))
+        .await
+        .res();
+    assert_eq!(status, 400, "{error}");
+    assert_eq!(error["error"]["field"], "action.table", "{error}");
+    assert!(host.queued.is_empty(), "{:?}", host.queued);
     let after = contents(&source).await;
     assert_eq!(after, before);
 }

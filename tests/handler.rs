@@ -352,7 +352,9 @@ async fn a_step_longer_than_its_lease_is_not_run_twice() {
     let queue = unique_name("longstep-");
     let (start, id) = host
         .start_scan(
+            // 1,500 rows read at 300 a second: five seconds, however fast the machine.
             &json!({"table": source.name(), "pageSize": 5, "strategy": "serial",
+            "maxRowsPerSecond": 300,
             "action": {"type": "enqueue", "queue": queue, "encoding": "none"}}),
         )
         .await;

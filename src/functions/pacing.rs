@@ -15,7 +15,7 @@
 //! Why the shares never add up to more than the cap, though every process's view is up to a read
 //! period old: a process lowers its want at once, and raises it (joining is raising it from
 //! nothing) only at a time 1.6 read periods after it wrote the raise, by which time every other
-//! process has read it and made room (and a view older than three periods stops the process).
+//! process has read it and made room (and a view older than 1.5 periods stops the process).
 //! Leaving is safe at any time (the others only gain later).
 //!
 //! The other designs considered (docs/scan.md): a share carried by each work item and divided
@@ -59,8 +59,10 @@ const MIN_READ_PERIOD: Duration = Duration::from_millis(400);
 /// of the others: they have all read it by then.
 const RAISE_WAIT_PERIODS: f64 = 1.6;
 /// A view of the other processes older than this many read periods stops the process's use of
-/// its share.
-const STALE_VIEW_PERIODS: f64 = 3.0;
+/// its share: less than the notice a raise gives ([`RAISE_WAIT_PERIODS`]), so that a process
+/// whose reads fall behind (a loaded machine) stops before it could miss a raise, rather than
+/// after.
+const STALE_VIEW_PERIODS: f64 = 1.5;
 /// How long a presence row counts after it was written.
 const ROW_LIFETIME: Duration = Duration::from_secs(5);
 /// How long a process stays present after its last step of a scan ended: the next message may
@@ -109,6 +111,8 @@ const WITHDRAW_TIME: Duration = Duration::from_secs(2);
 pub const STEP_RATE: f64 = 300.0;
 /// How long a step waits for a slot before it runs anyway.
 pub const MAX_SLOT_WAIT: Duration = Duration::from_secs(180);
+/// How long after its place is earned a page reserved ahead may still use it.
+const RESERVATION_LIFE: Duration = Duration::from_millis(100);
 /// How many seconds of its share one page of a paced step holds.
 const PAGE_SECONDS: f64 = 0.5;
 /// The smallest page a paced step asks for.
@@ -173,6 +177,8 @@ struct PaceState {
 pub struct Reservation {
     source_place: f64,
     share_place: f64,
+    /// When the share's place is earned, at the rate of the moment it was reserved.
+    due: Instant,
     entities: u64,
 }
 
@@ -320,6 +326,15 @@ impl StepPace {
     /// ([`reserve_read`](Self::reserve_read)): more is paid for, or the rest given back.
     pub async fn before_reserved_read(&self, entities: u64, reserved: Option<Reservation>) {
         self.wait_to_use_share().await;
+        // A place earned a while ago (the step wrote, or waited, between its pages) would go
+        // on top of what is earned now: it is given up, and the page pays afresh.
+        let reserved = reserved.filter(|reserved| {
+            let fresh = Instant::now() <= reserved.due + RESERVATION_LIFE;
+            if !fresh {
+                self.release(*reserved);
+            }
+            fresh
+        });
         let Some(reserved) = reserved else {
             self.source.take(entities).await;
             self.take_share(entities).await;
@@ -342,16 +357,28 @@ impl StepPace {
     /// [`release`](Self::release)d.
     pub fn reserve_read(&self, entities: u64) -> Reservation {
         self.pace.moved.fetch_add(entities, Ordering::Relaxed);
+        let share_place = self.pace.share.reserve(entities as f64);
         Reservation {
             source_place: self.source.reserve(entities),
-            share_place: self.pace.share.reserve(entities as f64),
+            share_place,
+            due: self.pace.share.due(share_place),
             entities,
         }
     }
 
-    /// Gives a reservation back unused.
+    /// Gives a reservation up unused: what of it is not yet earned goes back to the line.
     pub fn release(&self, reserved: Reservation) {
-        self.after_read(reserved.entities);
+        let _ = self
+            .pace
+            .moved
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some(n.saturating_sub(reserved.entities))
+            });
+        self.pace
+            .share
+            .release(reserved.share_place, reserved.entities);
+        self.source
+            .release(reserved.source_place, reserved.entities);
     }
 
     /// Returns entities paid for and not read (a short page, a failed request).

@@ -61,6 +61,10 @@ pub struct Injected {
     /// scalability targets: each operation of an entity group transaction, each entity a query
     /// returned, one for any other request.
     pub entities: AtomicU64,
+    /// Each forwarded request's entities, with when it arrived: when the service would count
+    /// them. (Counted when answered instead, a stall of the emulator moves a second's requests
+    /// into the next second, and a window after the stall holds more than was sent in it.)
+    pub arrivals: std::sync::Mutex<Vec<(std::time::Instant, u64)>>,
     pub busy: AtomicU64,
     pub internal: AtomicU64,
     /// 408 and any other planned status.
@@ -291,6 +295,7 @@ impl Plan {
 }
 
 async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Response<Body> {
+    let arrived = std::time::Instant::now();
     let (parts, body) = request.into_parts();
     let mut path = parts
         .uri
@@ -370,6 +375,12 @@ async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Respons
         .injected
         .entities
         .fetch_add(touched, Ordering::Relaxed);
+    shared
+        .injected
+        .arrivals
+        .lock()
+        .unwrap()
+        .push((arrived, touched));
     if let Some(bucket) = shared.plan.lock().unwrap().bucket.as_mut() {
         bucket.refill();
         bucket.tokens -= touched as f64;

@@ -111,6 +111,24 @@ impl TokenBucket {
         }
     }
 
+    /// When a place is earned at the present rate: now if it is already.
+    pub fn due(&self, place: f64) -> Instant {
+        let mut state = self.lock();
+        let now = Instant::now();
+        state.settle(now);
+        now + state.wait_for(place).unwrap_or(Duration::ZERO)
+    }
+
+    /// Gives up a place reserved ahead and not used: the part of it not yet earned goes back
+    /// to the takers behind; the part earned is forfeit (granting it now would let it go on top
+    /// of what is earned now).
+    pub fn release(&self, place: f64, entities: u64) {
+        let mut state = self.lock();
+        state.settle(Instant::now());
+        let unearned = (place - state.earned).clamp(0.0, entities as f64);
+        state.earned = (state.earned + unearned).min(state.reserved);
+    }
+
     /// Whether a taker had to wait for the rate since `since`.
     pub fn held_since(&self, since: Instant) -> bool {
         self.lock().held_at.is_some_and(|at| at >= since)
@@ -150,6 +168,38 @@ impl TokenBucket {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_place_released_after_it_was_earned_is_forfeit_and_before_it_goes_back() {
+        let bucket = TokenBucket::new(Some(1_000.0));
+        let early = bucket.reserve(500.0);
+        let due = bucket.due(early);
+        assert_eq!(
+            due - tokio::time::Instant::now(),
+            Duration::from_millis(500)
+        );
+        tokio::time::advance(Duration::from_secs(1)).await;
+        // Earned a while ago: given up, it does not let the next taker go early.
+        bucket.release(early, 500);
+        let start = tokio::time::Instant::now();
+        bucket.take(1_000).await;
+        assert!(
+            start.elapsed() >= Duration::from_millis(999),
+            "{:?}",
+            start.elapsed()
+        );
+        // Not earned yet: given back, the taker behind it goes that much sooner.
+        let ahead = bucket.reserve(1_000.0);
+        assert!(bucket.due(ahead) > tokio::time::Instant::now());
+        bucket.release(ahead, 1_000);
+        let start = tokio::time::Instant::now();
+        bucket.take(500).await;
+        assert!(
+            start.elapsed() <= Duration::from_millis(501),
+            "{:?}",
+            start.elapsed()
+        );
+    }
 
     #[tokio::test(start_paused = true)]
     async fn takers_are_paced_to_the_rate_with_no_burst() {

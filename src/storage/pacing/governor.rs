@@ -162,6 +162,11 @@ impl Governor {
         self.bucket.reserve(entities as f64)
     }
 
+    /// Gives up a place reserved earlier and not used (see `TokenBucket::release`).
+    pub fn release(&self, place: f64, entities: u64) {
+        self.bucket.release(place, entities);
+    }
+
     /// Waits until a place reserved earlier may go.
     pub async fn wait(&self, place: f64) {
         self.bucket.wait(place).await;
