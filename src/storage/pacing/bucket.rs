@@ -9,6 +9,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// The most time one look at the bucket credits at its rate (waiting takers look at least every
+/// 250 ms).
+const MAX_ACCRUAL_GAP: Duration = Duration::from_millis(300);
+
 /// Entities per second, or no limit.
 pub type Rate = Option<f64>;
 
@@ -37,7 +41,13 @@ impl State {
     fn settle(&mut self, now: Instant) {
         match self.rate {
             Some(rate) => {
-                let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+                // A longer gap between two looks means the process was not running (a stall,
+                // a starved CPU): its waiting takers' places were earned meanwhile and would
+                // all go at once when it runs again. What a stall holds back is forfeit.
+                let elapsed = now
+                    .saturating_duration_since(self.at)
+                    .min(MAX_ACCRUAL_GAP)
+                    .as_secs_f64();
                 self.earned = (self.earned + elapsed * rate).min(self.reserved);
             }
             None => self.earned = self.reserved,
@@ -168,6 +178,16 @@ impl TokenBucket {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn what_a_stall_held_back_is_forfeit_not_let_through_at_once() {
+        let bucket = TokenBucket::new(Some(1_000.0));
+        let place = bucket.reserve(3_000.0);
+        // Nobody looks for two seconds (the process did not run): only 300 ms are credited.
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let left = bucket.due(place) - tokio::time::Instant::now();
+        assert_eq!(left, Duration::from_millis(2_700));
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_place_released_after_it_was_earned_is_forfeit_and_before_it_goes_back() {
