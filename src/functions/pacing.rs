@@ -520,9 +520,10 @@ impl Refresher {
     }
 
     /// What this process wants of the cap from now on, as its next row will say: on its first
-    /// row, the whole cap at once if it runs the scan's first step alone, else the whole cap
-    /// from a time every other process will have read the row by; later, renewed from what it
-    /// used (`used`, entities per second) and whether its steps are held back.
+    /// row, the whole cap at once if it runs the scan's first step alone, else what its waiting
+    /// steps may use, from a time every other process will have read the row by; later,
+    /// renewed from what it used (`used`, entities per second) and whether its steps are held
+    /// back.
     fn renewed_wants(&self, wall: u64, used: f64) -> Wants {
         let pace = &self.pace;
         // An uncapped scan's rows only report its rate.

@@ -9,8 +9,9 @@
 //! climbs back slowly while no refusal comes. Processes do this each on their own, and together
 //! settle just under what the target takes, the way TCP flows share a link.
 //!
-//! The rate starts unlimited: a scan on a quiet account runs at full speed until the account
-//! first says it is busy. After a long quiet spell the limit is lifted again.
+//! A target not heard from yet is approached by slow start (1,000 entities per second, doubled
+//! every second the limit is in use, lifted past 64,000) until it first says it is busy; after a
+//! quiet minute the limit is lifted again.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -153,13 +154,17 @@ impl Governor {
     /// Reserves `entities` without waiting; the place to [`wait`](Self::wait) for, ahead of
     /// the moment they are sent (see `TokenBucket::wait`). Unused, they are given back.
     pub fn reserve(&self, entities: u64) -> f64 {
-        {
-            let mut state = self.lock();
-            let now = Instant::now();
-            self.raise(&mut state, now);
-            state.meter.add(now, entities as f64);
-        }
+        self.count_use(entities);
         self.bucket.reserve(entities as f64)
+    }
+
+    /// Counts `entities` as used now (what a refusal cuts from, and whether the limit is in
+    /// use), after bringing the limit up to date.
+    fn count_use(&self, entities: u64) {
+        let mut state = self.lock();
+        let now = Instant::now();
+        self.raise(&mut state, now);
+        state.meter.add(now, entities as f64);
     }
 
     /// Gives up a place reserved earlier and not used (see `TokenBucket::release`).
@@ -321,14 +326,12 @@ mod tests {
     impl Governor {
         /// Counts `entities` as used now, as a take does, without waiting for the bucket.
         fn note_use(&self, entities: u64) {
-            let mut state = self.lock();
-            let now = Instant::now();
-            self.raise(&mut state, now);
-            state.meter.add(now, entities as f64);
+            self.count_use(entities);
         }
     }
 
-    /// Uses the governor at its limit (10,000 a second while it has none) for `span`.
+    /// Uses the governor at its limit (100,000 a second while it has none) for `span`, a tenth
+    /// of a second at a time.
     async fn busy_for(governor: &Governor, span: Duration) {
         let end = Instant::now() + span;
         while Instant::now() < end {
