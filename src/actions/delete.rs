@@ -45,7 +45,11 @@ impl DeleteRows {
         for result in results {
             counts += result?;
         }
-        Ok(Applied { counts, finished })
+        Ok(Applied {
+            counts,
+            finished,
+            failures: Vec::new(),
+        })
     }
 }
 
@@ -88,5 +92,6 @@ async fn delete_chunk(
     Ok(ActionCounts {
         acted: operations.len() as u64 + gone,
         skipped,
+        failed: 0,
     })
 }

@@ -6,7 +6,7 @@
 //! a JSON array of up to that many rows in table order, cut short where the next row would
 //! take the message past the Queue service's 64 KiB (after base64, when messages are encoded).
 
-use super::{write_until, ActionCounts, Applied, GoOn};
+use super::{write_until, Applied, GoOn, RowFailure};
 use crate::storage::queue::{
     MessageEncoding, PutOptions, TimeToLive, MAX_BASE64_PAYLOAD_BYTES, MAX_MESSAGE_TEXT_BYTES,
 };
@@ -112,13 +112,57 @@ impl EnqueueRows {
         }
     }
 
+    /// Sorts the rows into those that fit a message, each with its queue and its XML-safe
+    /// JSON, and those that cannot (failed, with why), keeping each one's index in `rows`.
+    fn screen(&self, rows: &[Entity]) -> (Vec<Placed>, Vec<(usize, RowFailure)>) {
+        let limit = self.payload_limit();
+        // An array of one row adds its brackets.
+        let wrapping = if self.rows_per_message > 1 { 2 } else { 0 };
+        let mut placed = Vec::with_capacity(rows.len());
+        let mut refused = Vec::new();
+        for (row, entity) in rows.iter().enumerate() {
+            let json = xml_safe_json(&self.json_of(entity));
+            if json.len() + wrapping > limit {
+                let why = format!(
+                    "too large for a queue message: {} bytes of JSON where a message holds at most {limit}{}",
+                    json.len() + wrapping,
+                    match self.options.encoding {
+                        MessageEncoding::Base64 => " before base64 encoding",
+                        MessageEncoding::Text => "",
+                    }
+                );
+                refused.push((
+                    row,
+                    RowFailure::new(&entity.partition_key, &entity.row_key, why),
+                ));
+            } else {
+                placed.push(Placed {
+                    row,
+                    queue: self.queue_of(entity),
+                    json,
+                });
+            }
+        }
+        (placed, refused)
+    }
+
+    /// What `apply` would do, without sending anything: every row that fits a message would
+    /// be enqueued, the others fail.
+    pub fn preview(&self, rows: &[Entity]) -> Applied {
+        let (placed, refused) = self.screen(rows);
+        let mut applied = Applied::all_acted(rows.len());
+        applied.counts.acted = placed.len() as u64;
+        for (_, failure) in refused {
+            applied.fail(failure);
+        }
+        applied
+    }
+
     /// Puts the rows' messages, in order, until `go_on` says no; `finished` counts the rows
-    /// of the messages put before the first that was not.
+    /// of the messages put before the first that was not. A row too large for a message fails
+    /// alone: it is reported, and the others are sent.
     pub async fn apply(&self, rows: Vec<Entity>, go_on: GoOn<'_>) -> Result<Applied, StorageError> {
-        let placed: Vec<(usize, String)> = rows
-            .iter()
-            .map(|row| (self.queue_of(row), self.json_of(row)))
-            .collect();
+        let (placed, refused) = self.screen(&rows);
         let messages = plan_messages(
             placed,
             self.queues.len(),
@@ -145,14 +189,23 @@ impl EnqueueRows {
             .collect();
         let sent = write_until(futures, CONCURRENCY, go_on).await?;
         let finished = first_rows.get(sent).copied().unwrap_or(rows.len());
-        Ok(Applied {
-            counts: ActionCounts {
-                acted: finished as u64,
-                skipped: 0,
-            },
-            finished,
-        })
+        let mut applied = Applied::all_acted(finished);
+        for (row, failure) in refused {
+            if row < finished {
+                applied.counts.acted -= 1;
+                applied.fail(failure);
+            }
+        }
+        Ok(applied)
     }
+}
+
+/// A row that fits a message: its index in the page, its queue, its XML-safe JSON.
+#[derive(Debug, Clone, PartialEq)]
+struct Placed {
+    row: usize,
+    queue: usize,
+    json: String,
 }
 
 /// FNV-1a, 64 bits: a stable hash (the same queue for a partition in every step and version).
@@ -172,11 +225,11 @@ struct Planned {
     first_row: usize,
 }
 
-/// The messages for rows placed on queues (each row's queue and JSON, in table order): one per
-/// row, or per queue arrays of up to `per_message` rows (see [`group_rows`]); in the order of
+/// The messages for rows placed on queues (in table order): one per row, or per queue arrays
+/// of up to `per_message` rows within `limit` bytes (see [`group_rows`]); in the order of
 /// their first rows.
 fn plan_messages(
-    placed: Vec<(usize, String)>,
+    placed: Vec<Placed>,
     queues: usize,
     per_message: usize,
     limit: usize,
@@ -184,18 +237,17 @@ fn plan_messages(
     if per_message <= 1 {
         return placed
             .into_iter()
-            .enumerate()
-            .map(|(first_row, (queue, json))| Planned {
-                queue,
-                text: xml_safe_json(&json),
-                first_row,
+            .map(|p| Planned {
+                queue: p.queue,
+                text: p.json,
+                first_row: p.row,
             })
             .collect();
     }
     let mut by_queue: Vec<(Vec<usize>, Vec<String>)> = vec![(Vec::new(), Vec::new()); queues];
-    for (index, (queue, json)) in placed.into_iter().enumerate() {
-        by_queue[queue].0.push(index);
-        by_queue[queue].1.push(json);
+    for p in placed {
+        by_queue[p.queue].0.push(p.row);
+        by_queue[p.queue].1.push(p.json);
     }
     let mut messages = Vec::new();
     for (queue, (indices, jsons)) in by_queue.into_iter().enumerate() {
@@ -213,16 +265,15 @@ fn plan_messages(
     messages
 }
 
-/// Groups rows' JSON texts, in order, into JSON arrays of at most `per_message` rows whose text
-/// (made XML-safe) stays within `limit` bytes; each array with the number of rows it holds. A
-/// row too large to share a message gets one of its own (which the queue may refuse, as it
-/// would refuse that row alone).
+/// Groups rows' JSON texts (XML-safe already), in order, into JSON arrays of at most
+/// `per_message` rows whose text stays within `limit` bytes; each array with the number of rows
+/// it holds. A row too large to share a message gets one of its own (`apply` has failed the
+/// rows too large for a message of their own before).
 fn group_rows(jsons: Vec<String>, per_message: usize, limit: usize) -> Vec<(String, usize)> {
     let mut messages = Vec::new();
     let mut current = String::from("[");
     let mut rows = 0;
     for json in jsons {
-        let json = xml_safe_json(&json);
         // The comma before it and the closing bracket after it.
         let grown = current.len() + usize::from(rows > 0) + json.len() + 1;
         if rows > 0 && (rows == per_message || grown > limit) {
@@ -273,7 +324,13 @@ mod tests {
 
     #[test]
     fn messages_for_several_queues_hold_each_row_once_in_its_queue_in_row_order() {
-        let placed: Vec<(usize, String)> = (0..50).map(|i| (i % 7 % 3, format!("{i}"))).collect();
+        let placed: Vec<Placed> = (0..50)
+            .map(|i| Placed {
+                row: i,
+                queue: i % 7 % 3,
+                json: format!("{i}"),
+            })
+            .collect();
         for per_message in [1, 4] {
             let messages = plan_messages(placed.clone(), 3, per_message, 64 * 1024);
             let mut seen = Vec::new();

@@ -5,41 +5,15 @@
 mod copy;
 mod delete;
 mod enqueue;
+mod report;
 
 use crate::storage::table::entity::Entity;
 use crate::storage::StorageError;
 
-pub use copy::{plan_transactions, CopyRows, CONCURRENCY as COPY_CONCURRENCY};
+pub use copy::{plan_transactions, CopyMode, CopyRows, CONCURRENCY as COPY_CONCURRENCY};
 pub use delete::DeleteRows;
 pub use enqueue::{xml_safe_json, EnqueueRows, MessageBody};
-
-/// What an action did with one batch of rows.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ActionCounts {
-    /// Rows the action applied to (copied, enqueued, deleted, counted).
-    pub acted: u64,
-    /// Rows it left alone on purpose (a delete whose row changed since it was read).
-    pub skipped: u64,
-}
-
-/// What an action did with one page: its counts, and how many rows, from the first, it
-/// finished (all of them unless it was told to stop starting new writes).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Applied {
-    pub counts: ActionCounts,
-    pub finished: usize,
-}
-
-/// Asked before each write is started: whether to go on. An action always starts its first
-/// write, so it finishes at least one row.
-pub type GoOn<'a> = &'a (dyn Fn() -> bool + Sync);
-
-impl std::ops::AddAssign for ActionCounts {
-    fn add_assign(&mut self, other: Self) {
-        self.acted += other.acted;
-        self.skipped += other.skipped;
-    }
-}
+pub use report::{ActionCounts, Applied, GoOn, RowFailure, FAILURES_KEPT};
 
 /// A scan's action.
 #[derive(Clone)]
@@ -55,16 +29,20 @@ impl Action {
     /// Applies the action to rows in table order, starting no new write once `go_on` says no.
     pub async fn apply(&self, rows: Vec<Entity>, go_on: GoOn<'_>) -> Result<Applied, StorageError> {
         match self {
-            Action::Count => Ok(Applied {
-                counts: ActionCounts {
-                    acted: rows.len() as u64,
-                    skipped: 0,
-                },
-                finished: rows.len(),
-            }),
+            Action::Count => Ok(Applied::all_acted(rows.len())),
             Action::Copy(copy) => copy.apply(rows, go_on).await,
             Action::Enqueue(enqueue) => enqueue.apply(rows, go_on).await,
             Action::Delete(delete) => delete.apply(rows, go_on).await,
+        }
+    }
+
+    /// What `apply` would do with `rows`, writing nothing (a dry run): every row it would act
+    /// on counted as acted, and the rows it could tell it would fail without asking the target
+    /// (a row too large for a queue message) failed.
+    pub fn preview(&self, rows: &[Entity]) -> Applied {
+        match self {
+            Action::Enqueue(enqueue) => enqueue.preview(rows),
+            Action::Count | Action::Copy(_) | Action::Delete(_) => Applied::all_acted(rows.len()),
         }
     }
 

@@ -234,7 +234,9 @@ fn guard(
             .map_err(|e| refusal(StatusCode::BAD_REQUEST, Some("action.connection"), e))
     };
     let (target_table, target_queues) = match &spec.action {
-        ActionSpec::Copy { table, connection } => (
+        ActionSpec::Copy {
+            table, connection, ..
+        } => (
             Some(Place::new(target(connection)?.tables.endpoint(), table)),
             Vec::new(),
         ),
@@ -303,8 +305,14 @@ async fn prepare(state: &AppState, spec: &ScanSpec) -> Result<(), HttpError> {
         }
     }
     guard(state, spec, &source, &ledger_account, ledger.table().name())?;
+    if spec.dry_run {
+        // A dry run writes nothing, and so creates no target either.
+        return Ok(());
+    }
     match &spec.action {
-        ActionSpec::Copy { table, connection } => {
+        ActionSpec::Copy {
+            table, connection, ..
+        } => {
             let target = state
                 .clients(connection)
                 .map_err(|e| refusal(StatusCode::BAD_REQUEST, Some("action.connection"), e))?;

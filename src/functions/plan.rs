@@ -1,8 +1,8 @@
 //! From a scan's spec to what a step runs: the scan options and the action.
 
 use super::app::AppState;
-use crate::actions::{Action, CopyRows, DeleteRows, EnqueueRows, MessageBody};
-use crate::job::spec::{ActionSpec, Encoding, Per, ScanSpec};
+use crate::actions::{self, Action, CopyRows, DeleteRows, EnqueueRows, MessageBody};
+use crate::job::spec::{ActionSpec, CopyMode, Encoding, Per, ScanSpec};
 use crate::scan::keys::KeyRange;
 use crate::scan::{Budget, ReadMode, ScanOptions};
 use crate::storage::queue::MessageEncoding;
@@ -46,6 +46,14 @@ pub fn scan_options(spec: &ScanSpec, budget: Budget) -> ScanOptions {
     }
 }
 
+fn copy_mode(mode: CopyMode) -> actions::CopyMode {
+    match mode {
+        CopyMode::Replace => actions::CopyMode::Replace,
+        CopyMode::Merge => actions::CopyMode::Merge,
+        CopyMode::Insert => actions::CopyMode::Insert,
+    }
+}
+
 fn encoding(encoding: Encoding) -> MessageEncoding {
     match encoding {
         Encoding::Base64 => MessageEncoding::Base64,
@@ -57,13 +65,17 @@ fn encoding(encoding: Encoding) -> MessageEncoding {
 pub fn action_for(state: &AppState, spec: &ScanSpec) -> Result<Action, String> {
     Ok(match &spec.action {
         ActionSpec::Count => Action::Count,
-        ActionSpec::Copy { table, connection } => {
+        ActionSpec::Copy {
+            table,
+            connection,
+            mode,
+        } => {
             let target = state
                 .clients(connection)?
                 .tables
                 .table(table)
                 .map_err(|e| e.to_string())?;
-            Action::Copy(CopyRows::new(target))
+            Action::Copy(CopyRows::new(target, copy_mode(*mode)))
         }
         ActionSpec::Delete => {
             let table = state

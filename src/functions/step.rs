@@ -10,7 +10,8 @@ use super::names::{ITEM_BINDING, PARTITION_OUTPUT, RANGE_OUTPUT, STORAGE_CONNECT
 use super::pacing::{Reservation, StepPace};
 use super::plan::{action_for, scan_options};
 use super::protocol::{Failure, Invocation, Outcome};
-use crate::actions::{Action, ActionCounts};
+use crate::actions::{Action, ActionCounts, Applied, RowFailure, FAILURES_KEPT};
+use crate::job::notes::{NotedRow, RowNotes};
 use crate::job::{Begin, Claim, FailureRecord, Finish, StepCounts};
 use crate::scan::item::{Task, WorkItem};
 use crate::scan::reader::{PageRequest, TableReader};
@@ -123,12 +124,13 @@ pub async fn handle(state: &AppState, queue: Queue, body: &[u8]) -> Response {
     let mut claim = *claim;
     let outcome = run_claimed(state, ledger, &item, &mut claim).await;
     match outcome {
-        Ok((counts, follow_ups)) => {
+        Ok((counts, notes, follow_ups)) => {
             match ledger
-                .finish(
+                .finish_noting(
                     &item,
                     &claim,
                     counts,
+                    &notes,
                     &follow_ups,
                     OffsetDateTime::now_utc(),
                 )
@@ -154,10 +156,12 @@ pub async fn handle(state: &AppState, queue: Queue, body: &[u8]) -> Response {
                 .messages(RANGE_OUTPUT, ranges)
                 .messages(PARTITION_OUTPUT, partitions)
                 .log(format!(
-                    "step {id} of scan {}: {} rows read, {} acted on, {} queries, {} follow-ups",
+                    "step {id} of scan {}: {} rows read, {} acted on, {} skipped, {} failed, {} queries, {} follow-ups",
                     item.scan,
                     counts.rows_read,
                     counts.rows_acted,
+                    counts.rows_skipped,
+                    counts.rows_failed,
                     counts.queries,
                     follow_ups.len()
                 ))
@@ -272,7 +276,7 @@ async fn run_claimed(
     ledger: &crate::job::Ledger,
     item: &WorkItem,
     claim: &mut Claim,
-) -> Result<(StepCounts, Vec<WorkItem>), StepFailure> {
+) -> Result<(StepCounts, RowNotes, Vec<WorkItem>), StepFailure> {
     let lease = time::Duration::try_from(state.lease).unwrap_or(time::Duration::MINUTE);
     let period = (state.lease / 3).max(Duration::from_millis(100));
     let lost = std::sync::atomic::AtomicBool::new(false);
@@ -282,9 +286,9 @@ async fn run_claimed(
         let (outcome, throttled) = counting_throttled(run(state, ledger, item, &scan, &lost)).await;
         let _ = stop.send(true);
         match outcome {
-            Ok((mut counts, follow_ups)) => {
+            Ok((mut counts, notes, follow_ups)) => {
                 counts.requests_throttled = throttled;
-                Ok((counts, follow_ups))
+                Ok((counts, notes, follow_ups))
             }
             Err(mut failure) => {
                 failure.requests_throttled = throttled;
@@ -382,6 +386,11 @@ pub(crate) fn split_messages(messages: Vec<String>) -> (Vec<String>, Vec<String>
 struct ActionSink<'a> {
     action: Action,
     counts: ActionCounts,
+    /// Rows the action could not act on (up to [`FAILURES_KEPT`]) and, in a dry run, rows it
+    /// would have acted on (as many).
+    notes: RowNotes,
+    /// Counts what the action would do and writes nothing.
+    dry_run: bool,
     /// The step's clock, to tell the action when its time is up.
     clock: SystemClock,
     state: &'a AppState,
@@ -458,14 +467,60 @@ impl RowSink for ActionSink<'_> {
             self.cancelled = true;
             return Ok(0);
         }
+        if self.dry_run {
+            let applied = self.action.preview(&rows);
+            self.note_sample(&rows, &applied.failures);
+            return Ok(self.note(applied));
+        }
         if let Some((entities, target)) = self.action.table_writes(&rows) {
             self.pace.before_write(entities, &target).await;
         }
         let clock = self.clock;
         let go_on = move || clock.now() < deadline;
         let applied = self.action.apply(rows, &go_on).await?;
+        for failure in &applied.failures {
+            tracing::warn!(
+                scan = %self.scan,
+                partition_key = %failure.partition_key,
+                row_key = %failure.row_key,
+                "a row failed: {}",
+                failure.reason
+            );
+        }
+        Ok(self.note(applied))
+    }
+}
+
+impl ActionSink<'_> {
+    /// Adds a page's counts and failed rows; returns how many of its rows were finished.
+    fn note(&mut self, applied: Applied) -> usize {
         self.counts += applied.counts;
-        Ok(applied.finished)
+        let room = FAILURES_KEPT.saturating_sub(self.notes.failed.len());
+        self.notes
+            .failed
+            .extend(applied.failures.into_iter().take(room).map(|f| NotedRow {
+                partition_key: f.partition_key,
+                row_key: f.row_key,
+                reason: Some(f.reason),
+            }));
+        applied.finished
+    }
+
+    /// Keeps the first rows a dry run would act on (those not failed).
+    fn note_sample(&mut self, rows: &[Entity], failures: &[RowFailure]) {
+        let room = FAILURES_KEPT.saturating_sub(self.notes.sample.len());
+        let acted = rows.iter().filter(|row| {
+            !failures
+                .iter()
+                .any(|f| f.partition_key == row.partition_key && f.row_key == row.row_key)
+        });
+        self.notes
+            .sample
+            .extend(acted.take(room).map(|row| NotedRow {
+                partition_key: row.partition_key.clone(),
+                row_key: row.row_key.clone(),
+                reason: None,
+            }));
     }
 }
 
@@ -523,7 +578,7 @@ async fn run(
     item: &WorkItem,
     scan: &crate::job::ScanRecord,
     lost: &std::sync::atomic::AtomicBool,
-) -> Result<(StepCounts, Vec<WorkItem>), StepFailure> {
+) -> Result<(StepCounts, RowNotes, Vec<WorkItem>), StepFailure> {
     let spec = &scan.spec;
     let source = state
         .scan_source(&spec.connection, &spec.table)
@@ -546,6 +601,8 @@ async fn run(
     let mut sink = ActionSink {
         action,
         counts: ActionCounts::default(),
+        notes: RowNotes::default(),
+        dry_run: spec.dry_run,
         clock,
         state,
         scan: &item.scan,
@@ -563,6 +620,7 @@ async fn run(
         rows_read: report.rows_read,
         rows_acted: sink.counts.acted,
         rows_skipped: sink.counts.skipped,
+        rows_failed: sink.counts.failed,
         partitions: report.partitions_started,
         queries: u64::from(report.queries),
         // Filled in by `run_claimed`, which counts around the whole step.
@@ -575,5 +633,5 @@ async fn run(
     } else {
         report.follow_ups
     };
-    Ok((counts, follow_ups))
+    Ok((counts, sink.notes, follow_ups))
 }

@@ -15,6 +15,7 @@
 use serde::Serialize;
 use time::OffsetDateTime;
 
+use super::notes::RowNotes;
 use super::rows::{
     self, counter_key, date, done_key, millis, pending_key, shard_of, text, DoneRow, FailedRow,
     PendingRow, ScanRow, Tallies, LEDGER_FORMAT, SHARDS,
@@ -114,6 +115,8 @@ pub struct StepCounts {
     pub rows_read: u64,
     pub rows_acted: u64,
     pub rows_skipped: u64,
+    /// Rows the action could not act on.
+    pub rows_failed: u64,
     pub partitions: u64,
     pub queries: u64,
     /// Its storage requests answered "too busy" (see `storage::throttled`).
@@ -490,14 +493,31 @@ impl Ledger {
         children: &[WorkItem],
         now: OffsetDateTime,
     ) -> Result<Finish, LedgerError> {
+        self.finish_noting(item, claim, counts, &RowNotes::default(), children, now)
+            .await
+    }
+
+    /// [`Ledger::finish`], also storing the rows the step noted (in the same transaction, so
+    /// they are stored exactly when the step counts).
+    pub async fn finish_noting(
+        &self,
+        item: &WorkItem,
+        claim: &Claim,
+        counts: StepCounts,
+        notes: &RowNotes,
+        children: &[WorkItem],
+        now: OffsetDateTime,
+    ) -> Result<Finish, LedgerError> {
         let id = item.id();
+        // The notes row takes one of the transaction's places.
+        let in_finish = CHILDREN_IN_FINISH - usize::from(!notes.is_empty());
         let child_ids: Vec<String> = children.iter().map(WorkItem::id).collect();
         let pending = |child: &WorkItem, child_id: &str, parent: Option<&str>| {
             let mut row = PendingRow::new(child.encode(), u64::from(child.depth));
             row.parent = parent.map(str::to_string);
             Operation::UpsertReplace(row.to_entity(&item.scan, child_id))
         };
-        let ahead = children.len().saturating_sub(CHILDREN_IN_FINISH);
+        let ahead = children.len().saturating_sub(in_finish);
         let early: Vec<Operation> = children[..ahead]
             .iter()
             .zip(&child_ids)
@@ -524,12 +544,16 @@ impl Ledger {
             children: Some(child_ids),
         };
         last.push(Operation::Insert(done.to_entity(&item.scan, &id)));
+        if !notes.is_empty() {
+            last.push(Operation::UpsertReplace(notes.to_entity(&item.scan, &id)));
+        }
         let delta = Tallies {
             created: children.len() as u64,
             done: 1,
             rows_read: counts.rows_read,
             rows_acted: counts.rows_acted,
             rows_skipped: counts.rows_skipped,
+            rows_failed: counts.rows_failed,
             partitions: counts.partitions,
             queries: counts.queries,
             throttled: counts.requests_throttled,

@@ -6,6 +6,7 @@ pub mod activity;
 mod duplicate_keys;
 pub mod housekeeping;
 pub mod ledger;
+pub mod notes;
 pub mod presence;
 #[cfg(test)]
 mod races;

@@ -8,6 +8,7 @@
 //! - `pending:<item>`: a work item not finished yet, with its queue message ([`PendingRow`]);
 //! - `done:<item>`: a finished item, with its counts and its children's ids ([`DoneRow`]);
 //! - `failed:<item>`: an item that failed for good, with the cause ([`FailedRow`]).
+//! - `rows:<item>`: rows a step could not act on, and a dry run's sample (`job::notes`);
 //! - `pace:<process>`: a handler process running steps of the scan, with its rate (see
 //!   `job::presence`).
 
@@ -29,6 +30,7 @@ const DONE: &str = "done:";
 const FAILED: &str = "failed:";
 const COUNTER: &str = "counter:";
 const PACE: &str = "pace:";
+const ROWS: &str = "rows:";
 
 /// The row key of a pending item.
 pub fn pending_key(item: &str) -> String {
@@ -64,6 +66,11 @@ pub fn rows_of(scan: &str, (low, high): (String, String)) -> Filter {
         .and(Filter::row_key(Comparison::Lt, &high))
 }
 
+/// The row key of the rows a step noted.
+pub fn rows_key(item: &str) -> String {
+    format!("{ROWS}{item}")
+}
+
 /// The row key of a process's presence in a scan.
 pub fn pace_key(process: &str) -> String {
     format!("{PACE}{process}")
@@ -82,6 +89,9 @@ pub fn failed_range() -> (String, String) {
 }
 pub fn pace_range() -> (String, String) {
     key_range(PACE)
+}
+pub fn rows_range() -> (String, String) {
+    key_range(ROWS)
 }
 
 /// The item id behind a pending, done or failed row key.
@@ -320,6 +330,7 @@ impl DoneRow {
             .with("rowsRead", int(c.rows_read))
             .with("rowsActed", int(c.rows_acted))
             .with("rowsSkipped", int(c.rows_skipped))
+            .with("rowsFailed", int(c.rows_failed))
             .with("partitions", int(c.partitions))
             .with("queries", int(c.queries))
             .with("durationMs", int(c.duration_ms))
@@ -411,6 +422,8 @@ pub struct Tallies {
     pub rows_read: u64,
     pub rows_acted: u64,
     pub rows_skipped: u64,
+    /// Rows the action could not act on (see `job::notes`).
+    pub rows_failed: u64,
     pub partitions: u64,
     pub queries: u64,
     /// Attempts that failed and were tried again.
@@ -428,7 +441,7 @@ pub struct Tallies {
     pub last_finished_ms: u64,
 }
 
-const TALLY_FIELDS: [&str; 13] = [
+const TALLY_FIELDS: [&str; 14] = [
     "created",
     "done",
     "failed",
@@ -436,6 +449,7 @@ const TALLY_FIELDS: [&str; 13] = [
     "rowsRead",
     "rowsActed",
     "rowsSkipped",
+    "rowsFailed",
     "partitions",
     "queries",
     "attemptsFailed",
@@ -445,7 +459,7 @@ const TALLY_FIELDS: [&str; 13] = [
 ];
 
 impl Tallies {
-    fn sums(&mut self) -> [&mut u64; 13] {
+    fn sums(&mut self) -> [&mut u64; 14] {
         [
             &mut self.created,
             &mut self.done,
@@ -454,6 +468,7 @@ impl Tallies {
             &mut self.rows_read,
             &mut self.rows_acted,
             &mut self.rows_skipped,
+            &mut self.rows_failed,
             &mut self.partitions,
             &mut self.queries,
             &mut self.attempts_failed,
@@ -532,6 +547,7 @@ mod tests {
             rows_read: 5,
             rows_acted: 6,
             rows_skipped: 7,
+            rows_failed: 16,
             partitions: 8,
             queries: 9,
             attempts_failed: 10,

@@ -36,6 +36,14 @@ pub struct ScanSpec {
     /// starts: a request that names none gets the app's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_rows_per_second: Option<u32>,
+    /// Reads and counts what the action would do, and writes nothing (see `functions::step`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+    /// How many rows the action may fail on (each reported with its keys) before the scan ends
+    /// `failed` rather than `succeeded`; `None` for no limit, 0 for none at all. The scan
+    /// still runs to its end, so its counts say what was done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_row_failures: Option<u64>,
 }
 
 /// The cap of a scan whose request names none, unless the app setting
@@ -82,6 +90,9 @@ pub enum ActionSpec {
     Copy {
         table: String,
         connection: String,
+        /// What happens to a row the target holds already.
+        #[serde(default, skip_serializing_if = "CopyMode::is_replace")]
+        mode: CopyMode,
     },
     Enqueue {
         /// The queue, or the first of `queues`.
@@ -110,6 +121,25 @@ pub enum ActionSpec {
         connection: String,
         encoding: Encoding,
     },
+}
+
+/// What a copy does with a row the target table holds already.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CopyMode {
+    /// Replaces it whole (the copy's row, nothing else).
+    #[default]
+    Replace,
+    /// Merges the copied properties into it; properties only the target has are kept.
+    Merge,
+    /// Keeps it as it is; only rows the target lacks are written.
+    Insert,
+}
+
+impl CopyMode {
+    fn is_replace(&self) -> bool {
+        *self == CopyMode::Replace
+    }
 }
 
 /// The most queues an enqueue may spread its rows over.
@@ -177,9 +207,18 @@ impl ScanSpec {
         let action = match &self.action {
             ActionSpec::Count => "count".to_string(),
             ActionSpec::Delete => "delete".to_string(),
-            ActionSpec::Copy { table, connection } => {
-                format!("copy into table {table:?} of {connection}")
-            }
+            ActionSpec::Copy {
+                table,
+                connection,
+                mode,
+            } => format!(
+                "copy ({}) into table {table:?} of {connection}",
+                match mode {
+                    CopyMode::Replace => "replace",
+                    CopyMode::Merge => "merge",
+                    CopyMode::Insert => "insert",
+                }
+            ),
             ActionSpec::Enqueue { connection, .. } => format!(
                 "enqueue into {} of {connection}",
                 quoted_list(&self.action.target_queues())
@@ -209,8 +248,9 @@ impl ScanSpec {
             .map_or("no cap".to_string(), |cap| {
                 format!("at most {cap} entities/s")
             });
+        let dry_run = if self.dry_run { "DRY RUN of " } else { "" };
         format!(
-            "{action} over table {:?} of {}; {scope}; {cap}",
+            "{dry_run}{action} over table {:?} of {}; {scope}; {cap}",
             self.table, self.connection
         )
     }
@@ -291,7 +331,35 @@ impl ScanSpec {
                 )
             }
         };
+        let dry_run = match fields.take("dryRun") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(dry_run)) => dry_run,
+            Some(_) => return refuse("dryRun", "must be true or false"),
+        };
+        let max_row_failures = fields.optional_whole("maxRowFailures", 0..=u64::from(u32::MAX))?;
         fields.finish()?;
+        if dry_run && action == ActionSpec::Count {
+            return refuse(
+                "dryRun",
+                "a count writes nothing; it needs no dry run (leave dryRun out)",
+            );
+        }
+        if let (
+            Some(_),
+            ActionSpec::Copy {
+                mode: CopyMode::Replace,
+                ..
+            },
+        ) = (&select, &action)
+        {
+            return refuse(
+                "select",
+                "with a copy in mode \"replace\" (the default) would replace each target row \
+                 with the selected properties only, dropping the rest; use mode \"merge\" to \
+                 update those properties and keep the others, or mode \"insert\" to write only \
+                 rows the target lacks",
+            );
+        }
         if select.is_some() && matches!(action, ActionSpec::Delete) {
             return refuse(
                 "select",
@@ -308,6 +376,8 @@ impl ScanSpec {
             select,
             action,
             max_rows_per_second,
+            dry_run,
+            max_row_failures,
         })
     }
 }
@@ -451,7 +521,22 @@ fn parse_action(
             let table = fields.required_string("table")?;
             validate_table_name(&table).or_else(|e| refuse("action.table", e.to_string()))?;
             let connection = fields.connection("connection", settings)?;
-            ActionSpec::Copy { table, connection }
+            let mode = match fields.optional_string("mode")?.as_deref() {
+                None | Some("replace") => CopyMode::Replace,
+                Some("merge") => CopyMode::Merge,
+                Some("insert") => CopyMode::Insert,
+                Some(other) => {
+                    return refuse(
+                        "action.mode",
+                        format!("must be \"replace\", \"merge\" or \"insert\", not {other:?}"),
+                    )
+                }
+            };
+            ActionSpec::Copy {
+                table,
+                connection,
+                mode,
+            }
         }
         "enqueue" => {
             let (queue, queues) = match fields.take("queues") {
@@ -959,7 +1044,13 @@ mod tests {
         .unwrap();
         assert_eq!(
             spec.summary(),
-            r#"copy into table "backup" of AzureWebJobsStorage over table "orders" of AzureWebJobsStorage; prefix "m", after "m1"; at most 900 entities/s"#
+            r#"copy (replace) into table "backup" of AzureWebJobsStorage over table "orders" of AzureWebJobsStorage; prefix "m", after "m1"; at most 900 entities/s"#
+        );
+        let spec = parse(r#"{"table":"orders","dryRun":true,"action":{"type":"delete"}}"#).unwrap();
+        assert!(
+            spec.summary().starts_with("DRY RUN of delete over"),
+            "{}",
+            spec.summary()
         );
         let spec = parse(
             r#"{"table":"orders","maxRowsPerSecond":"unlimited",
@@ -995,5 +1086,80 @@ mod tests {
         let err = parse(r#"{"table":"orders","connection":"Broken","action":{"type":"count"}}"#)
             .unwrap_err();
         assert!(!err.message.contains("notbase64"), "{err}");
+    }
+
+    #[test]
+    fn copy_modes_dry_runs_and_row_failure_limits_are_parsed_and_stored() {
+        let spec = parse(
+            r#"{"table":"orders","select":["Name"],"dryRun":true,"maxRowFailures":0,
+                "action":{"type":"copy","table":"backup","mode":"merge"}}"#,
+        )
+        .unwrap();
+        assert!(spec.dry_run);
+        assert_eq!(spec.max_row_failures, Some(0));
+        assert!(matches!(
+            spec.action,
+            ActionSpec::Copy {
+                mode: CopyMode::Merge,
+                ..
+            }
+        ));
+        let stored = serde_json::to_value(&spec).unwrap();
+        assert_eq!(stored["action"]["mode"], "merge");
+        assert_eq!(stored["dryRun"], true);
+        assert_eq!(stored["maxRowFailures"], 0);
+        // A spec stored before these fields existed reads as a plain copy that replaces.
+        let old: ScanSpec = serde_json::from_value(serde_json::json!({
+            "table": "orders", "connection": "AzureWebJobsStorage", "scope": {"prefix": "",
+            "after": null, "before": null}, "strategy": "prefix", "pageSize": 1000,
+            "select": null, "action": {"type": "copy", "table": "b",
+            "connection": "AzureWebJobsStorage"}
+        }))
+        .unwrap();
+        assert!(!old.dry_run);
+        assert_eq!(old.max_row_failures, None);
+        assert!(matches!(
+            old.action,
+            ActionSpec::Copy {
+                mode: CopyMode::Replace,
+                ..
+            }
+        ));
+        let plain =
+            parse(r#"{"table":"orders","action":{"type":"copy","table":"backup"}}"#).unwrap();
+        let stored = serde_json::to_value(&plain).unwrap();
+        assert!(stored["action"].get("mode").is_none());
+        assert!(stored.get("dryRun").is_none());
+    }
+
+    #[test]
+    fn bad_modes_dry_runs_and_limits_name_their_field() {
+        let refused = |body: &str| parse(body).unwrap_err();
+        let e = refused(
+            r#"{"table":"things","select":["A"],"action":{"type":"copy","table":"backup"}}"#,
+        );
+        assert_eq!(e.field, "select");
+        assert!(e.message.contains("\"merge\""), "{e}");
+        let e = refused(
+            r#"{"table":"things","select":["A"],"action":{"type":"copy","table":"backup","mode":"replace"}}"#,
+        );
+        assert_eq!(e.field, "select");
+        let e = refused(
+            r#"{"table":"things","action":{"type":"copy","table":"backup","mode":"upsert"}}"#,
+        );
+        assert_eq!(e.field, "action.mode");
+        let e = refused(r#"{"table":"things","dryRun":"yes","action":{"type":"delete"}}"#);
+        assert_eq!(e.field, "dryRun");
+        let e = refused(r#"{"table":"things","dryRun":true,"action":{"type":"count"}}"#);
+        assert_eq!(e.field, "dryRun");
+        for bad in ["-1", "1.5", "\"all\"", "99999999999"] {
+            let e = refused(&format!(
+                r#"{{"table":"things","maxRowFailures":{bad},"action":{{"type":"delete"}}}}"#
+            ));
+            assert_eq!(e.field, "maxRowFailures", "{bad}");
+        }
+        // Insert mode may select: it writes new rows with those properties only, on purpose.
+        parse(r#"{"table":"things","select":["A"],"action":{"type":"copy","table":"backup","mode":"insert"}}"#)
+            .unwrap();
     }
 }

@@ -5,6 +5,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use super::ledger::{format_time, Ledger, LedgerError, ScanRecord};
+use super::notes::{NotedRow, RowNotes};
 use super::redrive::Stranded;
 use super::rows::Tallies;
 use super::spec::{ActionSpec, ScanSpec};
@@ -41,6 +42,16 @@ pub struct ScanStatus {
     pub spec: ScanSpec,
     pub progress: Progress,
     pub errors: Vec<StepFailure>,
+    /// Why a failed scan failed, in a sentence.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed_because: Option<String>,
+    /// Some of the rows the action could not act on, with their keys and why (the count is
+    /// `progress.rowsFailed`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub row_failures: Vec<NotedRow>,
+    /// In a dry run, some of the rows the action would have acted on.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dry_run_rows: Vec<NotedRow>,
     pub created_at: String,
     pub started_at: Option<String>,
     pub finished_at: Option<String>,
@@ -108,6 +119,8 @@ pub struct Progress {
     pub rows_read: u64,
     pub rows_acted: u64,
     pub rows_skipped: u64,
+    /// Rows the action could not act on (each reported, never retried).
+    pub rows_failed: u64,
     pub partitions: u64,
     pub steps_done: u64,
     pub steps_pending: u64,
@@ -174,9 +187,15 @@ impl Ledger {
                 attempts: failed.attempts,
             })
             .collect();
-        Ok(Some(status_of(
-            record, totals, settled, running, errors, now,
-        )))
+        let notes = if totals.rows_failed > 0 || record.spec.dry_run {
+            self.row_notes(id).await?
+        } else {
+            RowNotes::default()
+        };
+        let mut status = status_of(record, totals, settled, running, errors, now);
+        status.row_failures = notes.failed;
+        status.dry_run_rows = notes.sample;
+        Ok(Some(status))
     }
 
     /// The status of a scan and up to a page of its work items stranded for `after` (see
@@ -219,6 +238,12 @@ impl Ledger {
     }
 }
 
+/// Whether more rows failed than the scan allows.
+fn too_many_row_failures(spec: &ScanSpec, t: &Tallies) -> bool {
+    spec.max_row_failures
+        .is_some_and(|most| t.rows_failed > most)
+}
+
 fn status_of(
     record: ScanRecord,
     t: Tallies,
@@ -239,11 +264,33 @@ fn status_of(
         } else {
             State::Pending
         }
-    } else if t.failed_now() > 0 {
+    } else if t.failed_now() > 0 || too_many_row_failures(&record.spec, &t) {
         State::Failed
     } else {
         State::Succeeded
     };
+    let failed_because = (state == State::Failed).then(|| {
+        let mut reasons = Vec::new();
+        if t.failed_now() > 0 {
+            reasons.push(format!(
+                "{} step{} failed for good (see errors; POST /api/scans/{}/retry runs them again)",
+                t.failed_now(),
+                if t.failed_now() == 1 { "" } else { "s" },
+                record.id
+            ));
+        }
+        if let (true, Some(most)) = (
+            too_many_row_failures(&record.spec, &t),
+            record.spec.max_row_failures,
+        ) {
+            reasons.push(format!(
+                "{} row{} could not be acted on, more than maxRowFailures ({most}); see rowFailures",
+                t.rows_failed,
+                if t.rows_failed == 1 { "" } else { "s" }
+            ));
+        }
+        reasons.join("; ")
+    });
     let last_finished = (t.last_finished_ms > 0)
         .then(|| {
             OffsetDateTime::from_unix_timestamp_nanos(i128::from(t.last_finished_ms) * 1_000_000)
@@ -276,6 +323,7 @@ fn status_of(
             rows_read: t.rows_read,
             rows_acted: t.rows_acted,
             rows_skipped: t.rows_skipped,
+            rows_failed: t.rows_failed,
             partitions: t.partitions,
             steps_done: t.done,
             steps_pending: t.unsettled(),
@@ -290,6 +338,9 @@ fn status_of(
             steps_redriven: t.redriven,
         },
         errors,
+        failed_because,
+        row_failures: Vec::new(),
+        dry_run_rows: Vec::new(),
         created_at: format_time(record.created_at),
         started_at: record.started_at.map(format_time),
         finished_at: finished.map(format_time),

@@ -19,6 +19,11 @@
 //! charged with what each forwarded request touched (each entity a query returned, each
 //! operation of a transaction, one for anything else), that answers 503 Server Busy while it is
 //! empty, as the service answers a client above an account's or a partition's target.
+//!
+//! And one for a target that refuses some rows (`refuse_rows_marked`): in a transaction, an
+//! operation whose JSON holds a given string value gets that value swapped for one longer than
+//! a property may be, so Azurite itself refuses that operation (400 PropertyValueTooLarge, at
+//! its index) and the rest of the transaction with it, as the service refuses an invalid row.
 
 #![allow(dead_code)]
 
@@ -134,6 +139,8 @@ struct Plan {
     outage: bool,
     /// While set, the entities per second the service behind takes.
     bucket: Option<Bucket>,
+    /// While set, operations of transactions holding this string value are made too large.
+    refused_marker: Option<String>,
 }
 
 /// A token bucket of entities: refilled at `rate` per second up to one second's worth, charged
@@ -243,6 +250,12 @@ impl FaultProxy {
         });
     }
 
+    /// Makes every operation of a transaction whose JSON holds the string value `marker` one
+    /// that Azurite refuses as invalid (`None` ends it).
+    pub fn refuse_rows_marked(&self, marker: Option<&str>) {
+        self.shared.plan.lock().unwrap().refused_marker = marker.map(str::to_string);
+    }
+
     /// The method and path of every request seen so far.
     pub fn seen(&self) -> Vec<String> {
         self.shared.plan.lock().unwrap().seen.clone()
@@ -306,7 +319,7 @@ async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Respons
     // A table query (not a single entity): a GET with a page size.
     let is_query = parts.method == axum::http::Method::GET
         && (query.contains("$top=") || query.contains("%24top="));
-    let (fault, over_limit) = {
+    let (fault, over_limit, refused_marker) = {
         let mut plan = shared.plan.lock().unwrap();
         plan.seen
             .push(format!("{} {}", parts.method, parts.uri.path()));
@@ -317,6 +330,7 @@ async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Respons
         (
             plan.next(is_query, query.contains("NextPartitionKey")),
             over_limit,
+            plan.refused_marker.clone(),
         )
     };
     if over_limit {
@@ -352,7 +366,16 @@ async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Respons
         Some(Fault::ShortPage) => path = shorten_top(&path),
         Some(Fault::Reset) | None => {}
     }
-    let body = to_bytes(body, 64 * 1024 * 1024).await.unwrap_or_default();
+    let mut body = to_bytes(body, 64 * 1024 * 1024).await.unwrap_or_default();
+    if let Some(marker) = refused_marker.filter(|_| parts.uri.path().ends_with("$batch")) {
+        // A string of 40,000 characters: more than the 32K a property holds.
+        let quoted = format!("\"{marker}\"");
+        let text = String::from_utf8_lossy(&body);
+        if text.contains(&quoted) {
+            let too_long = format!("\"{}\"", "x".repeat(40_000));
+            body = Bytes::from(text.replace(&quoted, &too_long));
+        }
+    }
     let method = reqwest::Method::from_bytes(parts.method.as_str().as_bytes()).unwrap();
     let mut outgoing = shared
         .client
