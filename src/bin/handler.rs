@@ -4,6 +4,7 @@
 use std::net::{Ipv4Addr, SocketAddr};
 
 use tablescan::functions::{router, AppState, Settings};
+use tracing_subscriber::fmt::writer::MakeWriterExt;
 
 #[tokio::main]
 async fn main() {
@@ -13,7 +14,13 @@ async fn main() {
                 .unwrap_or_else(|_| "info".into()),
         )
         .with_ansi(false)
-        .with_writer(std::io::stderr)
+        // The host logs the handler's stderr lines as errors and its stdout lines as
+        // information: warnings and errors go to stderr, the rest to stdout.
+        .with_writer(
+            std::io::stderr
+                .with_max_level(tracing::Level::WARN)
+                .or_else(std::io::stdout),
+        )
         .init();
     let port = match std::env::var("FUNCTIONS_CUSTOMHANDLER_PORT") {
         Ok(text) => match text.trim().parse::<u16>() {

@@ -18,7 +18,9 @@ use crate::job::spec::{
 };
 use crate::job::Ledger;
 use crate::scan::Budget;
-use crate::storage::{ClientOptions, QueueServiceClient, StorageAccount, TableServiceClient};
+use crate::storage::{
+    ClientOptions, QueueServiceClient, StorageAccount, StorageError, TableServiceClient,
+};
 
 /// The largest invocation the handler reads: scan requests are refused above 1 MiB with a 413,
 /// which needs a larger envelope to arrive first.
@@ -48,11 +50,32 @@ impl SettingLookup for Settings {
     }
 }
 
-/// Clients of one storage account.
+/// Clients of one storage account: of its Table and Queue services, each as far as its app
+/// setting gives an endpoint for it (a SAS connection string may give only one).
 #[derive(Clone)]
 pub struct Clients {
-    pub tables: TableServiceClient,
-    pub queues: QueueServiceClient,
+    tables: Result<TableServiceClient, String>,
+    queues: Result<QueueServiceClient, String>,
+}
+
+impl Clients {
+    /// The Table service client, or why the setting gives none.
+    pub fn tables(&self) -> Result<&TableServiceClient, String> {
+        self.tables.as_ref().map_err(Clone::clone)
+    }
+
+    /// The Queue service client, or why the setting gives none.
+    pub fn queues(&self) -> Result<&QueueServiceClient, String> {
+        self.queues.as_ref().map_err(Clone::clone)
+    }
+}
+
+/// Why an app setting gives no client for a service: it names no endpoint for it.
+fn no_endpoint(setting: &str, endpoint: &str, error: StorageError) -> String {
+    format!(
+        "app setting {setting:?} gives no {endpoint} (nor an AccountName to make one from), \
+         and this needs one: add {endpoint}=<url> to it ({error})"
+    )
 }
 
 /// The setting that names the connection (an app setting's name, like `AzureWebJobsStorage`)
@@ -250,7 +273,7 @@ impl AppState {
             .to_string();
         let ledger = state
             .clients(&state.ledger_connection)
-            .and_then(|c| c.tables.table(&ledger_table).map_err(|e| e.to_string()))
+            .and_then(|c| c.tables()?.table(&ledger_table).map_err(|e| e.to_string()))
             .map(Ledger::new);
         Arc::new(AppState { ledger, ..state })
     }
@@ -304,9 +327,37 @@ impl AppState {
             ..ClientOptions::default()
         };
         self.clients_with(setting, options, "#scan-reads")?
-            .tables
+            .tables()?
             .table(table)
             .map_err(|e| e.to_string())
+    }
+
+    /// Clients that give up fast, for the checks a start makes of the accounts a scan will
+    /// use: a caller waits for the answer, and an account that does not answer within a few
+    /// seconds is better reported than waited for (see `functions::reach`).
+    pub fn probe_clients(&self, setting: &str) -> Result<Clients, String> {
+        let options = ClientOptions {
+            retry: crate::storage::retry::RetryPolicy {
+                max_retries: 1,
+                base_delay: Duration::from_millis(200),
+                min_backoff: Duration::from_millis(100),
+                max_backoff: Duration::from_millis(500),
+            },
+            attempt_timeout: super::reach::ATTEMPT_TIMEOUT,
+            ..ClientOptions::default()
+        };
+        self.clients_with(setting, options, "#probe")
+    }
+
+    /// The storage account an app setting names.
+    pub fn account(&self, setting: &str) -> Result<StorageAccount, String> {
+        let text = self
+            .settings
+            .get(setting)
+            .ok_or_else(|| format!("the app setting {setting:?} is not set"))?;
+        StorageAccount::from_connection_string(text).map_err(|e| {
+            format!("the app setting {setting:?} is not a usable connection string: {e}")
+        })
     }
 
     fn clients_with(
@@ -323,17 +374,12 @@ impl AppState {
         if let Some(clients) = cache.get(&key) {
             return Ok(clients.clone());
         }
-        let text = self
-            .settings
-            .get(setting)
-            .ok_or_else(|| format!("the app setting {setting:?} is not set"))?;
-        let account = StorageAccount::from_connection_string(text).map_err(|e| {
-            format!("the app setting {setting:?} is not a usable connection string: {e}")
-        })?;
+        let account = self.account(setting)?;
         let clients = Clients {
             tables: TableServiceClient::new(&account, options.clone())
-                .map_err(|e| e.to_string())?,
-            queues: QueueServiceClient::new(&account, options).map_err(|e| e.to_string())?,
+                .map_err(|e| no_endpoint(setting, "TableEndpoint", e)),
+            queues: QueueServiceClient::new(&account, options)
+                .map_err(|e| no_endpoint(setting, "QueueEndpoint", e)),
         };
         cache.insert(key, clients.clone());
         Ok(clients)

@@ -5,17 +5,19 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 use time::OffsetDateTime;
 
-use super::app::{AppState, Clients};
+use super::app::AppState;
 use super::guard::{self, Place, Protected, Touches};
 use super::names;
 use super::names::{HTTP_REQUEST, HTTP_RESPONSE, PARTITION_OUTPUT, RANGE_OUTPUT};
 use super::plan::scope_range;
 use super::protocol::{Failure, HttpRequest, Invocation, Outcome};
+use super::reach::{self, Check, Service};
 use crate::job::ledger::{is_scan_id, new_scan_id};
 use crate::job::spec::{ActionSpec, ScanSpec, SpecError};
 use crate::job::{Created, State};
 use crate::scan::item::WorkItem;
 use crate::storage::table::query::Query;
+use crate::storage::TableServiceClient;
 
 /// Scan requests larger than this are refused with 413.
 pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
@@ -167,11 +169,22 @@ async fn try_start_scan(state: &AppState, body: &[u8]) -> Result<Response, HttpE
         },
     };
     let location = format!("/api/scans/{id}");
-    let log = match created {
-        // The audit line: what was started (the host logs who asked).
-        Created::New => format!("scan {id} started: {}", spec.summary()),
-        Created::Existing(_) => format!("scan {id} was started before with this idempotency key"),
-    };
+    // The audit line: what was started, and the caller's idempotency key if it sent one (the
+    // host logs who asked).
+    let key = req.header(IDEMPOTENCY_KEY).unwrap_or("none");
+    match created {
+        Created::New => tracing::info!(
+            scan = %id,
+            idempotency_key = %key,
+            "scan started: {}",
+            spec.summary()
+        ),
+        Created::Existing(_) => tracing::info!(
+            scan = %id,
+            idempotency_key = %key,
+            "the start was retried with the same idempotency key; it answers the scan started before"
+        ),
+    }
     let roots = if send_root {
         vec![root.encode()]
     } else {
@@ -185,7 +198,6 @@ async fn try_start_scan(state: &AppState, body: &[u8]) -> Result<Response, HttpE
             &[("Location", location.clone())],
         )
         .messages(RANGE_OUTPUT, roots)
-        .log(log)
         .into_response())
 }
 
@@ -215,44 +227,46 @@ fn idempotent_scan_id(key: &str) -> Result<String, String> {
 fn guard(
     state: &AppState,
     spec: &ScanSpec,
-    source: &Clients,
-    ledger_account: &Clients,
+    source: &TableServiceClient,
+    ledger_tables: &TableServiceClient,
     ledger_table: &str,
 ) -> Result<(), HttpError> {
+    let unavailable = |e: String| refusal(StatusCode::SERVICE_UNAVAILABLE, None, e);
     let app = state
         .clients(names::STORAGE_CONNECTION)
-        .map_err(|e| refusal(StatusCode::SERVICE_UNAVAILABLE, None, e))?;
+        .map_err(unavailable)?;
+    let app_queues = app.queues().map_err(unavailable)?;
     let protected = Protected {
-        ledger: Place::new(ledger_account.tables.endpoint(), ledger_table),
+        ledger: Place::new(ledger_tables.endpoint(), ledger_table),
         work_queues: [names::RANGE_QUEUE, names::PARTITION_QUEUE]
-            .map(|queue| Place::new(app.queues.endpoint(), queue))
+            .map(|queue| Place::new(app_queues.endpoint(), queue))
             .to_vec(),
     };
-    let target = |connection: &str| {
-        state
-            .clients(connection)
-            .map_err(|e| refusal(StatusCode::BAD_REQUEST, Some("action.connection"), e))
-    };
+    let not_usable = |e: String| refusal(StatusCode::BAD_REQUEST, Some("action.connection"), e);
+    let target = |connection: &str| state.clients(connection).map_err(not_usable);
     let (target_table, target_queues) = match &spec.action {
         ActionSpec::Copy {
             table, connection, ..
-        } => (
-            Some(Place::new(target(connection)?.tables.endpoint(), table)),
-            Vec::new(),
-        ),
+        } => {
+            let target = target(connection)?;
+            let tables = target.tables().map_err(not_usable)?;
+            (Some(Place::new(tables.endpoint(), table)), Vec::new())
+        }
         ActionSpec::Enqueue { connection, .. } | ActionSpec::PartitionKeys { connection, .. } => {
             let target = target(connection)?;
-            let queues = spec.action.target_queues();
-            let places = queues
+            let endpoint = target.queues().map_err(not_usable)?.endpoint();
+            let places = spec
+                .action
+                .target_queues()
                 .iter()
-                .map(|queue| Place::new(target.queues.endpoint(), queue))
+                .map(|queue| Place::new(endpoint, queue))
                 .collect();
             (None, places)
         }
         ActionSpec::Count | ActionSpec::Delete => (None, Vec::new()),
     };
     let touches = Touches {
-        source: Place::new(source.tables.endpoint(), &spec.table),
+        source: Place::new(source.endpoint(), &spec.table),
         target_table,
         target_queues,
     };
@@ -265,28 +279,46 @@ fn guard(
     })
 }
 
+/// Makes ready what a scan needs before its first step: the ledger table, and the target it
+/// writes to (not in a dry run). Checks on the way, within seconds (`functions::reach`), that
+/// the source table exists and its account takes the setting's credentials, that the target's
+/// account does, and that nothing the scan writes is protected (`functions::guard`).
 async fn prepare(state: &AppState, spec: &ScanSpec) -> Result<(), HttpError> {
     let unavailable = |what: String| refusal(StatusCode::SERVICE_UNAVAILABLE, None, what);
     let ledger = state.ledger().map_err(unavailable)?;
     let ledger_account = state
         .clients(&state.ledger_connection)
         .map_err(unavailable)?;
-    ledger_account
-        .tables
+    let ledger_tables = ledger_account.tables().map_err(unavailable)?;
+    ledger_tables
         .create_table(ledger.table().name(), true)
         .await
         .map_err(|e| unavailable(format!("the scan ledger table could not be created: {e}")))?;
-    let source = state
-        .clients(&spec.connection)
+    let account = |setting: &str, field: &str| {
+        state
+            .account(setting)
+            .map_err(|e| refusal(StatusCode::BAD_REQUEST, Some(field), e))
+    };
+    let probe = |setting: &str, field: &str| {
+        state
+            .probe_clients(setting)
+            .map_err(|e| refusal(StatusCode::BAD_REQUEST, Some(field), e))
+    };
+    let source_account = account(&spec.connection, "connection")?;
+    let source = probe(&spec.connection, "connection")?;
+    let source = source
+        .tables()
         .map_err(|e| refusal(StatusCode::BAD_REQUEST, Some("connection"), e))?;
     let table = source
-        .tables
         .table(&spec.table)
         .map_err(|e| refusal(StatusCode::BAD_REQUEST, Some("table"), e.to_string()))?;
-    match table
-        .query_page(&Query::default().top(1).select(Vec::<String>::new()), None)
-        .await
-    {
+    let check = Check {
+        setting: &spec.connection,
+        field: "connection",
+        service: Service::Table,
+        account: &source_account,
+    };
+    match table.query_page(&first_key(), None).await {
         Ok(_) => {}
         Err(e) if e.is_not_found() => {
             return Err(refusal(
@@ -298,48 +330,87 @@ async fn prepare(state: &AppState, spec: &ScanSpec) -> Result<(), HttpError> {
                 ),
             ))
         }
-        Err(e) => {
-            return Err(unavailable(format!(
-                "the source table could not be read: {e}"
-            )))
-        }
+        Err(e) => return Err(refused(&check, "reading the source table", &e)),
     }
-    guard(state, spec, &source, &ledger_account, ledger.table().name())?;
-    if spec.dry_run {
-        // A dry run writes nothing, and so creates no target either.
-        return Ok(());
-    }
+    guard(state, spec, source, ledger_tables, ledger.table().name())?;
     match &spec.action {
         ActionSpec::Copy {
             table, connection, ..
         } => {
-            let target = state
-                .clients(connection)
-                .map_err(|e| refusal(StatusCode::BAD_REQUEST, Some("action.connection"), e))?;
-            target
-                .tables
-                .create_table(table, true)
-                .await
-                .map_err(|e| unavailable(format!("the target table could not be created: {e}")))?;
+            let target_account = account(connection, "action.connection")?;
+            let target = probe(connection, "action.connection")?;
+            let target = target
+                .tables()
+                .map_err(|e| refusal(StatusCode::BAD_REQUEST, Some("action.connection"), e))?
+                .table(table)
+                .map_err(|e| {
+                    refusal(StatusCode::BAD_REQUEST, Some("action.table"), e.to_string())
+                })?;
+            let check = Check {
+                setting: connection,
+                field: "action.connection",
+                service: Service::Table,
+                account: &target_account,
+            };
+            if spec.dry_run {
+                // A dry run writes nothing, and so creates no target either; a missing one
+                // is fine.
+                match target.query_page(&first_key(), None).await {
+                    Err(e) if !e.is_not_found() => {
+                        return Err(refused(&check, "reading the target table", &e))
+                    }
+                    _ => {}
+                }
+            } else {
+                target
+                    .create_if_missing()
+                    .await
+                    .map_err(|e| refused(&check, "creating the target table", &e))?;
+            }
         }
         ActionSpec::Enqueue { connection, .. } | ActionSpec::PartitionKeys { connection, .. } => {
-            let target = state
-                .clients(connection)
+            let target_account = account(connection, "action.connection")?;
+            let target = probe(connection, "action.connection")?;
+            let target = target
+                .queues()
                 .map_err(|e| refusal(StatusCode::BAD_REQUEST, Some("action.connection"), e))?;
+            let check = Check {
+                setting: connection,
+                field: "action.connection",
+                service: Service::Queue,
+                account: &target_account,
+            };
             for name in spec.action.target_queues() {
-                let queue = target.queues.queue(name).map_err(|e| {
+                let queue = target.queue(name).map_err(|e| {
                     refusal(StatusCode::BAD_REQUEST, Some("action.queue"), e.to_string())
                 })?;
-                queue.create().await.map_err(|e| {
-                    unavailable(format!(
-                        "the target queue {name:?} could not be created: {e}"
-                    ))
-                })?;
+                let checked = if spec.dry_run {
+                    match queue.approximate_count().await {
+                        Err(e) if !e.is_not_found() => Err(e),
+                        _ => Ok(()),
+                    }
+                } else {
+                    queue.create().await.map(drop)
+                };
+                checked
+                    .map_err(|e| refused(&check, &format!("creating the queue {name:?}"), &e))?;
             }
         }
         ActionSpec::Count | ActionSpec::Delete => {}
     }
     Ok(())
+}
+
+/// A query for one row's keys: the cheapest read that proves a table is there and readable.
+fn first_key() -> Query {
+    Query::default().top(1).select(Vec::<String>::new())
+}
+
+/// The answer for a failed account check (see `functions::reach`).
+fn refused(check: &Check<'_>, what: &str, error: &crate::storage::StorageError) -> HttpError {
+    let (status, message) = reach::refusal(check, what, error);
+    let field = status.is_client_error().then_some(check.field);
+    refusal(status, field, message)
 }
 
 /// The ledger and the scan id named by the route, or the answer that refuses the request.
@@ -431,9 +502,9 @@ async fn activity(
         Ok(clients) => {
             let mut total = Some(0u64);
             for name in [&state.item_queues.range, &state.item_queues.partition] {
-                let count = match clients.queues.queue(name) {
-                    Ok(queue) => queue.approximate_count().await.ok(),
-                    Err(_) => None,
+                let count = match clients.queues().map(|q| q.queue(name)) {
+                    Ok(Ok(queue)) => queue.approximate_count().await.ok(),
+                    _ => None,
                 };
                 total = total.zip(count).map(|(a, b)| a + b);
             }
@@ -784,6 +855,7 @@ pub async fn retry_scan(state: &AppState, body: &[u8]) -> Response {
     let retried = messages.len();
     let more = retried == usize::from(RETRY_PER_REQUEST);
     let (ranges, partitions) = super::step::split_messages(messages);
+    tracing::info!(scan = %id, "{retried} failed work items sent again");
     Outcome::default()
         .http(
             HTTP_RESPONSE,
@@ -793,6 +865,5 @@ pub async fn retry_scan(state: &AppState, body: &[u8]) -> Response {
         )
         .messages(RANGE_OUTPUT, ranges)
         .messages(PARTITION_OUTPUT, partitions)
-        .log(format!("scan {id}: {retried} failed work items sent again"))
         .into_response()
 }

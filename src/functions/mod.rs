@@ -8,6 +8,7 @@ pub mod names;
 pub mod pacing;
 pub mod plan;
 pub mod protocol;
+pub mod reach;
 pub mod redrive;
 pub mod shares;
 pub mod step;

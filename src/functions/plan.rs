@@ -72,7 +72,7 @@ pub fn action_for(state: &AppState, spec: &ScanSpec) -> Result<Action, String> {
         } => {
             let target = state
                 .clients(connection)?
-                .tables
+                .tables()?
                 .table(table)
                 .map_err(|e| e.to_string())?;
             Action::Copy(CopyRows::new(target, copy_mode(*mode)))
@@ -80,7 +80,7 @@ pub fn action_for(state: &AppState, spec: &ScanSpec) -> Result<Action, String> {
         ActionSpec::Delete => {
             let table = state
                 .clients(&spec.connection)?
-                .tables
+                .tables()?
                 .table(&spec.table)
                 .map_err(|e| e.to_string())?;
             Action::Delete(DeleteRows::new(table))
@@ -126,7 +126,7 @@ fn target_queue(
 ) -> Result<crate::storage::QueueClient, String> {
     state
         .clients(connection)?
-        .queues
+        .queues()?
         .queue(queue)
         .map_err(|e| e.to_string())
 }

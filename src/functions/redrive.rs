@@ -42,7 +42,7 @@ pub async fn redrive_stranded(
         return Ok(0);
     }
     let now = OffsetDateTime::now_utc();
-    let queues = state.clients(STORAGE_CONNECTION)?.queues;
+    let queues = state.clients(STORAGE_CONNECTION)?.queues()?.clone();
     // As the host writes output bindings (host.json messageEncoding: base64).
     let options = PutOptions {
         encoding: MessageEncoding::Base64,
@@ -169,8 +169,9 @@ pub async fn sweep_handler(state: &AppState, body: &[u8]) -> Response {
                 "re-drive sweep: {} scans in flight, {} work items sent again, {} settled, {} left for the next run",
                 done.scans, done.sent, done.settled, done.left
             );
+            // One line per sweep, on stdout (the host logs it with the invocation's time).
             tracing::info!("{line}");
-            Outcome::default().log(line).into_response()
+            Outcome::default().into_response()
         }
         Err(why) => Failure::new(
             StatusCode::SERVICE_UNAVAILABLE,

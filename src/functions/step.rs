@@ -4,6 +4,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use std::time::Duration;
 use time::OffsetDateTime;
+use tracing::Instrument;
 
 use super::app::AppState;
 use super::names::{ITEM_BINDING, PARTITION_OUTPUT, RANGE_OUTPUT, STORAGE_CONNECTION};
@@ -48,6 +49,25 @@ pub async fn handle(state: &AppState, queue: Queue, body: &[u8]) -> Response {
         Ok(item) => item,
         Err(why) => return reject(ledger, &message_id, &why, &text).await,
     };
+    // Every line logged while the step runs carries the scan, the step and the queue message
+    // (the host logs the message id with the invocation: that is how the two are matched).
+    let span =
+        tracing::info_span!("step", scan = %item.scan, step = %item.id(), message_id = %message_id);
+    run_item(state, ledger, queue, &invocation, item, &message_id, &text)
+        .instrument(span)
+        .await
+}
+
+/// Runs a decoded work item: claims it, runs its step, records it and answers the host.
+async fn run_item(
+    state: &AppState,
+    ledger: &crate::job::Ledger,
+    queue: Queue,
+    invocation: &Invocation,
+    item: WorkItem,
+    message_id: &str,
+    text: &str,
+) -> Response {
     let id = item.id();
     let begin = match begin_when_free(state, ledger, &item).await {
         Ok(begin) => begin,
@@ -77,30 +97,19 @@ pub async fn handle(state: &AppState, queue: Queue, body: &[u8]) -> Response {
             };
             let resent = unstarted.len();
             let (ranges, partitions) = split_messages(unstarted);
+            tracing::info!("already done; {resent} unstarted children sent again");
             return Outcome::default()
                 .messages(RANGE_OUTPUT, ranges)
                 .messages(PARTITION_OUTPUT, partitions)
-                .log(format!(
-                    "step {id} of scan {} was already done; {resent} unstarted children sent again",
-                    item.scan
-                ))
                 .into_response();
         }
         Begin::Orphan => {
-            return Outcome::default()
-                .log(format!(
-                    "step {id} of scan {} was written ahead by a finish that chose other work; dropped",
-                    item.scan
-                ))
-                .into_response();
+            tracing::info!("written ahead by a finish that chose other work; dropped");
+            return Outcome::default().into_response();
         }
         Begin::Cancelled => {
-            return Outcome::default()
-                .log(format!(
-                    "scan {} is cancelled; step {id} dropped",
-                    item.scan
-                ))
-                .into_response();
+            tracing::info!("the scan is cancelled; the step is dropped");
+            return Outcome::default().into_response();
         }
         Begin::Busy(_) => {
             return Failure::new(
@@ -111,14 +120,14 @@ pub async fn handle(state: &AppState, queue: Queue, body: &[u8]) -> Response {
         }
         Begin::UnknownScan => {
             let why = format!("scan {} does not exist", item.scan);
-            return reject(ledger, &message_id, &why, &text).await;
+            return reject(ledger, message_id, &why, text).await;
         }
         Begin::UnknownItem => {
             let why = format!(
                 "step {id} is not recorded in scan {} (or failed for good already)",
                 item.scan
             );
-            return reject(ledger, &message_id, &why, &text).await;
+            return reject(ledger, message_id, &why, text).await;
         }
     };
     let mut claim = *claim;
@@ -138,9 +147,8 @@ pub async fn handle(state: &AppState, queue: Queue, body: &[u8]) -> Response {
             {
                 Ok(Finish::Recorded) => {}
                 Ok(Finish::AlreadyFinished) => {
-                    return Outcome::default()
-                        .log(format!("step {id} was finished by another delivery"))
-                        .into_response();
+                    tracing::info!("finished by another delivery; this one's counts are dropped");
+                    return Outcome::default().into_response();
                 }
                 Err(e) => {
                     return Failure::new(
@@ -152,19 +160,19 @@ pub async fn handle(state: &AppState, queue: Queue, body: &[u8]) -> Response {
             }
             let (ranges, partitions) =
                 split_messages(follow_ups.iter().map(WorkItem::encode).collect());
+            tracing::info!(
+                "done: {} rows read, {} acted on, {} skipped, {} failed, {} queries, {} follow-ups, {} ms",
+                counts.rows_read,
+                counts.rows_acted,
+                counts.rows_skipped,
+                counts.rows_failed,
+                counts.queries,
+                follow_ups.len(),
+                counts.duration_ms
+            );
             Outcome::default()
                 .messages(RANGE_OUTPUT, ranges)
                 .messages(PARTITION_OUTPUT, partitions)
-                .log(format!(
-                    "step {id} of scan {}: {} rows read, {} acted on, {} skipped, {} failed, {} queries, {} follow-ups",
-                    item.scan,
-                    counts.rows_read,
-                    counts.rows_acted,
-                    counts.rows_skipped,
-                    counts.rows_failed,
-                    counts.queries,
-                    follow_ups.len()
-                ))
                 .into_response()
         }
         Err(failure) => {
@@ -209,7 +217,14 @@ async fn on_failure(
             }
         }
     };
-    tracing::error!(scan = %item.scan, step = %id, attempt, kind = ?failure.kind, ?record, "step failed: {why}");
+    match record {
+        FailureRecord::Final => {
+            tracing::error!(attempt, kind = ?failure.kind, "failed for good: {why}")
+        }
+        FailureRecord::Retry { .. } => {
+            tracing::warn!(attempt, kind = ?failure.kind, "failed, to be tried again: {why}")
+        }
+    }
     if let Err(e) = ledger
         .fail(item, claim, &why, record, failure.requests_throttled, now)
         .await
@@ -219,22 +234,13 @@ async fn on_failure(
     }
     if record == FailureRecord::Final {
         // Recorded: the message is done with; the status shows the cause.
-        return Outcome::default()
-            .log(format!(
-                "step {id} of scan {} failed for good: {why}",
-                item.scan
-            ))
-            .into_response();
+        return Outcome::default().into_response();
     }
     if hand_on {
         match send_again_later(state, queue, item).await {
             Ok(()) => {
-                return Outcome::default()
-                    .log(format!(
-                        "step {id} of scan {} failed on its message's last delivery ({why}); handed on in a new message",
-                        item.scan
-                    ))
-                    .into_response()
+                tracing::info!("that was its message's last delivery; handed on in a new message");
+                return Outcome::default().into_response();
             }
             Err(e) => tracing::warn!("could not hand step {id} on: {e}"),
         }
@@ -245,7 +251,7 @@ async fn on_failure(
 /// Puts `item`'s message in its queue again, invisible for twice the host's own pause between
 /// two deliveries (a minute with this project's host.json).
 async fn send_again_later(state: &AppState, queue: Queue, item: &WorkItem) -> Result<(), String> {
-    let queues = state.clients(STORAGE_CONNECTION)?.queues;
+    let queues = state.clients(STORAGE_CONNECTION)?.queues()?.clone();
     let name = match queue {
         Queue::Range => &state.item_queues.range,
         Queue::Partition => &state.item_queues.partition,
@@ -308,7 +314,7 @@ async fn run_claimed(
             {
                 Ok(true) => {}
                 Ok(false) => {
-                    tracing::warn!(scan = %item.scan, step = %item.id(), "the step's claim was lost; it stops acting");
+                    tracing::warn!("the step's claim was lost; it stops acting");
                     lost.store(true, std::sync::atomic::Ordering::SeqCst);
                     return;
                 }
@@ -480,7 +486,6 @@ impl RowSink for ActionSink<'_> {
         let applied = self.action.apply(rows, &go_on).await?;
         for failure in &applied.failures {
             tracing::warn!(
-                scan = %self.scan,
                 partition_key = %failure.partition_key,
                 row_key = %failure.row_key,
                 "a row failed: {}",

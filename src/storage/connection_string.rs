@@ -25,6 +25,9 @@ pub struct StorageAccount {
     credential: Credential,
     table_endpoint: Option<Endpoint>,
     queue_endpoint: Option<Endpoint>,
+    /// The endpoints the connection string does not give, made from its account name (e.g.
+    /// `QueueEndpoint`): when one cannot be reached, the error says it was made up.
+    derived: Vec<&'static str>,
 }
 
 /// The base URL of one storage service, without a trailing slash, for example
@@ -121,16 +124,20 @@ impl StorageAccount {
             return Err(ConnectionStringError::InvalidProtocol);
         }
         let suffix = get("EndpointSuffix").unwrap_or("core.windows.net");
-        let endpoint = |setting: &'static str,
-                        service: &str|
+        let mut derived = Vec::new();
+        let mut endpoint = |setting: &'static str,
+                            service: &str|
          -> Result<Option<Endpoint>, ConnectionStringError> {
             match (get(setting), &name) {
                 (Some(url), _) => Endpoint::parse(url, setting).map(Some),
-                (None, Some(account)) => Endpoint::parse(
-                    &format!("{protocol}://{account}.{service}.{suffix}"),
-                    setting,
-                )
-                .map(Some),
+                (None, Some(account)) => {
+                    derived.push(setting);
+                    Endpoint::parse(
+                        &format!("{protocol}://{account}.{service}.{suffix}"),
+                        setting,
+                    )
+                    .map(Some)
+                }
                 (None, None) => Ok(None),
             }
         };
@@ -144,6 +151,7 @@ impl StorageAccount {
             credential,
             table_endpoint,
             queue_endpoint,
+            derived,
         })
     }
 
@@ -178,6 +186,7 @@ impl StorageAccount {
                 &format!("{origin}:10001/{EMULATOR_ACCOUNT}"),
                 "QueueEndpoint",
             )?),
+            derived: Vec::new(),
         })
     }
 
@@ -189,6 +198,12 @@ impl StorageAccount {
     /// How requests are authorized.
     pub fn credential(&self) -> &Credential {
         &self.credential
+    }
+
+    /// Whether the endpoint named by `setting` (`TableEndpoint`, `QueueEndpoint`) was not in
+    /// the connection string but made from its account name and endpoint suffix.
+    pub fn is_derived(&self, setting: &str) -> bool {
+        self.derived.contains(&setting)
     }
 
     /// The Table service endpoint, if the connection string has one.
@@ -280,6 +295,13 @@ mod tests {
             Credential::SharedKey { key, .. } => assert_eq!(key.bytes(), b"key-bytes-for-tests"),
             other => panic!("{other:?}"),
         }
+        // The queue endpoint was not given: made from the account name, and known to be.
+        assert!(!account.is_derived("TableEndpoint"));
+        assert!(account.is_derived("QueueEndpoint"));
+        assert_eq!(
+            account.queue_endpoint().unwrap().as_str(),
+            "https://acct.queue.core.windows.net"
+        );
     }
 
     #[test]

@@ -24,6 +24,8 @@
 //! operation whose JSON holds a given string value gets that value swapped for one longer than
 //! a property may be, so Azurite itself refuses that operation (400 PropertyValueTooLarge, at
 //! its index) and the rest of the transaction with it, as the service refuses an invalid row.
+//! Or the whole transaction (`refuse_transactions_marked`): answered 400 InvalidInput without an
+//! operation index, as the service answers a request it cannot take at all.
 
 #![allow(dead_code)]
 
@@ -141,6 +143,8 @@ struct Plan {
     bucket: Option<Bucket>,
     /// While set, operations of transactions holding this string value are made too large.
     refused_marker: Option<String>,
+    /// While set, transactions holding this string value are answered 400 as a whole.
+    refused_transactions: Option<String>,
 }
 
 /// A token bucket of entities: refilled at `rate` per second up to one second's worth, charged
@@ -256,6 +260,12 @@ impl FaultProxy {
         self.shared.plan.lock().unwrap().refused_marker = marker.map(str::to_string);
     }
 
+    /// Answers every transaction whose JSON holds the string value `marker` with a 400
+    /// InvalidInput for the request as a whole, without forwarding it (`None` ends it).
+    pub fn refuse_transactions_marked(&self, marker: Option<&str>) {
+        self.shared.plan.lock().unwrap().refused_transactions = marker.map(str::to_string);
+    }
+
     /// The method and path of every request seen so far.
     pub fn seen(&self) -> Vec<String> {
         self.shared.plan.lock().unwrap().seen.clone()
@@ -319,7 +329,7 @@ async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Respons
     // A table query (not a single entity): a GET with a page size.
     let is_query = parts.method == axum::http::Method::GET
         && (query.contains("$top=") || query.contains("%24top="));
-    let (fault, over_limit, refused_marker) = {
+    let (fault, over_limit, refused_marker, refused_transactions) = {
         let mut plan = shared.plan.lock().unwrap();
         plan.seen
             .push(format!("{} {}", parts.method, parts.uri.path()));
@@ -331,6 +341,7 @@ async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Respons
             plan.next(is_query, query.contains("NextPartitionKey")),
             over_limit,
             plan.refused_marker.clone(),
+            plan.refused_transactions.clone(),
         )
     };
     if over_limit {
@@ -367,6 +378,12 @@ async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Respons
         Some(Fault::Reset) | None => {}
     }
     let mut body = to_bytes(body, 64 * 1024 * 1024).await.unwrap_or_default();
+    if let Some(marker) = refused_transactions.filter(|_| parts.uri.path().ends_with("$batch")) {
+        if String::from_utf8_lossy(&body).contains(&format!("\"{marker}\"")) {
+            shared.injected.other_status.fetch_add(1, Ordering::Relaxed);
+            return error(400, "InvalidInput", None);
+        }
+    }
     if let Some(marker) = refused_marker.filter(|_| parts.uri.path().ends_with("$batch")) {
         // A string of 40,000 characters: more than the 32K a property holds.
         let quoted = format!("\"{marker}\"");

@@ -12,6 +12,7 @@ use tablescan::storage::{QueueServiceClient, StorageAccount};
 use crate::config::Function;
 use crate::invocation::{queue_messages, read_answer, Answer};
 use crate::process::Handler;
+use crate::say::say_err;
 
 /// The version devhost reports in `X-Azure-Functions-HostVersion`.
 pub const HOST_VERSION: &str = "4.1037.0-devhost";
@@ -109,7 +110,7 @@ impl Dispatcher {
                         // the handler.
                         tokio::time::sleep(self.function_timeout.saturating_sub(started.elapsed()))
                             .await;
-                        eprintln!("[devhost] {}: A function timeout has occurred (empty answer). Restarting the handler", function.name);
+                        say_err!("[devhost] {}: A function timeout has occurred (empty answer). Restarting the handler", function.name);
                         handler.restart();
                         Answer::Failure("timed out after an empty answer".into())
                     }
@@ -118,7 +119,7 @@ impl Dispatcher {
             }
             Ok(Err(why)) => Answer::Failure(why),
             Err(_) => {
-                eprintln!(
+                say_err!(
                     "[devhost] {}: A function timeout has occurred. Restarting the handler",
                     function.name
                 );

@@ -17,6 +17,7 @@ use axum::http::{HeaderName, HeaderValue, Response, StatusCode};
 use crate::config::Function;
 use crate::dispatch::Dispatcher;
 use crate::invocation::{http_answer, http_request, Answer, IncomingHttp};
+use crate::say::{say, say_err};
 
 pub struct HttpFront {
     pub functions: Vec<Function>,
@@ -36,7 +37,7 @@ fn run_by_hand(front: &HttpFront, name: &str) -> Response<Body> {
         .find(|(n, _)| n.eq_ignore_ascii_case(name))
         .map(|(_, t)| t.clone())
     {
-        println!("[devhost] {} (timer): run by hand", timer.function.name);
+        say!("[devhost] {} (timer): run by hand", timer.function.name);
         tokio::spawn(async move { timer.fire(None).await });
         return plain(StatusCode::ACCEPTED, "");
     }
@@ -188,10 +189,10 @@ pub async fn handle(State(front): State<Arc<HttpFront>>, request: Request) -> Re
     let response = match answer {
         Answer::Success { outputs, logs } => {
             for line in logs {
-                println!("[handler {}] {line}", handler.instance);
+                say!("[handler {}] {line}", handler.instance);
             }
             if let Err(why) = front.dispatcher.write_outputs(&function, &outputs).await {
-                eprintln!("[devhost] {}: writing outputs failed: {why}", function.name);
+                say_err!("[devhost] {}: writing outputs failed: {why}", function.name);
                 plain(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "the function's outputs could not be written",
@@ -217,18 +218,29 @@ pub async fn handle(State(front): State<Arc<HttpFront>>, request: Request) -> Re
             }
         }
         Answer::Failure(why) => {
-            eprintln!("[devhost] {}: {why}", function.name);
+            say_err!("[devhost] {}: {why}", function.name);
             plain(StatusCode::INTERNAL_SERVER_ERROR, "the function failed")
         }
         Answer::Hang => plain(StatusCode::INTERNAL_SERVER_ERROR, "the function timed out"),
     };
-    println!(
-        "[devhost] {} {method} {path} {}ms {}",
-        function.name,
-        started.elapsed().as_millis(),
-        response.status().as_u16()
-    );
+    // Reads that succeed are the bulk of a watched scan's traffic (a status poll every second
+    // or so): shown only with DEVHOST_VERBOSE=1, so that the log shows what changed things.
+    let quiet_read = method == "GET" && response.status().is_success() && !verbose();
+    if !quiet_read {
+        say!(
+            "[devhost] {} {method} {path} {}ms {}",
+            function.name,
+            started.elapsed().as_millis(),
+            response.status().as_u16()
+        );
+    }
     response
+}
+
+/// Whether `DEVHOST_VERBOSE=1` asks for every HTTP invocation to be shown.
+fn verbose() -> bool {
+    static VERBOSE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *VERBOSE.get_or_init(|| std::env::var("DEVHOST_VERBOSE").is_ok_and(|v| v == "1"))
 }
 
 /// Header names as the host's request object shows them (`Content-Type`).

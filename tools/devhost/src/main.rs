@@ -11,6 +11,7 @@ mod http;
 mod invocation;
 mod process;
 mod queues;
+mod say;
 mod schedule;
 mod timers;
 
@@ -19,6 +20,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::say::{say, say_err};
 use tokio::sync::Notify;
 
 struct Args {
@@ -53,7 +55,7 @@ fn parse_args() -> Result<Args, String> {
 #[tokio::main]
 async fn main() {
     if let Err(why) = run().await {
-        eprintln!("devhost: {why}");
+        say_err!("devhost: {why}");
         std::process::exit(1);
     }
 }
@@ -158,7 +160,7 @@ async fn run() -> Result<(), String> {
                 tokio::spawn(timer.run());
             }
             // The host reports the function in error and runs the others.
-            Err(why) => eprintln!(
+            Err(why) => say_err!(
                 "[devhost] {}: the timer's schedule is invalid, the function will not run: {why}",
                 function.name
             ),
@@ -176,7 +178,7 @@ async fn run() -> Result<(), String> {
         .await
         .map_err(|e| format!("cannot listen on 127.0.0.1:{}: {e}", args.port))?;
     let app = axum::Router::new().fallback(http::handle).with_state(front);
-    println!(
+    say!(
         "[devhost] {} functions from {}, {} instance(s), HTTP on http://127.0.0.1:{}/{}",
         functions.len(),
         root.display(),
@@ -186,11 +188,11 @@ async fn run() -> Result<(), String> {
     );
     for function in &functions {
         let trigger = function.trigger().map(|t| t.kind.as_str()).unwrap_or("?");
-        println!("[devhost]   {} ({trigger})", function.name);
+        say!("[devhost]   {} ({trigger})", function.name);
     }
     tokio::select! {
         result = axum::serve(listener, app) => result.map_err(|e| format!("the HTTP server stopped: {e}")),
-        _ = tokio::signal::ctrl_c() => { println!("[devhost] stopping"); Ok(()) }
+        _ = tokio::signal::ctrl_c() => { say!("[devhost] stopping"); Ok(()) }
         _ = fatal.notified() => Err("a handler could not be kept running".into()),
     }
 }

@@ -9,6 +9,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::say::{say, say_err};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 use tokio::sync::{watch, Notify};
@@ -121,7 +122,7 @@ impl Handler {
             let port = match free_port() {
                 Ok(port) => port,
                 Err(e) => {
-                    eprintln!("[devhost] instance {}: no free port: {e}", self.instance);
+                    say_err!("[devhost] instance {}: no free port: {e}", self.instance);
                     fatal.notify_waiters();
                     return;
                 }
@@ -151,7 +152,7 @@ impl Handler {
             let mut child = match command.spawn() {
                 Ok(child) => child,
                 Err(e) => {
-                    eprintln!(
+                    say_err!(
                         "[devhost] instance {}: cannot start {}: {e}",
                         self.instance,
                         launch.executable.display()
@@ -161,7 +162,7 @@ impl Handler {
                 }
             };
             let pid = child.id();
-            println!(
+            say!(
                 "[devhost] instance {}: started handler pid {} on port {port}",
                 self.instance,
                 pid.unwrap_or(0)
@@ -173,7 +174,7 @@ impl Handler {
             let ready = tokio::select! {
                 ready = wait_ready(&url, launch.readiness_timeout) => ready,
                 status = child.wait() => {
-                    eprintln!("[devhost] instance {}: handler exited before it was ready: {status:?}", self.instance);
+                    say_err!("[devhost] instance {}: handler exited before it was ready: {status:?}", self.instance);
                     false
                 }
             };
@@ -182,7 +183,7 @@ impl Handler {
                 let code = tokio::select! {
                     status = child.wait() => status.ok().and_then(|s| s.code()),
                     _ = self.kill.notified() => {
-                        eprintln!("[devhost] instance {}: restarting the handler", self.instance);
+                        say_err!("[devhost] instance {}: restarting the handler", self.instance);
                         let _ = child.start_kill();
                         let _ = child.wait().await;
                         None
@@ -191,25 +192,26 @@ impl Handler {
                 let _ = url_tx.send(None);
                 code
             } else {
-                eprintln!(
+                say_err!(
                     "[devhost] instance {}: handler did not answer GET / within {:?}",
-                    self.instance, launch.readiness_timeout
+                    self.instance,
+                    launch.readiness_timeout
                 );
                 let _ = child.start_kill();
                 let _ = child.wait().await;
                 None
             };
             match policy.after_exit(code, Instant::now()) {
-                AfterExit::Restart => eprintln!(
+                AfterExit::Restart => say_err!(
                     "[devhost] instance {}: handler stopped (exit {code:?}); restarting",
                     self.instance
                 ),
                 AfterExit::StayDown => {
-                    eprintln!("[devhost] instance {}: handler exited with code 0; not restarted (as the Functions host does)", self.instance);
+                    say_err!("[devhost] instance {}: handler exited with code 0; not restarted (as the Functions host does)", self.instance);
                     return;
                 }
                 AfterExit::GiveUp => {
-                    eprintln!("[devhost] instance {}: Exceeded http worker restart retry count. Shutting down", self.instance);
+                    say_err!("[devhost] instance {}: Exceeded http worker restart retry count. Shutting down", self.instance);
                     fatal.notify_waiters();
                     return;
                 }
@@ -281,9 +283,9 @@ fn forward<R: tokio::io::AsyncRead + Unpin + Send + 'static>(
         let mut lines = BufReader::new(stream).lines();
         while let Ok(Some(line)) = lines.next_line().await {
             if stderr {
-                eprintln!("[handler {instance}] {line}");
+                say_err!("[handler {instance}] {line}");
             } else {
-                println!("[handler {instance}] {line}");
+                say!("[handler {instance}] {line}");
             }
         }
     });

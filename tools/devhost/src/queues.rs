@@ -15,6 +15,7 @@ use crate::config::{Function, QueueSettings};
 use crate::dispatch::Dispatcher;
 use crate::invocation::{queue_request, Answer, QueueMessage};
 use crate::process::Handler;
+use crate::say::{say, say_err};
 
 /// Messages are received with a 10-minute lease, as the host does.
 const LEASE: Duration = Duration::from_secs(600);
@@ -41,7 +42,7 @@ impl Listener {
         {
             Ok(queue) => queue,
             Err(why) => {
-                eprintln!(
+                say_err!(
                     "[devhost] {}: cannot listen on {queue_name}: {why}",
                     self.function.name
                 );
@@ -92,7 +93,7 @@ impl Listener {
             .expect("a queue function has a trigger");
         let max = self.settings.max_dequeue_count;
         let log = |outcome: &str| {
-            println!(
+            say!(
                 "[devhost] {} id={} dequeue={} {}ms {outcome}",
                 self.function.name,
                 message.id,
@@ -141,7 +142,7 @@ impl Listener {
         {
             Answer::Success { outputs, logs } => {
                 for line in logs {
-                    println!("[handler {}] {line}", self.handler.instance);
+                    say!("[handler {}] {line}", self.handler.instance);
                 }
                 match self
                     .dispatcher

@@ -14,6 +14,7 @@ use time::OffsetDateTime;
 use crate::config::Function;
 use crate::dispatch::Dispatcher;
 use crate::invocation::{sys, Answer};
+use crate::say::{say, say_err};
 use crate::schedule::Schedule;
 
 pub struct Timer {
@@ -58,7 +59,7 @@ impl Timer {
         loop {
             let now = OffsetDateTime::now_utc();
             let Some(next) = self.schedule.next_after(now) else {
-                eprintln!(
+                say_err!(
                     "[devhost] {}: the schedule never fires again",
                     self.function.name
                 );
@@ -87,7 +88,7 @@ impl Timer {
         {
             Answer::Success { outputs, logs } => {
                 for line in logs {
-                    println!("[handler {}] {line}", handler.instance);
+                    say!("[handler {}] {line}", handler.instance);
                 }
                 match self
                     .dispatcher
@@ -95,12 +96,12 @@ impl Timer {
                     .await
                 {
                     Ok(written) => {
-                        println!("[devhost] {name} (timer): succeeded, {written} output messages")
+                        say!("[devhost] {name} (timer): succeeded, {written} output messages")
                     }
-                    Err(why) => println!("[devhost] {name} (timer): failed writing outputs: {why}"),
+                    Err(why) => say!("[devhost] {name} (timer): failed writing outputs: {why}"),
                 }
             }
-            Answer::Failure(why) => println!("[devhost] {name} (timer): failed: {why}"),
+            Answer::Failure(why) => say!("[devhost] {name} (timer): failed: {why}"),
             Answer::Hang => unreachable!("dispatch turns a hang into a failure"),
         }
         started

@@ -11,6 +11,8 @@ use tablescan::storage::table::entity::{Entity, Value as Edm};
 use tablescan::storage::table::query::Query;
 
 mod common;
+#[path = "../../../tests/common/fault_proxy.rs"]
+mod fault_proxy;
 use common::*;
 
 async fn every_action(instances: usize) {
@@ -161,17 +163,29 @@ async fn a_step_that_fails_for_good_fails_at_once_and_shows_in_the_status() {
     let mut rows: Vec<Entity> = (0..200)
         .map(|i| Entity::new(format!("p{:03}", i), "r"))
         .collect();
-    // Its message cannot fit a queue message (64 KiB): the enqueue fails every time.
-    // (Each string property may hold 64 KiB, 32,768 UTF-16 units; two make a 60 KB row.)
-    rows.push(
-        Entity::new("p100x", "huge")
-            .with("blob1", Edm::String("x".repeat(30_000)))
-            .with("blob2", Edm::String("y".repeat(30_000))),
-    );
+    // The proxy in front of the target answers the transaction holding this row 400 as a
+    // whole (a request the service cannot take at all, not one invalid row): every attempt
+    // would meet it again.
+    rows.push(Entity::new("p100x", "broken").with("Note", Edm::String("break-me".into())));
     let source = table_with(&rows).await;
-    let host = Host::start(1, &[("TABLESCAN_STEP_MAX_QUERIES", "1")]);
-    let queue = unique("poison-");
-    let status = host.run(json!({"table": source.name(), "pageSize": 10, "action": {"type": "enqueue", "queue": queue}})).await;
+    let (origin, account) = endpoint("TableEndpoint");
+    let proxy = fault_proxy::FaultProxy::start(origin).await;
+    proxy.refuse_transactions_marked(Some("break-me"));
+    let target = storage_with(&[(
+        "TableEndpoint",
+        &format!("http://{}{account}", proxy.address),
+    )]);
+    let host = Host::start(
+        1,
+        &[
+            ("TABLESCAN_STEP_MAX_QUERIES", "1"),
+            ("TARGET", target.as_str()),
+        ],
+    );
+    let status = host
+        .run(json!({"table": source.name(), "pageSize": 10,
+            "action": {"type": "copy", "table": unique("broken"), "connection": "TARGET"}}))
+        .await;
     assert_eq!(status["state"], "failed", "{status}");
     assert_eq!(status["progress"]["stepsFailed"], 1, "{status}");
     assert_eq!(status["progress"]["stepsPending"], 0, "{status}");
@@ -180,7 +194,7 @@ async fn a_step_that_fails_for_good_fails_at_once_and_shows_in_the_status() {
         "the rest completed: {status}"
     );
     let error = status["errors"][0]["error"].as_str().unwrap();
-    assert!(error.contains("65536"), "{error}");
+    assert!(error.contains("400 InvalidInput"), "{error}");
     assert_eq!(
         status["errors"][0]["attempts"], 1,
         "failed at once: {status}"

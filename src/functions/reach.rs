@@ -1,0 +1,89 @@
+//! What a start tells its caller when an account a scan would use fails the start's check:
+//! which app setting, which endpoint, and what to do, with a status that says whose problem it
+//! is. Refused credentials and made-up endpoints are the request's (4xx: the caller named a
+//! setting that cannot work); an endpoint that does not answer may come back (503).
+//!
+//! The checks run through clients that give up within seconds (`AppState::probe_clients`): a
+//! start waits for them, and "the account did not answer within 3 s, twice" is more use to
+//! the caller than a request that hangs for half a minute before the same 503.
+
+use std::time::Duration;
+
+use axum::http::StatusCode;
+
+use crate::storage::{ErrorKind, StorageAccount, StorageError};
+
+/// The longest one attempt of a start's check may take, connecting included; one retry.
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Which endpoint of an account a check used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Service {
+    Table,
+    Queue,
+}
+
+impl Service {
+    /// Its name in a connection string.
+    fn setting(self) -> &'static str {
+        match self {
+            Service::Table => "TableEndpoint",
+            Service::Queue => "QueueEndpoint",
+        }
+    }
+}
+
+/// One account check: the app setting behind it, the request field that named it, and the
+/// endpoint it used.
+pub struct Check<'a> {
+    pub setting: &'a str,
+    pub field: &'a str,
+    pub service: Service,
+    pub account: &'a StorageAccount,
+}
+
+/// The refusal for a check that failed with `error`, other than a missing table or queue:
+/// the status, and a message that names the setting and the endpoint (never a key or token).
+pub fn refusal(check: &Check<'_>, what: &str, error: &StorageError) -> (StatusCode, String) {
+    let Check {
+        setting, service, ..
+    } = *check;
+    let endpoint = match service {
+        Service::Table => check.account.table_endpoint(),
+        Service::Queue => check.account.queue_endpoint(),
+    }
+    .map_or("(none)", |e| e.as_str());
+    let derived = check.account.is_derived(service.setting());
+    match (error.status(), error.kind()) {
+        (Some(401 | 403), _) => (
+            StatusCode::BAD_REQUEST,
+            format!(
+                "the account of app setting {setting:?} refused its credentials when {what} \
+                 ({error}); check the AccountKey or SharedAccessSignature in that setting, and \
+                 that it allows this"
+            ),
+        ),
+        (_, ErrorKind::Transport { message, .. }) if derived => (
+            StatusCode::BAD_REQUEST,
+            format!(
+                "app setting {setting:?} gives no {} and the one made from its account name, \
+                 {endpoint}, did not answer when {what} ({message}); add {}=<url> to the setting",
+                service.setting(),
+                service.setting()
+            ),
+        ),
+        (_, ErrorKind::Transport { message, .. }) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "{endpoint} (the {} of app setting {setting:?}) did not answer when {what}, \
+                 within {} s twice ({message}); check that it is right and reachable",
+                service.setting(),
+                ATTEMPT_TIMEOUT.as_secs()
+            ),
+        ),
+        _ => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{what} failed in the account of app setting {setting:?}: {error}"),
+        ),
+    }
+}
