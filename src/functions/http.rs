@@ -238,9 +238,16 @@ fn guard(
     let app_queues = app.queues().map_err(unavailable)?;
     let protected = Protected {
         ledger: Place::new(ledger_tables.endpoint(), ledger_table),
-        work_queues: [names::RANGE_QUEUE, names::PARTITION_QUEUE]
-            .map(|queue| Place::new(app_queues.endpoint(), queue))
-            .to_vec(),
+        // The queues the app's function.json files name (renamed ones too), and the built-in
+        // names in case a file could not be read.
+        work_queues: [
+            state.item_queues.range.as_str(),
+            state.item_queues.partition.as_str(),
+            names::RANGE_QUEUE,
+            names::PARTITION_QUEUE,
+        ]
+        .map(|queue| Place::new(app_queues.endpoint(), queue))
+        .to_vec(),
     };
     let not_usable = |e: String| refusal(StatusCode::BAD_REQUEST, Some("action.connection"), e);
     let target = |connection: &str| state.clients(connection).map_err(not_usable);

@@ -355,3 +355,99 @@ async fn a_dry_run_writes_nothing_and_counts_exactly() {
         "no queue created: {absent:?}"
     );
 }
+
+/// The queue the app's ScanRange function listens on (devhost tests rename it per host).
+fn range_queue_of(host: &Host) -> String {
+    let file = host._dir.0.join("ScanRange").join("function.json");
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+    json["bindings"][0]["queueName"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_apps_own_storage_a_self_copy_and_nonsense_are_refused_naming_the_field() {
+    let source = table_with(&small_rows()).await;
+    let before = rows_of(&source).await;
+    let host = Host::start(1, &[]);
+    let work_queue = range_queue_of(&host);
+    let refused = [
+        (
+            json!({"table": source.name(), "action": {"type": "enqueue", "queue": work_queue}}),
+            "action.queue",
+        ),
+        (
+            json!({"table": source.name(), "action": {"type": "enqueue", "queue": format!("{work_queue}-poison")}}),
+            "action.queue",
+        ),
+        (
+            json!({"table": source.name(), "action": {"type": "copy", "table": host.ledger}}),
+            "action.table",
+        ),
+        (
+            json!({"table": host.ledger, "action": {"type": "delete"}}),
+            "table",
+        ),
+        (
+            json!({"table": source.name(), "action": {"type": "copy", "table": source.name().to_uppercase()}}),
+            "action.table",
+        ),
+        (
+            json!({"table": source.name(), "scope": {"after": "B", "before": "A"}, "action": {"type": "count"}}),
+            "scope.before",
+        ),
+        (
+            json!({"table": source.name(), "scope": {"prefix": "z", "before": "m"}, "action": {"type": "count"}}),
+            "scope.prefix",
+        ),
+        (
+            json!({"table": source.name(), "select": ["Name"], "action": {"type": "delete"}}),
+            "select",
+        ),
+        (
+            json!({"table": source.name(), "action": {"type": "count"}, "colour": "blue"}),
+            "colour",
+        ),
+    ];
+    for (request, field) in refused {
+        let answer = reqwest::Client::new()
+            .post(format!("http://127.0.0.1:{}/api/scans", host.port))
+            .json(&request)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 400, "{request}");
+        let body: Value = answer.json().await.unwrap();
+        assert_eq!(body["error"]["field"], field, "{request}: {body}");
+        assert!(!body["error"]["message"].as_str().unwrap().is_empty());
+    }
+    // A duplicate key, which JSON parsers would silently take the last of.
+    let answer = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{}/api/scans", host.port))
+        .header("content-type", "application/json")
+        .body(format!(
+            r#"{{"table":"{}","action":{{"type":"count","type":"delete"}}}}"#,
+            source.name()
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 400);
+    let body: Value = answer.json().await.unwrap();
+    assert_eq!(body["error"]["field"], "action.type", "{body}");
+    // Nothing was started, nothing touched.
+    assert_eq!(rows_of(&source).await, before);
+    let list: Value = reqwest::get(format!("http://127.0.0.1:{}/api/scans", host.port))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(list["scans"], json!([]), "{list}");
+    let log = host.log();
+    assert!(
+        log.contains("a scan start was refused"),
+        "refusals are logged:\n{log}"
+    );
+}
