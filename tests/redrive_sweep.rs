@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::host::TestHost;
 use common::{fresh_table, load, queues, unique_name};
-use serde_json::{json, Value};
+use serde_json::json;
 use tablescan::functions::app::ItemQueues;
 use tablescan::functions::redrive::{redrive_stranded, sweep, Sweep};
 use tablescan::functions::{AppState, Settings};
@@ -111,11 +111,9 @@ async fn a_scan_whose_message_was_lost_is_re_driven_by_the_timer_and_then_settle
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let answer = host.post_raw("RedriveScans", timer_invocation()).await;
     assert_eq!(answer.status, 200, "{}", answer.text);
-    let logs = answer.json["Logs"].to_string();
-    assert!(
-        logs.contains("1 scans in flight, 1 work items sent again"),
-        "{logs}"
-    );
+    // The sweep logs its line through the handler's own log (not the answer's Logs, which
+    // the host would write a second time); what it did shows in the queue, checked below.
+    assert_eq!(answer.json["Logs"], json!([]), "{}", answer.text);
     assert_eq!(
         sweep(&state, &ledger).await.unwrap().sent,
         0,
@@ -186,11 +184,9 @@ async fn a_timer_invocation_that_is_not_json_fails_alone() {
     let host = TestHost::serve(state).await;
     let answer = host.post_raw("RedriveScans", "{not json".to_string()).await;
     assert_eq!(answer.status, 400, "{}", answer.text);
-    let answer: Value = host.post_raw("RedriveScans", timer_invocation()).await.json;
-    assert!(
-        answer["Logs"].to_string().contains("0 scans in flight"),
-        "{answer}"
-    );
+    let answer = host.post_raw("RedriveScans", timer_invocation()).await;
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    assert_eq!(answer.json["Outputs"], json!({}), "{}", answer.text);
     host.assert_serving().await;
 }
 

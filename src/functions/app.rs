@@ -337,12 +337,7 @@ impl AppState {
     /// seconds is better reported than waited for (see `functions::reach`).
     pub fn probe_clients(&self, setting: &str) -> Result<Clients, String> {
         let options = ClientOptions {
-            retry: crate::storage::retry::RetryPolicy {
-                max_retries: 1,
-                base_delay: Duration::from_millis(200),
-                min_backoff: Duration::from_millis(100),
-                max_backoff: Duration::from_millis(500),
-            },
+            retry: super::reach::check_retries(),
             attempt_timeout: super::reach::ATTEMPT_TIMEOUT,
             ..ClientOptions::default()
         };

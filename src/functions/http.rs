@@ -150,7 +150,7 @@ async fn try_start_scan(state: &AppState, body: &[u8]) -> Result<Response, HttpE
     // written; a duplicate is harmless).
     let send_root = match &created {
         Created::New => true,
-        Created::Existing(existing) if existing.spec != spec => {
+        Created::Existing(existing) if !existing.spec.same_request(&spec) => {
             return refuse(
                 StatusCode::CONFLICT,
                 Some(IDEMPOTENCY_KEY),
@@ -325,7 +325,8 @@ async fn prepare(state: &AppState, spec: &ScanSpec) -> Result<(), HttpError> {
         service: Service::Table,
         account: &source_account,
     };
-    match table.query_page(&first_key(), None).await {
+    let what = "reading the source table";
+    match within(&check, what, table.query_page(&first_key(), None)).await? {
         Ok(_) => {}
         Err(e) if e.is_not_found() => {
             return Err(refusal(
@@ -337,7 +338,7 @@ async fn prepare(state: &AppState, spec: &ScanSpec) -> Result<(), HttpError> {
                 ),
             ))
         }
-        Err(e) => return Err(refused(&check, "reading the source table", &e)),
+        Err(e) => return Err(refused(&check, what, &e)),
     }
     guard(state, spec, source, ledger_tables, ledger.table().name())?;
     match &spec.action {
@@ -362,17 +363,16 @@ async fn prepare(state: &AppState, spec: &ScanSpec) -> Result<(), HttpError> {
             if spec.dry_run {
                 // A dry run writes nothing, and so creates no target either; a missing one
                 // is fine.
-                match target.query_page(&first_key(), None).await {
-                    Err(e) if !e.is_not_found() => {
-                        return Err(refused(&check, "reading the target table", &e))
-                    }
+                let what = "reading the target table";
+                match within(&check, what, target.query_page(&first_key(), None)).await? {
+                    Err(e) if !e.is_not_found() => return Err(refused(&check, what, &e)),
                     _ => {}
                 }
             } else {
-                target
-                    .create_if_missing()
-                    .await
-                    .map_err(|e| refused(&check, "creating the target table", &e))?;
+                let what = "creating the target table";
+                within(&check, what, target.create_if_missing())
+                    .await?
+                    .map_err(|e| refused(&check, what, &e))?;
             }
         }
         ActionSpec::Enqueue { connection, .. } | ActionSpec::PartitionKeys { connection, .. } => {
@@ -391,16 +391,16 @@ async fn prepare(state: &AppState, spec: &ScanSpec) -> Result<(), HttpError> {
                 let queue = target.queue(name).map_err(|e| {
                     refusal(StatusCode::BAD_REQUEST, Some("action.queue"), e.to_string())
                 })?;
+                let what = format!("creating the queue {name:?}");
                 let checked = if spec.dry_run {
-                    match queue.approximate_count().await {
+                    match within(&check, &what, queue.approximate_count()).await? {
                         Err(e) if !e.is_not_found() => Err(e),
                         _ => Ok(()),
                     }
                 } else {
-                    queue.create().await.map(drop)
+                    within(&check, &what, queue.create()).await?.map(drop)
                 };
-                checked
-                    .map_err(|e| refused(&check, &format!("creating the queue {name:?}"), &e))?;
+                checked.map_err(|e| refused(&check, &what, &e))?;
             }
         }
         ActionSpec::Count | ActionSpec::Delete => {}
@@ -411,6 +411,21 @@ async fn prepare(state: &AppState, spec: &ScanSpec) -> Result<(), HttpError> {
 /// A query for one row's keys: the cheapest read that proves a table is there and readable.
 fn first_key() -> Query {
     Query::default().top(1).select(Vec::<String>::new())
+}
+
+/// Runs one account check within [`reach::CHECK_DEADLINE`]; the refusal when it takes longer.
+async fn within<T>(
+    check: &Check<'_>,
+    what: &str,
+    work: impl std::future::Future<Output = Result<T, crate::storage::StorageError>>,
+) -> Result<Result<T, crate::storage::StorageError>, HttpError> {
+    tokio::time::timeout(reach::CHECK_DEADLINE, work)
+        .await
+        .map_err(|_| {
+            let (status, message) = reach::timed_out(check, what);
+            let field = status.is_client_error().then_some(check.field);
+            refusal(status, field, message)
+        })
 }
 
 /// The answer for a failed account check (see `functions::reach`).

@@ -17,8 +17,9 @@ pub fn scope_range(spec: &ScanSpec) -> (KeyRange, String) {
     (range, scope.prefix.clone())
 }
 
-/// How the scan engine reads for this spec.
-pub fn scan_options(spec: &ScanSpec, budget: Budget) -> ScanOptions {
+/// How the scan engine reads for this spec; an error only for a spec whose stored filter
+/// cannot be read (written by a broken or later version).
+pub fn scan_options(spec: &ScanSpec, budget: Budget) -> Result<ScanOptions, String> {
     let keys_only = matches!(
         spec.action,
         ActionSpec::PartitionKeys { .. }
@@ -32,7 +33,10 @@ pub fn scan_options(spec: &ScanSpec, budget: Budget) -> ScanOptions {
         ActionSpec::Delete | ActionSpec::Count => Some(Vec::new()),
         _ => spec.select.clone(),
     };
-    ScanOptions {
+    let filter = spec
+        .row_filter()
+        .map_err(|why| format!("the scan's filter cannot be read: {why}"))?;
+    Ok(ScanOptions {
         strategy: spec.strategy,
         mode: if keys_only {
             ReadMode::PartitionKeys
@@ -42,8 +46,9 @@ pub fn scan_options(spec: &ScanSpec, budget: Budget) -> ScanOptions {
         page_size: spec.page_size,
         columns,
         budget,
+        filter,
         ..ScanOptions::default()
-    }
+    })
 }
 
 fn copy_mode(mode: CopyMode) -> actions::CopyMode {

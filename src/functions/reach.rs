@@ -3,9 +3,10 @@
 //! is. Refused credentials and made-up endpoints are the request's (4xx: the caller named a
 //! setting that cannot work); an endpoint that does not answer may come back (503).
 //!
-//! The checks run through clients that give up within seconds (`AppState::probe_clients`): a
-//! start waits for them, and "the account did not answer within 3 s, twice" is more use to
-//! the caller than a request that hangs for half a minute before the same 503.
+//! The checks run through clients that give up within seconds (`AppState::probe_clients`) and
+//! within [`CHECK_DEADLINE`] in all: a start waits for them, and "the account did not answer
+//! within 8 s" is more use to the caller than a request that hangs for half a minute before the
+//! same 503.
 
 use std::time::Duration;
 
@@ -13,8 +14,59 @@ use axum::http::StatusCode;
 
 use crate::storage::{ErrorKind, StorageAccount, StorageError};
 
-/// The longest one attempt of a start's check may take, connecting included; one retry.
+/// The longest one attempt of a start's check may take, connecting included.
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(3);
+/// The longest a check may take, its retries included: a "busy" answer is tried again a few
+/// times quickly, an endpoint that does not answer is not waited for beyond this.
+pub const CHECK_DEADLINE: Duration = Duration::from_secs(8);
+
+/// How a start's checks retry: a few times, quickly (transient answers are common under load;
+/// the caller is waiting).
+pub fn check_retries() -> crate::storage::retry::RetryPolicy {
+    crate::storage::retry::RetryPolicy {
+        max_retries: 4,
+        base_delay: Duration::from_millis(100),
+        min_backoff: Duration::from_millis(50),
+        max_backoff: Duration::from_secs(1),
+    }
+}
+
+/// The refusal for a check that took longer than [`CHECK_DEADLINE`].
+pub fn timed_out(check: &Check<'_>, what: &str) -> (StatusCode, String) {
+    let Check {
+        setting, service, ..
+    } = *check;
+    let endpoint = endpoint_of(check);
+    if check.account.is_derived(service.setting()) {
+        return (
+            StatusCode::BAD_REQUEST,
+            format!(
+                "app setting {setting:?} gives no {} and the one made from its account name, \
+                 {endpoint}, did not answer within {} s when {what}; add {}=<url> to the setting",
+                service.setting(),
+                CHECK_DEADLINE.as_secs(),
+                service.setting()
+            ),
+        );
+    }
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!(
+            "{endpoint} (the {} of app setting {setting:?}) did not answer within {} s when \
+             {what}; check that it is right and reachable",
+            service.setting(),
+            CHECK_DEADLINE.as_secs()
+        ),
+    )
+}
+
+fn endpoint_of(check: &Check<'_>) -> String {
+    match check.service {
+        Service::Table => check.account.table_endpoint(),
+        Service::Queue => check.account.queue_endpoint(),
+    }
+    .map_or("(none)".to_string(), |e| e.as_str().to_string())
+}
 
 /// Which endpoint of an account a check used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,11 +100,7 @@ pub fn refusal(check: &Check<'_>, what: &str, error: &StorageError) -> (StatusCo
     let Check {
         setting, service, ..
     } = *check;
-    let endpoint = match service {
-        Service::Table => check.account.table_endpoint(),
-        Service::Queue => check.account.queue_endpoint(),
-    }
-    .map_or("(none)", |e| e.as_str());
+    let endpoint = endpoint_of(check);
     let derived = check.account.is_derived(service.setting());
     match (error.status(), error.kind()) {
         (Some(401 | 403), _) => (
@@ -75,10 +123,9 @@ pub fn refusal(check: &Check<'_>, what: &str, error: &StorageError) -> (StatusCo
         (_, ErrorKind::Transport { message, .. }) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
-                "{endpoint} (the {} of app setting {setting:?}) did not answer when {what}, \
-                 within {} s twice ({message}); check that it is right and reachable",
-                service.setting(),
-                ATTEMPT_TIMEOUT.as_secs()
+                "{endpoint} (the {} of app setting {setting:?}) did not answer when {what} \
+                 ({message}); check that it is right and reachable",
+                service.setting()
             ),
         ),
         _ => (

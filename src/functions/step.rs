@@ -601,7 +601,7 @@ async fn run(
         .await;
     // The step's budget starts once it has its slot.
     let started = std::time::Instant::now();
-    let options = scan_options(spec, state.budget);
+    let options = scan_options(spec, state.budget).map_err(StepFailure::permanent)?;
     let clock = SystemClock::default();
     let mut sink = ActionSink {
         action,

@@ -10,7 +10,9 @@ use serde_json::{Map, Value};
 use crate::scan::keys::KeyRange;
 use crate::scan::step::Strategy;
 use crate::storage::names::{validate_key, validate_queue_name, validate_table_name, KeyKind};
-use crate::storage::table::filter::Property;
+use crate::storage::table::entity::EdmDateTime;
+use crate::storage::table::filter::{Comparison, Filter, Literal, Property};
+use crate::storage::table::filter_text::{parse_filter, MAX_USER_COMPARISONS};
 use crate::storage::StorageAccount;
 
 /// The app setting used when a request names no connection.
@@ -44,6 +46,24 @@ pub struct ScanSpec {
     /// still runs to its end, so its counts say what was done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_row_failures: Option<u64>,
+    /// Only rows that satisfy this OData filter, as this client writes it (parsed and written
+    /// back when the scan started; see `storage::table::filter_text`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
+    /// Only rows last written before a moment, given as an age and resolved once when the scan
+    /// started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub older_than: Option<OlderThan>,
+}
+
+/// `olderThan`: rows whose Timestamp (their last write) lies before `before`, which was `age`
+/// before the scan started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct OlderThan {
+    /// As the request gave it: an ISO 8601 duration such as `P90D` or `PT12H`.
+    pub age: String,
+    /// The moment it was resolved to, in the form of the scan's dates.
+    pub before: String,
 }
 
 /// The cap of a scan whose request names none, unless the app setting
@@ -238,6 +258,15 @@ impl ScanSpec {
         if let Some(before) = &scope.before {
             limits.push(format!("before {before:?}"));
         }
+        if let Some(older) = &self.older_than {
+            limits.push(format!(
+                "rows older than {} (before {})",
+                older.age, older.before
+            ));
+        }
+        if let Some(filter) = &self.filter {
+            limits.push(format!("rows where {filter}"));
+        }
         let scope = if limits.is_empty() {
             "every PartitionKey".to_string()
         } else {
@@ -266,6 +295,16 @@ impl ScanSpec {
         body: &str,
         settings: &dyn SettingLookup,
         default_cap: Option<u32>,
+    ) -> Result<ScanSpec, SpecError> {
+        Self::parse_at(body, settings, default_cap, time::OffsetDateTime::now_utc())
+    }
+
+    /// [`ScanSpec::parse_with`], resolving `olderThan` against `now`.
+    pub fn parse_at(
+        body: &str,
+        settings: &dyn SettingLookup,
+        default_cap: Option<u32>,
+        now: time::OffsetDateTime,
     ) -> Result<ScanSpec, SpecError> {
         let value: Value = serde_json::from_str(body)
             .or_else(|e| refuse("body", format!("not valid JSON: {e}")))?;
@@ -337,7 +376,29 @@ impl ScanSpec {
             Some(_) => return refuse("dryRun", "must be true or false"),
         };
         let max_row_failures = fields.optional_whole("maxRowFailures", 0..=u64::from(u32::MAX))?;
+        let filter = fields.optional_string("filter")?;
+        let older_than = fields
+            .optional_string("olderThan")?
+            .map(|age| resolve_age(&age, now))
+            .transpose()?;
         fields.finish()?;
+        let filter = match filter {
+            None => None,
+            Some(text) => Some(
+                parse_filter(&text)
+                    .or_else(|e| refuse("filter", e.to_string()))?
+                    .as_str()
+                    .to_string(),
+            ),
+        };
+        let spec_filter = |filter: Option<String>, older_than: Option<OlderThan>| ScanSpec {
+            filter,
+            older_than,
+            ..ScanSpec::sample()
+        };
+        if let Err(why) = spec_filter(filter.clone(), older_than.clone()).row_filter() {
+            return refuse("filter", why);
+        }
         if dry_run && action == ActionSpec::Count {
             return refuse(
                 "dryRun",
@@ -378,8 +439,154 @@ impl ScanSpec {
             max_rows_per_second,
             dry_run,
             max_row_failures,
+            filter,
+            older_than,
         })
     }
+
+    /// The condition a row must meet to be read: the request's `filter` and `olderThan`
+    /// together; `None` for every row. An error only for a spec stored by a broken writer.
+    pub fn row_filter(&self) -> Result<Option<Filter>, String> {
+        let older = match &self.older_than {
+            None => None,
+            Some(older) => {
+                let before = EdmDateTime::parse(&older.before)
+                    .ok_or_else(|| format!("olderThan.before {:?} is not a date", older.before))?;
+                Some(
+                    Filter::compare(
+                        Property::new("Timestamp").expect("a valid name"),
+                        Comparison::Lt,
+                        Literal::DateTime(before),
+                    )
+                    .expect("a date is a valid literal"),
+                )
+            }
+        };
+        let filter = match &self.filter {
+            None => None,
+            Some(text) => Some(parse_filter(text).map_err(|e| e.to_string())?),
+        };
+        let both = Filter::all(older.into_iter().chain(filter));
+        if let Some(both) = &both {
+            if both.comparisons() > MAX_USER_COMPARISONS {
+                return Err(format!(
+                    "with olderThan, the filter may hold at most {} comparisons",
+                    MAX_USER_COMPARISONS - 1
+                ));
+            }
+        }
+        Ok(both)
+    }
+
+    /// Whether `other` is the same request: equal, but for the moment `olderThan` was resolved
+    /// to (a start retried later resolves it again).
+    pub fn same_request(&self, other: &ScanSpec) -> bool {
+        let age_only = |spec: &ScanSpec| ScanSpec {
+            older_than: spec.older_than.as_ref().map(|o| OlderThan {
+                age: o.age.clone(),
+                before: String::new(),
+            }),
+            ..spec.clone()
+        };
+        age_only(self) == age_only(other)
+    }
+
+    /// A spec to build others from in checks.
+    fn sample() -> ScanSpec {
+        ScanSpec {
+            table: String::new(),
+            connection: String::new(),
+            scope: Scope::default(),
+            strategy: Strategy::Prefix,
+            page_size: 1000,
+            select: None,
+            action: ActionSpec::Count,
+            max_rows_per_second: None,
+            dry_run: false,
+            max_row_failures: None,
+            filter: None,
+            older_than: None,
+        }
+    }
+}
+
+/// The longest `olderThan` accepted: a little over 100 years.
+const MAX_AGE_DAYS: i64 = 36_600;
+
+/// Resolves an ISO 8601 duration of days, hours, minutes and seconds (`P90D`, `PT12H`,
+/// `P1DT6H30M`) against `now`. Months and years are refused: their length depends on the
+/// calendar, and a retention rule must mean one thing.
+fn resolve_age(text: &str, now: time::OffsetDateTime) -> Result<OlderThan, SpecError> {
+    let bad = |why: &str| {
+        refuse::<OlderThan>(
+            "olderThan",
+            format!(
+                "{why}; write an ISO 8601 duration of days, hours, minutes or seconds, such as \
+                 \"P90D\" (90 days) or \"PT12H\" (12 hours), not {text:?}"
+            ),
+        )
+    };
+    let Some(rest) = text.strip_prefix('P') else {
+        return bad("must start with P");
+    };
+    let (date, time_part) = match rest.split_once('T') {
+        Some((date, time_part)) => (date, Some(time_part)),
+        None => (rest, None),
+    };
+    let mut seconds: i64 = 0;
+    let mut any = false;
+    let mut read = |part: &str, units: &[(char, i64)]| -> Result<(), &'static str> {
+        let mut number = String::new();
+        let mut allowed = units.iter();
+        for c in part.chars() {
+            if c.is_ascii_digit() {
+                number.push(c);
+                continue;
+            }
+            if matches!(c, 'Y' | 'W') || (c == 'M' && units[0].0 == 'D') {
+                return Err("months, weeks and years are not accepted");
+            }
+            let Some((_, size)) = allowed.by_ref().find(|(unit, _)| *unit == c) else {
+                return Err("has a unit out of place or unknown");
+            };
+            let n: i64 = number
+                .parse()
+                .map_err(|_| "needs a number before each unit")?;
+            seconds = n
+                .checked_mul(*size)
+                .and_then(|s| seconds.checked_add(s))
+                .ok_or("is too long")?;
+            number.clear();
+            any = true;
+        }
+        if number.is_empty() {
+            Ok(())
+        } else {
+            Err("ends with a number without a unit")
+        }
+    };
+    if let Err(why) = read(date, &[('D', 86_400)]) {
+        return bad(why);
+    }
+    if let Some(time_part) = time_part {
+        if time_part.is_empty() {
+            return bad("has nothing after T");
+        }
+        if let Err(why) = read(time_part, &[('H', 3_600), ('M', 60), ('S', 1)]) {
+            return bad(why);
+        }
+    }
+    if !any || seconds == 0 {
+        return bad("must be longer than zero");
+    }
+    if seconds > MAX_AGE_DAYS * 86_400 {
+        return bad("is longer than 100 years");
+    }
+    let before = now - time::Duration::seconds(seconds);
+    Ok(OlderThan {
+        age: text.to_string(),
+        before: EdmDateTime::new(before).to_string(),
+    })
 }
 
 /// `queue "a"`, or `queues "a", "b"`.
@@ -1161,5 +1368,101 @@ mod tests {
         // Insert mode may select: it writes new rows with those properties only, on purpose.
         parse(r#"{"table":"things","select":["A"],"action":{"type":"copy","table":"backup","mode":"insert"}}"#)
             .unwrap();
+    }
+
+    #[test]
+    fn a_filter_is_checked_and_stored_as_it_will_be_sent() {
+        let spec = parse(
+            r#"{"table":"logs","filter":"Level eq 'Debug'  and Size gt 10","action":{"type":"delete"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            spec.filter.as_deref(),
+            Some("Level eq 'Debug' and Size gt 10")
+        );
+        assert_eq!(
+            spec.row_filter().unwrap().unwrap().as_str(),
+            "Level eq 'Debug' and Size gt 10"
+        );
+        let e = parse(r#"{"table":"logs","filter":"Level eq Debug","action":{"type":"count"}}"#)
+            .unwrap_err();
+        assert_eq!(e.field, "filter");
+        assert!(e.message.starts_with("at character 10:"), "{e}");
+        assert!(parse(r#"{"table":"logs","action":{"type":"count"}}"#)
+            .unwrap()
+            .row_filter()
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn older_than_is_resolved_once_and_joins_the_filter() {
+        let now = time::macros::datetime!(2026-11-24 12:00:00 UTC);
+        let at = |body: &str| ScanSpec::parse_at(body, &settings, None, now);
+        let spec = at(
+            r#"{"table":"logs","olderThan":"P90D","filter":"Level eq 'Debug'","action":{"type":"delete"}}"#,
+        )
+        .unwrap();
+        let older = spec.older_than.clone().unwrap();
+        assert_eq!(older.age, "P90D");
+        assert_eq!(older.before, "2026-08-26T12:00:00.0000000Z");
+        assert_eq!(
+            spec.row_filter().unwrap().unwrap().as_str(),
+            "Timestamp lt datetime'2026-08-26T12:00:00.0000000Z' and Level eq 'Debug'"
+        );
+        for (age, before) in [
+            ("PT12H", "2026-11-24T00:00:00.0000000Z"),
+            ("P1DT6H30M", "2026-11-23T05:30:00.0000000Z"),
+            ("PT90S", "2026-11-24T11:58:30.0000000Z"),
+        ] {
+            let spec = at(&format!(
+                r#"{{"table":"logs","olderThan":"{age}","action":{{"type":"count"}}}}"#
+            ))
+            .unwrap();
+            assert_eq!(spec.older_than.unwrap().before, before, "{age}");
+        }
+        for bad in [
+            "90D",
+            "P3M",
+            "P1Y",
+            "P2W",
+            "PT",
+            "P0D",
+            "P",
+            "P5",
+            "PT5D",
+            "P1H",
+            "P99999999D",
+            "-P1D",
+        ] {
+            let e = at(&format!(
+                r#"{{"table":"logs","olderThan":"{bad}","action":{{"type":"count"}}}}"#
+            ))
+            .unwrap_err();
+            assert_eq!(e.field, "olderThan", "{bad}");
+            assert!(e.message.contains("P90D"), "{bad}: {e}");
+        }
+        // A start retried a minute later is the same request.
+        let later = ScanSpec::parse_at(
+            r#"{"table":"logs","olderThan":"P90D","filter":"Level eq 'Debug'","action":{"type":"delete"}}"#,
+            &settings,
+            None,
+            now + time::Duration::MINUTE,
+        )
+        .unwrap();
+        assert_ne!(later, spec);
+        assert!(later.same_request(&spec));
+        let other = at(r#"{"table":"logs","olderThan":"P91D","filter":"Level eq 'Debug'","action":{"type":"delete"}}"#).unwrap();
+        assert!(!other.same_request(&spec));
+        // With olderThan, the filter leaves room for its comparison.
+        let ten = (0..11)
+            .map(|n| format!("A eq {n}"))
+            .collect::<Vec<_>>()
+            .join(" or ");
+        let e = at(&format!(
+            r#"{{"table":"logs","olderThan":"P1D","filter":"{ten}","action":{{"type":"count"}}}}"#
+        ))
+        .unwrap_err();
+        assert_eq!(e.field, "filter");
     }
 }

@@ -78,6 +78,10 @@ pub struct Quirks {
     pub trailing_tokens: u8,
     /// A 503 ServerBusy instead of a page.
     pub busy: u8,
+    /// The most rows one request looks at, matching or not (the service stops after 5 s or at
+    /// a partition boundary and hands back a continuation, maybe with no rows): with a
+    /// selective filter, pages come back short or empty. `None` for no limit.
+    pub max_scanned: Option<usize>,
     /// Seeds the model's choices, so a failing case replays exactly.
     pub seed: u64,
 }
@@ -180,30 +184,41 @@ impl<'a> MemoryReader<'a> {
                     && below_upper(&row.rk, &row_keys.upper)
             }
         };
-        let matching = rows[start..].iter().take_while(|r| in_scope(r)).count();
-        let mut take = matching.min(request.top as usize);
+        let in_range = rows[start..].iter().take_while(|r| in_scope(r)).count();
+        let can_scan = self
+            .quirks
+            .max_scanned
+            .map_or(in_range, |most| most.max(1).min(in_range));
+        let mut top = request.top as usize;
         let roll =
             |state: &mut State, percent: u8| next_percent(&mut state.random) < u32::from(percent);
 
-        if matching > 0 {
+        if in_range > 0 {
             let position = (rows[start].pk.clone(), rows[start].rk.clone());
             if roll(&mut state, self.quirks.empty_pages) && state.emptied.insert(position) {
-                take = 0;
-            } else if take > 1 && roll(&mut state, self.quirks.short_pages) {
-                take = 1 + (next_percent(&mut state.random) as usize) % (take - 1);
+                top = 0;
+            } else if top > 1 && roll(&mut state, self.quirks.short_pages) {
+                top = 1 + (next_percent(&mut state.random) as usize) % (top - 1);
             }
         }
-        let entities: Vec<Entity> = rows[start..start + take]
-            .iter()
-            .map(|r| select(&r.entity, request.columns))
-            .collect();
-        let continuation = if take < matching {
-            let next = &rows[start + take].entity;
+        // Rows are looked at in key order until the page is full or the request has looked at
+        // as many as it may; only those the filter takes are returned.
+        let mut entities = Vec::new();
+        let mut scanned = 0;
+        while scanned < can_scan && entities.len() < top {
+            let row = &rows[start + scanned];
+            scanned += 1;
+            if request.filter.is_none_or(|f| f.matches(&row.entity)) {
+                entities.push(select(&row.entity, request.columns));
+            }
+        }
+        let continuation = if scanned < in_range {
+            let next = &rows[start + scanned].entity;
             Some(Continuation {
                 next_partition_key: next.partition_key.clone(),
                 next_row_key: Some(next.row_key.clone()),
             })
-        } else if matching > 0 && roll(&mut state, self.quirks.trailing_tokens) {
+        } else if in_range > 0 && roll(&mut state, self.quirks.trailing_tokens) {
             Some(Continuation {
                 next_partition_key: END_TOKEN.into(),
                 // Unique per query, as a real token (a position in that query) would be.

@@ -3,6 +3,7 @@
 use std::future::Future;
 
 use super::keys::{partition_filter, range_filter, KeyRange};
+use crate::storage::table::filter::Filter;
 use crate::storage::table::query::{Continuation, Page, Query};
 use crate::storage::{StorageError, TableClient};
 
@@ -28,6 +29,9 @@ pub struct PageRequest<'a> {
     pub columns: Option<&'a [String]>,
     /// Where a query already under way resumes.
     pub cursor: Option<&'a Continuation>,
+    /// The scan's own condition on rows, if any, applied by the service together with the keys
+    /// (a page may then come back short or empty, with a continuation, where few rows match).
+    pub filter: Option<&'a Filter>,
 }
 
 /// A table the scan engine can read, one page at a time. Pages come back in key order; a page
@@ -47,6 +51,10 @@ impl TableReader for TableClient {
                 partition_key,
                 row_keys,
             } => Some(partition_filter(partition_key, row_keys)),
+        };
+        let filter = match (filter, request.filter) {
+            (Some(keys), Some(rows)) => Some(keys.and(rows.clone())),
+            (keys, rows) => keys.or_else(|| rows.cloned()),
         };
         let query = Query {
             filter,

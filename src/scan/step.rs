@@ -24,6 +24,7 @@ use super::keys::{compare, extend_prefix, successor, KeyRange, Lower, Upper};
 use super::pending::PendingPage;
 use super::reader::{PageRequest, ReadScope, TableReader};
 use crate::storage::table::entity::Entity;
+use crate::storage::table::filter::Filter;
 use crate::storage::table::query::{Continuation, Page, MAX_PAGE_SIZE};
 use crate::storage::StorageError;
 use std::time::Duration;
@@ -84,6 +85,8 @@ pub struct ScanOptions {
     /// one step, so the steps near the root decide how soon many steps can run side by side:
     /// short ones there spread the work in seconds, at the cost of a few more short queries.
     pub first_step_queries: u32,
+    /// Only rows that satisfy this are read (the service applies it in every query).
+    pub filter: Option<Filter>,
 }
 
 impl Default for ScanOptions {
@@ -97,6 +100,7 @@ impl Default for ScanOptions {
             budget: Budget::default(),
             fan_out: 4,
             first_step_queries: 4,
+            filter: None,
         }
     }
 }
@@ -478,6 +482,7 @@ async fn read<R: TableReader>(
         top: options.page_size,
         columns,
         cursor,
+        filter: options.filter.as_ref(),
     };
     reader.read_page(&request).await
 }

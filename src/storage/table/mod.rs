@@ -3,6 +3,7 @@
 pub mod batch;
 pub mod entity;
 pub mod filter;
+pub mod filter_text;
 pub mod in_memory;
 mod matching;
 pub mod query;
