@@ -70,6 +70,7 @@ async fn one_delivery_at_a_time_and_a_lost_claim_is_noticed() {
         row_keys: KeyRange::between(Some("r"), None),
         prefix: String::new(),
         cursor: None,
+        unstarted: false,
     });
     assert_eq!(
         ledger
@@ -196,6 +197,7 @@ fn partition_child(root: &WorkItem, n: usize) -> WorkItem {
         row_keys: KeyRange::all(),
         prefix: String::new(),
         cursor: None,
+        unstarted: false,
     })
 }
 

@@ -66,6 +66,7 @@ fn child(root: &WorkItem, n: usize) -> WorkItem {
         row_keys: KeyRange::all(),
         prefix: String::new(),
         cursor: None,
+        unstarted: false,
     })
 }
 

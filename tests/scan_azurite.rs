@@ -85,6 +85,7 @@ async fn every_strategy_reads_every_row_of_its_scope_once_on_azurite() {
                 },
                 first_step_queries: 1,
                 filter: None,
+                split_at_positions: true,
             };
             let root = WorkItem::root("azurite", range.clone(), prefix.clone());
             let report = run_to_completion(&table, root, &options, &clock, 10_000)

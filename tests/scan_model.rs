@@ -108,6 +108,7 @@ fn case() -> impl Strategy<Value = Case> {
                     fan_out,
                     first_step_queries,
                     filter: None,
+                    split_at_positions: true,
                 }
             },
         );
@@ -277,7 +278,12 @@ proptest! {
         prop_assert!(report.most_queries_in_a_step <= case.options.budget.max_queries);
         let fresh: Vec<String> = reader.log().into_iter().filter(|q| !q.ends_with("+cursor") && !q.ends_with(" busy")).collect();
         let unique: BTreeSet<&String> = fresh.iter().collect();
-        prop_assert!((fresh.len() - unique.len()) as u64 <= report.pages_cut);
+        let mut seen = BTreeSet::new();
+        let repeated: Vec<&String> = fresh.iter().filter(|q| !seen.insert(*q)).collect();
+        prop_assert!(
+            (fresh.len() - unique.len()) as u64 <= report.pages_cut,
+            "repeated {:?} in {:?}", repeated, reader.log()
+        );
     }
 }
 

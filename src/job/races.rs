@@ -50,6 +50,7 @@ fn child(parent: &WorkItem, n: usize) -> WorkItem {
         row_keys: KeyRange::all(),
         prefix: String::new(),
         cursor: None,
+        unstarted: false,
     })
 }
 

@@ -57,6 +57,12 @@ pub enum Task {
         prefix: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cursor: Option<Continuation>,
+        /// No row of this partition has been delivered before this item: its first row starts
+        /// the partition (exact partition counts). Only a filtered scan makes such items, when
+        /// a page came back empty in the middle of a partition. Never split while set: only the
+        /// piece holding the partition's first matching row may count it.
+        #[serde(rename = "new", default, skip_serializing_if = "std::ops::Not::not")]
+        unstarted: bool,
     },
 }
 
@@ -172,6 +178,7 @@ mod tests {
                 next_partition_key: "1!".repeat(700),
                 next_row_key: Some("1!".repeat(700)),
             }),
+            unstarted: false,
         })
     }
 
@@ -191,6 +198,7 @@ mod tests {
                 next_partition_key: "1!8!cDE-".into(),
                 next_row_key: Some("1!8!cjA-".into()),
             }),
+            unstarted: false,
         });
         assert_eq!(root.id(), "EH4i0xkuu7jzSyIxR2Lc-JSt");
         assert_eq!(child.id(), "DoRoYMfPHvYXE-OMpWBfKn-Q");
@@ -224,6 +232,7 @@ mod tests {
             row_keys: row_keys.clone(),
             prefix: "x".into(),
             cursor: Some(cursor.clone()),
+            unstarted: false,
         };
         let later = Later::Partition(Reordered {
             cursor: Some(&cursor),

@@ -18,9 +18,6 @@ use crate::storage::table::query::{Continuation, Page};
 /// The answer of a throttled request.
 const BUSY: &str = "\u{1}busy";
 
-/// Marks the continuation that points past the last row.
-const END_TOKEN: &str = "\u{1}end";
-
 struct Row {
     pk: Vec<u16>,
     rk: Vec<u16>,
@@ -159,12 +156,6 @@ impl<'a> MemoryReader<'a> {
                     ))
                 }
             }
-            if cursor.next_partition_key == END_TOKEN {
-                return Ok(Page {
-                    entities: Vec::new(),
-                    continuation: None,
-                });
-            }
             let pk: Vec<u16> = cursor.next_partition_key.encode_utf16().collect();
             let rk: Vec<u16> = cursor
                 .next_row_key
@@ -219,10 +210,13 @@ impl<'a> MemoryReader<'a> {
                 next_row_key: Some(next.row_key.clone()),
             })
         } else if in_range > 0 && roll(&mut state, self.quirks.trailing_tokens) {
+            // A position just past the last row in range, as the service's would be: resumed,
+            // it reads nothing. Unique per query, as a real token (a position in that query)
+            // would be.
+            let last = &rows[start + in_range - 1].entity;
             Some(Continuation {
-                next_partition_key: END_TOKEN.into(),
-                // Unique per query, as a real token (a position in that query) would be.
-                next_row_key: Some(query.clone()),
+                next_partition_key: last.partition_key.clone(),
+                next_row_key: Some(format!("{}\u{0}{query}", last.row_key)),
             })
         } else {
             None

@@ -130,6 +130,7 @@ pub fn rest_after(task: Task, pk: &str, rk: &str, mode: ReadMode) -> Vec<Task> {
                     row_keys: KeyRange::between(Some(rk), None),
                     prefix: String::new(),
                     cursor: None,
+                    unstarted: false,
                 });
             }
             let later = KeyRange {
@@ -159,11 +160,13 @@ pub fn rest_after(task: Task, pk: &str, rk: &str, mode: ReadMode) -> Vec<Task> {
             if later.is_empty() {
                 return Vec::new();
             }
+            // Its row (`pk`, `rk`) was delivered: the partition is started.
             vec![Task::Partition {
                 partition_key,
                 row_keys: later,
                 prefix,
                 cursor: None,
+                unstarted: false,
             }]
         }
     }
@@ -229,6 +232,7 @@ mod tests {
                     row_keys: KeyRange::between(Some("1"), None),
                     prefix: String::new(),
                     cursor: None,
+                    unstarted: false,
                 },
                 Task::Range {
                     partition_keys: KeyRange::between(Some("b"), None),
@@ -272,6 +276,7 @@ mod tests {
             row_keys: KeyRange::between(None, Some("m")),
             prefix: String::new(),
             cursor: None,
+            unstarted: false,
         };
         let rest = rest_after(task, "p", "k", ReadMode::Rows);
         assert_eq!(
@@ -284,6 +289,7 @@ mod tests {
                 },
                 prefix: String::new(),
                 cursor: None,
+                unstarted: false,
             }]
         );
     }

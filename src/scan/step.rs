@@ -87,6 +87,10 @@ pub struct ScanOptions {
     pub first_step_queries: u32,
     /// Only rows that satisfy this are read (the service applies it in every query).
     pub filter: Option<Filter>,
+    /// Whether a step that splits after an empty page (a filter matching nothing for a while)
+    /// cuts at the continuation's position; `false` keeps the cursor and hands the rest on whole
+    /// (the engine before it could, kept to compare the two in the scan-efficiency benchmark).
+    pub split_at_positions: bool,
 }
 
 impl Default for ScanOptions {
@@ -101,6 +105,7 @@ impl Default for ScanOptions {
             fan_out: 4,
             first_step_queries: 4,
             filter: None,
+            split_at_positions: true,
         }
     }
 }
@@ -212,7 +217,11 @@ where
     // The PartitionKey of the row read just before the next one, when known.
     let mut previous_partition = match &item.task {
         Task::Range { last_partition, .. } => last_partition.clone(),
-        Task::Partition { partition_key, .. } => Some(partition_key.clone()),
+        Task::Partition {
+            partition_key,
+            unstarted,
+            ..
+        } => (!unstarted).then(|| partition_key.clone()),
     };
 
     // The action works on one page while the next is being read, so a copy step takes about as
@@ -285,7 +294,25 @@ where
             && (spent.is_some() || options.split == SplitPolicy::EveryPage || dense);
 
         let next = match last_keys {
-            // An empty page with a continuation: only the token knows where to go on.
+            // An empty page with a continuation (a filtered scan where no row matches for a
+            // while): the token's position is where the service stopped looking, so everything
+            // before it is done. A step that splits cuts the rest there, as after a row.
+            None if wants_split && options.split_at_positions => {
+                let mut emitted = Vec::new();
+                match split_at_position(
+                    &task,
+                    &token,
+                    previous_partition.as_deref(),
+                    options.mode,
+                    &mut |t| emitted.push(t),
+                ) {
+                    Some(rest) => {
+                        waiting.after.extend(emitted);
+                        rest
+                    }
+                    None => Some(with_cursor(task, token, previous_partition.clone())),
+                }
+            }
             None => Some(with_cursor(task, token, previous_partition.clone())),
             Some((pk, rk)) => advance(task, token, &pk, &rk, options.mode, wants_split, &mut |t| {
                 waiting.after.push(t);
@@ -380,6 +407,7 @@ fn subdivide(task: Task, pieces: usize) -> Vec<Task> {
             row_keys,
             prefix,
             cursor: None,
+            unstarted: false,
             ..
         } => (row_keys.clone(), prefix.clone()),
         _ => return vec![task],
@@ -430,6 +458,7 @@ fn subdivide(task: Task, pieces: usize) -> Vec<Task> {
                     row_keys: keys,
                     prefix: prefix.clone(),
                     cursor: None,
+                    unstarted: false,
                 },
             }
         })
@@ -527,11 +556,117 @@ fn with_cursor(task: Task, token: Continuation, last_partition: Option<String>) 
             prefix,
             ..
         } => Task::Partition {
+            // Started if a row of it was delivered (then it is the last row delivered).
+            unstarted: last_partition.as_deref() != Some(partition_key.as_str()),
             partition_key,
             row_keys,
             prefix,
             cursor: Some(token),
         },
+    }
+}
+
+/// Cuts what remains of `task` at the position of `token`, after an empty page: the rest of
+/// the position's partition from its RowKey on, emitted, and (for a range) the prefix of the
+/// position's PartitionKey, emitted, and what follows it, returned (inside `Some`). `None` when
+/// the position cannot be used (the partition-keys mode, a token that is not a position in
+/// the task's keys, a partition not started yet, which is never split): the caller goes on
+/// with the cursor.
+fn split_at_position(
+    task: &Task,
+    token: &Continuation,
+    previous_partition: Option<&str>,
+    mode: ReadMode,
+    emit: &mut dyn FnMut(Task),
+) -> Option<Option<Task>> {
+    if mode != ReadMode::Rows {
+        return None;
+    }
+    let partition_key = token.next_partition_key.as_str();
+    let row_key = token.next_row_key.as_deref()?;
+    // A position not beyond where the task already stood would read rows again, or cut where
+    // nothing was gained: it is not used.
+    let cursor = match task {
+        Task::Range { cursor, .. } | Task::Partition { cursor, .. } => cursor.as_ref(),
+    };
+    if let Some(cursor) = cursor {
+        let ahead = match compare(partition_key, &cursor.next_partition_key) {
+            std::cmp::Ordering::Less => false,
+            std::cmp::Ordering::Greater => true,
+            std::cmp::Ordering::Equal => {
+                compare(row_key, cursor.next_row_key.as_deref().unwrap_or("")).is_gt()
+            }
+        };
+        if !ahead {
+            return None;
+        }
+    }
+    // Nor is the very start of the task: nothing was looked at, cutting there gains nothing.
+    let at_start = match task {
+        Task::Range { partition_keys, .. } => {
+            row_key.is_empty() && partition_keys.lower == Lower::Included(partition_key.to_string())
+        }
+        Task::Partition { row_keys, .. } => row_keys.lower == Lower::Included(row_key.to_string()),
+    };
+    if cursor.is_none() && at_start {
+        return None;
+    }
+    let started = previous_partition == Some(partition_key);
+    match task {
+        Task::Range {
+            partition_keys,
+            prefix,
+            ..
+        } => {
+            if !partition_keys.contains(partition_key) {
+                return None;
+            }
+            emit(Task::Partition {
+                partition_key: partition_key.to_string(),
+                row_keys: KeyRange {
+                    lower: Lower::Included(row_key.to_string()),
+                    upper: Upper::Unbounded,
+                },
+                prefix: String::new(),
+                cursor: None,
+                unstarted: !started,
+            });
+            let rest = KeyRange {
+                lower: Lower::Excluded(partition_key.to_string()),
+                upper: partition_keys.upper.clone(),
+            };
+            Some(split_range(&rest, prefix, partition_key, emit))
+        }
+        Task::Partition {
+            partition_key: own,
+            row_keys,
+            prefix,
+            ..
+        } => {
+            if own != partition_key || !row_keys.contains(row_key) || !started {
+                return None;
+            }
+            let child_prefix = extend_prefix(prefix, row_key)?;
+            let rest = KeyRange {
+                lower: Lower::Included(row_key.to_string()),
+                upper: row_keys.upper.clone(),
+            };
+            let (child, parent) = cut_at_prefix(&rest, &child_prefix);
+            emit(Task::Partition {
+                partition_key: own.clone(),
+                row_keys: child,
+                prefix: child_prefix,
+                cursor: None,
+                unstarted: false,
+            });
+            Some(parent.map(|row_keys| Task::Partition {
+                partition_key: own.clone(),
+                row_keys,
+                prefix: prefix.clone(),
+                cursor: None,
+                unstarted: false,
+            }))
+        }
     }
 }
 
@@ -587,6 +722,7 @@ fn advance(
                 row_keys: KeyRange::between(Some(rk), None),
                 prefix: String::new(),
                 cursor: None,
+                unstarted: false,
             });
             let rest = KeyRange {
                 lower: Lower::Excluded(pk.to_string()),
@@ -614,6 +750,7 @@ fn advance(
                     row_keys,
                     prefix,
                     cursor: Some(token),
+                    unstarted: false,
                 });
             };
             let rest = KeyRange {
@@ -626,12 +763,14 @@ fn advance(
                 row_keys: child,
                 prefix: child_prefix,
                 cursor: None,
+                unstarted: false,
             });
             parent.map(|row_keys| Task::Partition {
                 partition_key,
                 row_keys,
                 prefix,
                 cursor: None,
+                unstarted: false,
             })
         }
     }
