@@ -7,7 +7,7 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::scan::keys::KeyRange;
+use crate::scan::keys::{KeyProperty, KeyRange};
 use crate::scan::step::Strategy;
 use crate::storage::names::{validate_key, validate_queue_name, validate_table_name, KeyKind};
 use crate::storage::table::entity::EdmDateTime;
@@ -100,6 +100,29 @@ pub struct Scope {
     pub after: Option<String>,
     /// Only PartitionKeys before this one (exclusive).
     pub before: Option<String>,
+    /// Only rows whose RowKey starts with this, after `rowAfter` and before `rowBefore`
+    /// (exclusive): for tables whose RowKeys carry a time or a type. Applied by the service as
+    /// a condition on every row it looks at (the scan still reads every partition in scope).
+    #[serde(
+        rename = "rowPrefix",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub row_prefix: String,
+    #[serde(rename = "rowAfter", default, skip_serializing_if = "Option::is_none")]
+    pub row_after: Option<String>,
+    #[serde(rename = "rowBefore", default, skip_serializing_if = "Option::is_none")]
+    pub row_before: Option<String>,
+}
+
+impl Scope {
+    /// The RowKeys the scope allows.
+    pub fn row_keys(&self) -> KeyRange {
+        KeyRange::with_prefix(&self.row_prefix).intersect(&KeyRange::between(
+            self.row_after.as_deref(),
+            self.row_before.as_deref(),
+        ))
+    }
 }
 
 /// What a scan does with each row.
@@ -258,6 +281,15 @@ impl ScanSpec {
         if let Some(before) = &scope.before {
             limits.push(format!("before {before:?}"));
         }
+        if !scope.row_prefix.is_empty() {
+            limits.push(format!("RowKeys starting with {:?}", scope.row_prefix));
+        }
+        if let Some(after) = &scope.row_after {
+            limits.push(format!("RowKeys after {after:?}"));
+        }
+        if let Some(before) = &scope.row_before {
+            limits.push(format!("RowKeys before {before:?}"));
+        }
         if let Some(older) = &self.older_than {
             limits.push(format!(
                 "rows older than {} (before {})",
@@ -391,12 +423,13 @@ impl ScanSpec {
                     .to_string(),
             ),
         };
-        let spec_filter = |filter: Option<String>, older_than: Option<OlderThan>| ScanSpec {
-            filter,
-            older_than,
+        let conditions = ScanSpec {
+            filter: filter.clone(),
+            older_than: older_than.clone(),
+            scope: scope.clone(),
             ..ScanSpec::sample()
         };
-        if let Err(why) = spec_filter(filter.clone(), older_than.clone()).row_filter() {
+        if let Err(why) = conditions.row_filter() {
             return refuse("filter", why);
         }
         if dry_run && action == ActionSpec::Count {
@@ -466,12 +499,14 @@ impl ScanSpec {
             None => None,
             Some(text) => Some(parse_filter(text).map_err(|e| e.to_string())?),
         };
-        let both = Filter::all(older.into_iter().chain(filter));
+        let rows = self.scope.row_keys().filter(KeyProperty::RowKey);
+        let both = Filter::all(rows.into_iter().chain(older).chain(filter));
         if let Some(both) = &both {
             if both.comparisons() > MAX_USER_COMPARISONS {
                 return Err(format!(
-                    "with olderThan, the filter may hold at most {} comparisons",
-                    MAX_USER_COMPARISONS - 1
+                    "with olderThan and the RowKey bounds of the scope, the filter holds {} \
+                     comparisons; at most {MAX_USER_COMPARISONS} are allowed",
+                    both.comparisons()
                 ));
             }
         }
@@ -600,18 +635,43 @@ fn quoted_list<S: AsRef<str>>(names: &[S]) -> String {
 
 fn parse_scope(object: Map<String, Value>) -> Result<Scope, SpecError> {
     let mut fields = Fields::new(object, "scope.");
-    let mut key = |name: &str| -> Result<Option<String>, SpecError> {
+    let mut key = |name: &str, kind: KeyKind| -> Result<Option<String>, SpecError> {
         let value = fields.optional_string(name)?;
         if let Some(key) = &value {
-            validate_key(KeyKind::PartitionKey, key)
-                .or_else(|e| refuse(&format!("scope.{name}"), e.to_string()))?;
+            validate_key(kind, key).or_else(|e| refuse(&format!("scope.{name}"), e.to_string()))?;
         }
         Ok(value)
     };
-    let prefix = key("prefix")?.unwrap_or_default();
-    let after = key("after")?;
-    let before = key("before")?;
+    let prefix = key("prefix", KeyKind::PartitionKey)?.unwrap_or_default();
+    let after = key("after", KeyKind::PartitionKey)?;
+    let before = key("before", KeyKind::PartitionKey)?;
+    let row_prefix = key("rowPrefix", KeyKind::RowKey)?.unwrap_or_default();
+    let row_after = key("rowAfter", KeyKind::RowKey)?;
+    let row_before = key("rowBefore", KeyKind::RowKey)?;
     fields.finish()?;
+    let rows_between = KeyRange::between(row_after.as_deref(), row_before.as_deref());
+    if rows_between.is_empty() {
+        return refuse(
+            "scope.rowBefore",
+            format!(
+                "no RowKey lies after {:?} and before {:?}: `rowBefore` must come after \
+                 `rowAfter`",
+                row_after.unwrap_or_default(),
+                row_before.unwrap_or_default()
+            ),
+        );
+    }
+    if KeyRange::with_prefix(&row_prefix)
+        .intersect(&rows_between)
+        .is_empty()
+    {
+        return refuse(
+            "scope.rowPrefix",
+            format!(
+                "no RowKey starting with {row_prefix:?} lies between `rowAfter` and `rowBefore`"
+            ),
+        );
+    }
     // A scope that holds no key is a mistake, not a scan of nothing: say so.
     let between = KeyRange::between(after.as_deref(), before.as_deref());
     if between.is_empty() {
@@ -638,6 +698,9 @@ fn parse_scope(object: Map<String, Value>) -> Result<Scope, SpecError> {
         prefix,
         after,
         before,
+        row_prefix,
+        row_after,
+        row_before,
     })
 }
 
@@ -1464,5 +1527,34 @@ mod tests {
         ))
         .unwrap_err();
         assert_eq!(e.field, "filter");
+    }
+
+    #[test]
+    fn row_key_bounds_become_conditions_on_every_row() {
+        let spec = parse(
+            r#"{"table":"events","scope":{"prefix":"dev","rowPrefix":"2025-","rowBefore":"2025-07"},
+                "filter":"Level eq 'Error'","action":{"type":"count"}}"#,
+        )
+        .unwrap();
+        assert_eq!(spec.scope.row_prefix, "2025-");
+        assert_eq!(
+            spec.row_filter().unwrap().unwrap().as_str(),
+            "(RowKey ge '2025-' and RowKey lt '2025-07') and Level eq 'Error'"
+        );
+        let stored = serde_json::to_value(&spec).unwrap();
+        assert_eq!(stored["scope"]["rowPrefix"], "2025-");
+        assert_eq!(stored["scope"]["rowBefore"], "2025-07");
+        assert!(stored["scope"].get("rowAfter").is_none());
+        for (scope, field) in [
+            (r#"{"rowAfter":"b","rowBefore":"a"}"#, "scope.rowBefore"),
+            (r#"{"rowPrefix":"z","rowBefore":"m"}"#, "scope.rowPrefix"),
+            (r#"{"rowPrefix":"a/b"}"#, "scope.rowPrefix"),
+        ] {
+            let e = parse(&format!(
+                r#"{{"table":"events","scope":{scope},"action":{{"type":"count"}}}}"#
+            ))
+            .unwrap_err();
+            assert_eq!(e.field, field, "{scope}");
+        }
     }
 }

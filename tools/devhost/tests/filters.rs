@@ -101,6 +101,34 @@ async fn counts_with_filters_on_every_type_match_the_rows_themselves() {
             "{filter}"
         );
     }
+    // RowKey bounds in the scope, alone and with a PartitionKey prefix.
+    type RowTest = fn(i64) -> bool;
+    let bounded: Vec<(Value, RowTest)> = vec![
+        (json!({"rowPrefix": "row1"}), |n| (100..200).contains(&n)),
+        (json!({"rowAfter": "row050", "rowBefore": "row075"}), |n| {
+            n > 50 && n < 75
+        }),
+        (
+            json!({"prefix": "part1", "rowPrefix": "row2", "rowAfter": "row210"}),
+            |n| (10..20).contains(&(n % 24)) && n > 210 && n < 300,
+        ),
+    ];
+    for (scope, test) in bounded {
+        let status = host
+            .run(
+                json!({"table": source.name(), "pageSize": 20, "scope": scope,
+                "action": {"type": "count"}}),
+            )
+            .await;
+        let matching: Vec<&Entity> = rows.iter().filter(|r| test(number_of(r))).collect();
+        let partitions: BTreeSet<&str> =
+            matching.iter().map(|r| r.partition_key.as_str()).collect();
+        assert_eq!(
+            status["result"],
+            json!({"rows": matching.len(), "partitions": partitions.len()}),
+            "{scope}: {status}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -157,14 +185,12 @@ async fn a_bad_filter_is_a_400_that_says_where() {
         ("When lt datetime'not a date'", 9),
         ("PartitionKey eq 3", 17),
     ] {
-        let answer = reqwest::Client::new()
-            .post(format!("http://127.0.0.1:{}/api/scans", host.port))
-            .json(&json!({"table": table.name(), "filter": filter, "action": {"type": "count"}}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(answer.status(), 400, "{filter}");
-        let body: Value = answer.json().await.unwrap();
+        let (status, body) = host
+            .post_scan(
+                &json!({"table": table.name(), "filter": filter, "action": {"type": "count"}}),
+            )
+            .await;
+        assert_eq!(status, 400, "{filter}");
         assert_eq!(body["error"]["field"], "filter", "{filter}: {body}");
         let message = body["error"]["message"].as_str().unwrap();
         assert!(

@@ -272,15 +272,11 @@ async fn copy_modes_keep_or_replace_exactly_what_they_say() {
     }
 
     // replace with select would drop properties: refused, naming merge.
-    let answer = reqwest::Client::new()
-        .post(format!("http://127.0.0.1:{}/api/scans", host.port))
-        .json(&json!({"table": source.name(), "select": ["N"],
+    let (status, body) = host
+        .post_scan(&json!({"table": source.name(), "select": ["N"],
             "action": {"type": "copy", "table": target.name()}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(answer.status(), 400);
-    let body: Value = answer.json().await.unwrap();
+        .await;
+    assert_eq!(status, 400);
     assert_eq!(body["error"]["field"], "select", "{body}");
     let message = body["error"]["message"].as_str().unwrap();
     assert!(message.contains("merge"), "{body}");
@@ -411,14 +407,8 @@ async fn the_apps_own_storage_a_self_copy_and_nonsense_are_refused_naming_the_fi
         ),
     ];
     for (request, field) in refused {
-        let answer = reqwest::Client::new()
-            .post(format!("http://127.0.0.1:{}/api/scans", host.port))
-            .json(&request)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(answer.status(), 400, "{request}");
-        let body: Value = answer.json().await.unwrap();
+        let (status, body) = host.post_scan(&request).await;
+        assert_eq!(status, 400, "{request}");
         assert_eq!(body["error"]["field"], field, "{request}: {body}");
         assert!(!body["error"]["message"].as_str().unwrap().is_empty());
     }

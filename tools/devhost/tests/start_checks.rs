@@ -13,14 +13,7 @@ use serde_json::{json, Value};
 /// Starts a scan and returns the status and body of the answer, with how long it took.
 async fn start(host: &Host, request: Value) -> (u16, Value, Duration) {
     let began = Instant::now();
-    let answer = reqwest::Client::new()
-        .post(format!("http://127.0.0.1:{}/api/scans", host.port))
-        .json(&request)
-        .send()
-        .await
-        .unwrap();
-    let status = answer.status().as_u16();
-    let body: Value = answer.json().await.unwrap_or(Value::Null);
+    let (status, body) = host.post_scan(&request).await;
     (status, body, began.elapsed())
 }
 

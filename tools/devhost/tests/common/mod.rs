@@ -271,6 +271,19 @@ impl Host {
         }
     }
 
+    /// Posts a scan request and returns the answer's status and JSON body (`null` if none),
+    /// whatever the status.
+    pub async fn post_scan(&self, request: &Value) -> (u16, Value) {
+        let answer = reqwest::Client::new()
+            .post(format!("http://127.0.0.1:{}/api/scans", self.port))
+            .json(request)
+            .send()
+            .await
+            .unwrap();
+        let status = answer.status().as_u16();
+        (status, answer.json().await.unwrap_or(Value::Null))
+    }
+
     pub async fn start_scan(&self, request: Value) -> String {
         let answer = reqwest::Client::new()
             .post(format!("http://127.0.0.1:{}/api/scans", self.port))
