@@ -6,6 +6,7 @@ mod copy;
 mod delete;
 mod enqueue;
 mod report;
+mod update;
 
 use crate::storage::table::entity::Entity;
 use crate::storage::StorageError;
@@ -14,6 +15,7 @@ pub use copy::{plan_transactions, CopyMode, CopyRows, CONCURRENCY as COPY_CONCUR
 pub use delete::DeleteRows;
 pub use enqueue::{xml_safe_json, EnqueueRows, MessageBody};
 pub use report::{ActionCounts, Applied, GoOn, RowFailure, FAILURES_KEPT};
+pub use update::{Change, UpdateRows};
 
 /// A scan's action.
 #[derive(Clone)]
@@ -23,6 +25,7 @@ pub enum Action {
     Copy(CopyRows),
     Enqueue(EnqueueRows),
     Delete(DeleteRows),
+    Update(UpdateRows),
 }
 
 impl Action {
@@ -33,6 +36,7 @@ impl Action {
             Action::Copy(copy) => copy.apply(rows, go_on).await,
             Action::Enqueue(enqueue) => enqueue.apply(rows, go_on).await,
             Action::Delete(delete) => delete.apply(rows, go_on).await,
+            Action::Update(update) => update.apply(rows, go_on).await,
         }
     }
 
@@ -42,7 +46,9 @@ impl Action {
     pub fn preview(&self, rows: &[Entity]) -> Applied {
         match self {
             Action::Enqueue(enqueue) => enqueue.preview(rows),
-            Action::Count | Action::Copy(_) | Action::Delete(_) => Applied::all_acted(rows.len()),
+            Action::Count | Action::Copy(_) | Action::Delete(_) | Action::Update(_) => {
+                Applied::all_acted(rows.len())
+            }
         }
     }
 
@@ -55,6 +61,7 @@ impl Action {
         let target = match self {
             Action::Copy(copy) => copy.target(),
             Action::Delete(delete) => delete.table(),
+            Action::Update(update) => update.table(),
             Action::Count | Action::Enqueue(_) => return None,
         };
         Some((rows.len() as u64, target.governor()))

@@ -66,12 +66,14 @@ pub struct Refused {
 /// Refuses a scan that would write to, or delete from, the app's own storage, or copy a table
 /// onto itself. Reading the ledger (a count of it) is allowed.
 pub fn check(spec: &ScanSpec, touches: &Touches, protected: &Protected) -> Result<(), Refused> {
-    if matches!(spec.action, ActionSpec::Delete) && touches.source.is(&protected.ledger) {
+    if matches!(spec.action, ActionSpec::Delete | ActionSpec::Update { .. })
+        && touches.source.is(&protected.ledger)
+    {
         return Err(Refused {
             field: "table",
             message: format!(
                 "{:?} is tablescan's ledger, which holds every scan's record: it cannot be \
-                 deleted from by a scan",
+                 deleted from or updated by a scan",
                 spec.table
             ),
         });

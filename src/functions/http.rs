@@ -270,7 +270,7 @@ fn guard(
                 .collect();
             (None, places)
         }
-        ActionSpec::Count | ActionSpec::Delete => (None, Vec::new()),
+        ActionSpec::Count | ActionSpec::Delete | ActionSpec::Update { .. } => (None, Vec::new()),
     };
     let touches = Touches {
         source: Place::new(source.endpoint(), &spec.table),
@@ -403,7 +403,7 @@ async fn prepare(state: &AppState, spec: &ScanSpec) -> Result<(), HttpError> {
                 checked.map_err(|e| refused(&check, &what, &e))?;
             }
         }
-        ActionSpec::Count | ActionSpec::Delete => {}
+        ActionSpec::Count | ActionSpec::Delete | ActionSpec::Update { .. } => {}
     }
     Ok(())
 }

@@ -1,11 +1,14 @@
 //! From a scan's spec to what a step runs: the scan options and the action.
 
 use super::app::AppState;
-use crate::actions::{self, Action, CopyRows, DeleteRows, EnqueueRows, MessageBody};
+use crate::actions::{
+    self, Action, Change, CopyRows, DeleteRows, EnqueueRows, MessageBody, UpdateRows,
+};
 use crate::job::spec::{ActionSpec, CopyMode, Encoding, Per, ScanSpec};
 use crate::scan::keys::KeyRange;
 use crate::scan::{Budget, ReadMode, ScanOptions};
 use crate::storage::queue::MessageEncoding;
+use crate::storage::table::entity::Entity;
 
 /// The PartitionKey range and prefix a spec's scope covers.
 pub fn scope_range(spec: &ScanSpec) -> (KeyRange, String) {
@@ -28,9 +31,12 @@ pub fn scan_options(spec: &ScanSpec, budget: Budget) -> Result<ScanOptions, Stri
                 ..
             }
     );
-    let columns = match spec.action {
-        // Deleting needs the keys and the etag only.
+    let columns = match &spec.action {
+        // Deleting, and an update that only sets properties, need the keys and the etag only;
+        // an update that removes some writes the whole row back.
         ActionSpec::Delete | ActionSpec::Count => Some(Vec::new()),
+        ActionSpec::Update { remove, .. } if remove.is_empty() => Some(Vec::new()),
+        ActionSpec::Update { .. } => None,
         _ => spec.select.clone(),
     };
     let filter = spec
@@ -81,6 +87,29 @@ pub fn action_for(state: &AppState, spec: &ScanSpec) -> Result<Action, String> {
                 .table(table)
                 .map_err(|e| e.to_string())?;
             Action::Copy(CopyRows::new(target, copy_mode(*mode)))
+        }
+        ActionSpec::Update { set, remove } => {
+            let table = state
+                .clients(&spec.connection)?
+                .tables()?
+                .table(&spec.table)
+                .map_err(|e| e.to_string())?;
+            let mut typed = set.clone();
+            typed.insert(
+                "PartitionKey".into(),
+                serde_json::Value::String(String::new()),
+            );
+            typed.insert("RowKey".into(), serde_json::Value::String(String::new()));
+            let set = Entity::from_json(typed)
+                .map_err(|why| format!("the scan's update cannot be read: {why}"))?
+                .properties;
+            Action::Update(UpdateRows::new(
+                table,
+                Change {
+                    set,
+                    remove: remove.clone(),
+                },
+            ))
         }
         ActionSpec::Delete => {
             let table = state

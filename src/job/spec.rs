@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 use crate::scan::keys::{KeyProperty, KeyRange};
 use crate::scan::step::Strategy;
 use crate::storage::names::{validate_key, validate_queue_name, validate_table_name, KeyKind};
-use crate::storage::table::entity::EdmDateTime;
+use crate::storage::table::entity::{EdmDateTime, Entity};
 use crate::storage::table::filter::{Comparison, Filter, Literal, Property};
 use crate::storage::table::filter_text::{parse_filter, MAX_USER_COMPARISONS};
 use crate::storage::StorageAccount;
@@ -159,6 +159,16 @@ pub enum ActionSpec {
         rows_per_message: u16,
     },
     Delete,
+    /// Changes every row in place, each only if unchanged since it was read.
+    Update {
+        /// Properties to write, in the entity JSON form the enqueue action writes (values, with
+        /// `Name@odata.type` annotations where JSON cannot tell the type).
+        #[serde(default, skip_serializing_if = "Map::is_empty")]
+        set: Map<String, Value>,
+        /// Properties to take away (the row is then replaced by itself without them).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        remove: Vec<String>,
+    },
     PartitionKeys {
         queue: String,
         connection: String,
@@ -250,6 +260,21 @@ impl ScanSpec {
         let action = match &self.action {
             ActionSpec::Count => "count".to_string(),
             ActionSpec::Delete => "delete".to_string(),
+            ActionSpec::Update { set, remove } => {
+                let mut parts = Vec::new();
+                let names: Vec<&str> = set
+                    .keys()
+                    .filter(|k| !k.contains('@'))
+                    .map(String::as_str)
+                    .collect();
+                if !names.is_empty() {
+                    parts.push(format!("set {}", names.join(", ")));
+                }
+                if !remove.is_empty() {
+                    parts.push(format!("remove {}", remove.join(", ")));
+                }
+                format!("update ({})", parts.join("; "))
+            }
             ActionSpec::Copy {
                 table,
                 connection,
@@ -452,6 +477,13 @@ impl ScanSpec {
                  with the selected properties only, dropping the rest; use mode \"merge\" to \
                  update those properties and keep the others, or mode \"insert\" to write only \
                  rows the target lacks",
+            );
+        }
+        if select.is_some() && matches!(action, ActionSpec::Update { .. }) {
+            return refuse(
+                "select",
+                "does not apply to an update, which writes back whole rows when it removes \
+                 properties; to see the rows it would change, run it with dryRun first",
             );
         }
         if select.is_some() && matches!(action, ActionSpec::Delete) {
@@ -787,6 +819,7 @@ fn parse_action(
     let action = match kind.as_str() {
         "count" => ActionSpec::Count,
         "delete" => ActionSpec::Delete,
+        "update" => parse_update(&mut fields)?,
         "copy" => {
             let table = fields.required_string("table")?;
             validate_table_name(&table).or_else(|e| refuse("action.table", e.to_string()))?;
@@ -863,13 +896,74 @@ fn parse_action(
             return refuse(
                 "action.type",
                 format!(
-                    "must be one of count, copy, enqueue, delete, partition-keys; not {other:?}"
+                    "must be one of count, copy, enqueue, delete, update, partition-keys; not {other:?}"
                 ),
             )
         }
     };
     fields.finish()?;
     Ok(action)
+}
+
+/// The `set` and `remove` of an update: at least one change, no key or system property, typed
+/// values that read as the entity JSON form reads, no property both set and removed.
+fn parse_update(fields: &mut Fields) -> Result<ActionSpec, SpecError> {
+    let set = match fields.take("set") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(set)) => set,
+        Some(_) => return refuse("action.set", "must be an object of properties and values"),
+    };
+    for name in set.keys() {
+        let property = name.strip_suffix("@odata.type").unwrap_or(name);
+        let field = format!("action.set.{property}");
+        if matches!(property, "PartitionKey" | "RowKey" | "Timestamp")
+            || property.starts_with("odata.")
+        {
+            return refuse(
+                &field,
+                "is a key or a system property; an update cannot change it",
+            );
+        }
+        Property::new(property).or_else(|e| refuse(&field, e.to_string()))?;
+    }
+    let mut typed = set.clone();
+    typed.insert("PartitionKey".into(), Value::String(String::new()));
+    typed.insert("RowKey".into(), Value::String(String::new()));
+    Entity::from_json(typed).or_else(|why| refuse("action.set", why))?;
+    let remove = match fields.take("remove") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => {
+            let mut names = Vec::new();
+            for (index, item) in items.into_iter().enumerate() {
+                let field = format!("action.remove[{index}]");
+                let Value::String(name) = item else {
+                    return refuse(&field, "must be a property name");
+                };
+                if matches!(name.as_str(), "PartitionKey" | "RowKey" | "Timestamp") {
+                    return refuse(
+                        &field,
+                        "is a key or a system property; it cannot be removed",
+                    );
+                }
+                Property::new(&name).or_else(|e| refuse(&field, e.to_string()))?;
+                if set.contains_key(&name) {
+                    return refuse(&field, format!("{name:?} is both set and removed"));
+                }
+                if !names.contains(&name) {
+                    names.push(name);
+                }
+            }
+            names
+        }
+        Some(_) => return refuse("action.remove", "must be an array of property names"),
+    };
+    if set.is_empty() && remove.is_empty() {
+        return refuse(
+            "action.set",
+            "an update needs properties to set or to remove",
+        );
+    }
+    Ok(ActionSpec::Update { set, remove })
 }
 
 /// The fields of one JSON object, taken one by one; whatever is left over is an unknown field.

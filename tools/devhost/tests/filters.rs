@@ -199,3 +199,69 @@ async fn a_bad_filter_is_a_400_that_says_where() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_update_changes_exactly_the_matching_rows() {
+    let rows = typed_rows();
+    let table = table_with(&rows).await;
+    let host = Host::start(2, &[("TABLESCAN_STEP_MAX_QUERIES", "2")]);
+    let request = |dry_run: bool| {
+        json!({"table": table.name(), "pageSize": 20, "filter": "Small lt 5", "dryRun": dry_run,
+            "action": {"type": "update", "set": {"Flag": "checked", "Level": 3, "Level@odata.type": "Edm.Int64"},
+                "remove": ["Data"]}})
+    };
+    let matching: BTreeSet<(String, String)> = rows
+        .iter()
+        .filter(|r| number_of(r) % 50 < 5)
+        .map(|r| (r.partition_key.clone(), r.row_key.clone()))
+        .collect();
+    let dry = host.run(request(true)).await;
+    assert_eq!(dry["state"], "succeeded", "{dry}");
+    assert_eq!(dry["progress"]["rowsActed"], matching.len() as u64, "{dry}");
+    let untouched = table.query_all(&Query::default()).await.unwrap();
+    assert!(untouched.iter().all(|r| !r.properties.contains_key("Flag")));
+    let status = host.run(request(false)).await;
+    assert_eq!(status["state"], "succeeded", "{status}");
+    assert_eq!(
+        status["progress"]["rowsActed"],
+        matching.len() as u64,
+        "{status}"
+    );
+    for row in table.query_all(&Query::default()).await.unwrap() {
+        let key = (row.partition_key.clone(), row.row_key.clone());
+        if matching.contains(&key) {
+            assert_eq!(
+                row.properties["Flag"],
+                Edm::String("checked".into()),
+                "{key:?}"
+            );
+            assert_eq!(row.properties["Level"], Edm::Int64(3), "{key:?}");
+            assert!(!row.properties.contains_key("Data"), "{key:?}");
+            assert!(
+                row.properties.contains_key("Ratio"),
+                "the rest kept: {key:?}"
+            );
+        } else {
+            assert!(!row.properties.contains_key("Flag"), "{key:?}");
+            assert!(row.properties.contains_key("Data"), "{key:?}");
+        }
+    }
+    // Keys cannot be changed, and select does not go with an update.
+    for (action, field) in [
+        (
+            json!({"type": "update", "set": {"RowKey": "x"}}),
+            "action.set.RowKey",
+        ),
+        (json!({"type": "update"}), "action.set"),
+        (
+            json!({"type": "update", "remove": ["A"], "set": {"A": 1}}),
+            "action.remove[0]",
+        ),
+    ] {
+        let (status, body) = host
+            .post_scan(&json!({"table": table.name(), "action": action}))
+            .await;
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(body["error"]["field"], field, "{body}");
+    }
+}
