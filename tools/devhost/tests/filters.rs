@@ -184,6 +184,20 @@ async fn a_bad_filter_is_a_400_that_says_where() {
         ("Big ge 20000000000", 8),
         ("When lt datetime'not a date'", 9),
         ("PartitionKey eq 3", 17),
+        ("", 1),
+        ("Name", 5),
+        ("Name eq", 8),
+        ("Name equals 'a'", 6),
+        ("Name EQ 'a'", 6),
+        ("Name eq 'a", 9),
+        ("'a' eq Name", 1),
+        ("Name eq 'a')", 12),
+        ("Name eq 'a' and", 16),
+        ("Name eq 'a' xor Small eq 1", 13),
+        ("Ratio lt 1.2.3", 10),
+        ("Id eq guid'123'", 7),
+        ("Data eq X'abc'", 9),
+        ("Timestamp lt '2025-01-01'", 14),
     ] {
         let (status, body) = host
             .post_scan(
