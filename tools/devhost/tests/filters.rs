@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::{json, Value};
+use tablescan::storage::queue::MessageEncoding;
 use tablescan::storage::table::entity::{EdmDateTime, Entity, Value as Edm};
 use tablescan::storage::table::query::Query;
 
@@ -278,4 +279,80 @@ async fn an_update_changes_exactly_the_matching_rows() {
         assert_eq!(status, 400, "{body}");
         assert_eq!(body["error"]["field"], field, "{body}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_action_takes_the_filter() {
+    let rows = typed_rows();
+    let source = table_with(&rows).await;
+    let host = Host::start(2, &[("TABLESCAN_STEP_MAX_QUERIES", "2")]);
+    // Rows 0-9 of every 50, in every partition whose number ends in 0-9 of 24.
+    let filter = "Small lt 10";
+    let matching: Vec<&Entity> = rows.iter().filter(|r| number_of(r) % 50 < 10).collect();
+    let matching_keys: BTreeSet<(String, String)> = matching
+        .iter()
+        .map(|r| (r.partition_key.clone(), r.row_key.clone()))
+        .collect();
+    let partitions: BTreeSet<String> = matching.iter().map(|r| r.partition_key.clone()).collect();
+
+    let target = unique("filtered");
+    let copy = host
+        .run(
+            json!({"table": source.name(), "pageSize": 20, "filter": filter,
+            "action": {"type": "copy", "table": target}}),
+        )
+        .await;
+    assert_eq!(copy["state"], "succeeded", "{copy}");
+    let copied = tables()
+        .table(&target)
+        .unwrap()
+        .query_all(&Query::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        keys(&copied),
+        matching_keys,
+        "the copy holds exactly the matching rows"
+    );
+
+    let queue = unique("matching-");
+    let enqueue = host
+        .run(
+            json!({"table": source.name(), "pageSize": 20, "filter": filter,
+            "action": {"type": "enqueue", "queue": queue}}),
+        )
+        .await;
+    assert_eq!(enqueue["state"], "succeeded", "{enqueue}");
+    let sent: Vec<(String, String)> = drain_queue(&queue, MessageEncoding::Base64)
+        .await
+        .iter()
+        .map(|m| {
+            (
+                m["PartitionKey"].as_str().unwrap().to_string(),
+                m["RowKey"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(sent.len(), matching.len(), "one message per matching row");
+    assert_eq!(sent.into_iter().collect::<BTreeSet<_>>(), matching_keys);
+
+    let key_queue = unique("holding-");
+    let listed = host
+        .run(
+            json!({"table": source.name(), "pageSize": 20, "filter": filter,
+            "action": {"type": "partition-keys", "queue": key_queue, "encoding": "none"}}),
+        )
+        .await;
+    assert_eq!(listed["state"], "succeeded", "{listed}");
+    let keys_sent: Vec<String> = drain_queue(&key_queue, MessageEncoding::Text)
+        .await
+        .iter()
+        .map(|m| m["PartitionKey"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        keys_sent.len(),
+        partitions.len(),
+        "one message per partition holding a match"
+    );
+    assert_eq!(keys_sent.into_iter().collect::<BTreeSet<_>>(), partitions);
 }
