@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use super::{bounded, by_partition, Applied, GoOn, RowFailure};
+use super::{by_partition, send_transactions, Applied, GoOn, RowFailure};
 use crate::storage::table::batch::{Operation, MAX_BODY_BYTES, MAX_OPERATIONS};
 use crate::storage::table::entity::Entity;
 use crate::storage::table::filter::{Comparison, Filter};
@@ -58,25 +58,12 @@ impl CopyRows {
 
     /// Writes `rows`, in order, until `go_on` says no; the transactions started are finished.
     pub async fn apply(&self, rows: Vec<Entity>, go_on: GoOn<'_>) -> Result<Applied, StorageError> {
-        let transactions = plan(rows, self.mode);
-        let sizes: Vec<usize> = transactions.iter().map(Vec::len).collect();
-        let futures: Vec<_> = transactions
-            .into_iter()
-            .map(|operations| {
-                let target = self.target.clone();
-                let mode = self.mode;
-                async move { write(&target, operations, mode).await }
-            })
-            .collect();
-        let results = bounded(futures, CONCURRENCY, go_on).await;
-        let mut applied = Applied {
-            finished: sizes[..results.len()].iter().sum(),
-            ..Applied::default()
-        };
-        for result in results {
-            applied.absorb(result?);
-        }
-        Ok(applied)
+        send_transactions(plan(rows, self.mode), CONCURRENCY, go_on, |operations| {
+            let target = self.target.clone();
+            let mode = self.mode;
+            async move { write(&target, operations, mode).await }
+        })
+        .await
     }
 }
 

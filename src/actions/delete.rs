@@ -1,8 +1,8 @@
 //! Delete: remove every row read, in transactions per partition, each on the etag it was read
 //! with. A row changed (or deleted) since it was read is kept and counted as skipped.
 
-use super::{bounded, by_partition, ActionCounts, Applied, GoOn};
-use crate::storage::table::batch::{IfMatch, Operation, MAX_OPERATIONS};
+use super::{partition_chunks, send_transactions, ActionCounts, Applied, GoOn};
+use crate::storage::table::batch::{IfMatch, Operation};
 use crate::storage::table::entity::Entity;
 use crate::storage::{ErrorKind, StorageError, TableClient};
 
@@ -24,32 +24,21 @@ impl DeleteRows {
 
     /// Deletes `rows`, in order, a partition's chunk per transaction, until `go_on` says no.
     pub async fn apply(&self, rows: Vec<Entity>, go_on: GoOn<'_>) -> Result<Applied, StorageError> {
-        let mut chunks = Vec::new();
-        for group in by_partition(rows) {
-            let mut group = group.into_iter().peekable();
-            while group.peek().is_some() {
-                chunks.push(group.by_ref().take(MAX_OPERATIONS).collect::<Vec<_>>());
-            }
-        }
-        let sizes: Vec<usize> = chunks.iter().map(Vec::len).collect();
-        let futures: Vec<_> = chunks
-            .into_iter()
-            .map(|chunk| {
+        send_transactions(
+            partition_chunks(rows, |row| row),
+            CONCURRENCY,
+            go_on,
+            |chunk| {
                 let table = self.table.clone();
-                async move { delete_chunk(&table, chunk).await }
-            })
-            .collect();
-        let mut counts = ActionCounts::default();
-        let results = bounded(futures, CONCURRENCY, go_on).await;
-        let finished = sizes[..results.len()].iter().sum();
-        for result in results {
-            counts += result?;
-        }
-        Ok(Applied {
-            counts,
-            finished,
-            failures: Vec::new(),
-        })
+                async move {
+                    delete_chunk(&table, chunk).await.map(|counts| Applied {
+                        counts,
+                        ..Applied::default()
+                    })
+                }
+            },
+        )
+        .await
     }
 }
 

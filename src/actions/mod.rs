@@ -80,6 +80,53 @@ pub(crate) fn by_partition(rows: Vec<Entity>) -> Vec<Vec<Entity>> {
     groups
 }
 
+/// A partition's rows per chunk, at most a transaction's 100 each, in table order, each row
+/// made into its operation by `operation`.
+pub(crate) fn partition_chunks<T>(
+    rows: Vec<Entity>,
+    mut operation: impl FnMut(Entity) -> T,
+) -> Vec<Vec<T>> {
+    let mut chunks = Vec::new();
+    for group in by_partition(rows) {
+        let mut group = group.into_iter().peekable();
+        while group.peek().is_some() {
+            chunks.push(
+                group
+                    .by_ref()
+                    .take(crate::storage::table::batch::MAX_OPERATIONS)
+                    .map(&mut operation)
+                    .collect(),
+            );
+        }
+    }
+    chunks
+}
+
+/// Sends the transactions in order, at most `limit` at once, until `go_on` says no; what they
+/// did added up, with `finished` the rows of the transactions started (all of them finished).
+pub(crate) async fn send_transactions<T, F, Fut>(
+    transactions: Vec<Vec<T>>,
+    limit: usize,
+    go_on: GoOn<'_>,
+    send: F,
+) -> Result<Applied, StorageError>
+where
+    F: Fn(Vec<T>) -> Fut,
+    Fut: std::future::Future<Output = Result<Applied, StorageError>> + Send + 'static,
+{
+    let sizes: Vec<usize> = transactions.iter().map(Vec::len).collect();
+    let futures: Vec<Fut> = transactions.into_iter().map(send).collect();
+    let results = bounded(futures, limit, go_on).await;
+    let mut applied = Applied {
+        finished: sizes[..results.len()].iter().sum(),
+        ..Applied::default()
+    };
+    for result in results {
+        applied.absorb(result?);
+    }
+    Ok(applied)
+}
+
 /// Runs the writes in order, at most `limit` at once, until `go_on` says no; returns how many
 /// were started (all finished), or the first failure.
 pub(crate) async fn write_until<F>(

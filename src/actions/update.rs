@@ -6,8 +6,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{bounded, by_partition, Applied, GoOn, RowFailure};
-use crate::storage::table::batch::{IfMatch, Operation, MAX_OPERATIONS};
+use super::{partition_chunks, send_transactions, Applied, GoOn, RowFailure};
+use crate::storage::table::batch::{IfMatch, Operation};
 use crate::storage::table::entity::{Entity, Value};
 use crate::storage::{ErrorKind, StorageError, TableClient};
 
@@ -66,36 +66,12 @@ impl UpdateRows {
 
     /// Updates `rows`, in order, a partition's chunk per transaction, until `go_on` says no.
     pub async fn apply(&self, rows: Vec<Entity>, go_on: GoOn<'_>) -> Result<Applied, StorageError> {
-        let mut chunks = Vec::new();
-        for group in by_partition(rows) {
-            let mut group = group.into_iter().peekable();
-            while group.peek().is_some() {
-                chunks.push(
-                    group
-                        .by_ref()
-                        .take(MAX_OPERATIONS)
-                        .map(|row| self.change.operation(row))
-                        .collect::<Vec<_>>(),
-                );
-            }
-        }
-        let sizes: Vec<usize> = chunks.iter().map(Vec::len).collect();
-        let futures: Vec<_> = chunks
-            .into_iter()
-            .map(|chunk| {
-                let table = self.table.clone();
-                async move { update_chunk(&table, chunk).await }
-            })
-            .collect();
-        let results = bounded(futures, CONCURRENCY, go_on).await;
-        let mut applied = Applied {
-            finished: sizes[..results.len()].iter().sum(),
-            ..Applied::default()
-        };
-        for result in results {
-            applied.absorb(result?);
-        }
-        Ok(applied)
+        let chunks = partition_chunks(rows, |row| self.change.operation(row));
+        send_transactions(chunks, CONCURRENCY, go_on, |chunk| {
+            let table = self.table.clone();
+            async move { update_chunk(&table, chunk).await }
+        })
+        .await
     }
 }
 
