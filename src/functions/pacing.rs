@@ -43,7 +43,7 @@ use super::shares::{allocation, Wants, CLOCK_MARGIN_MS};
 use crate::job::presence::Presence;
 use crate::job::rows::millis;
 use crate::job::Ledger;
-use crate::storage::pacing::{Governor, TokenBucket};
+use crate::storage::pacing::{Governor, RecentUse, Ticket, TokenBucket};
 
 /// How often a process renews its presence row.
 pub const REFRESH: Duration = Duration::from_secs(1);
@@ -145,6 +145,9 @@ pub struct ScanPace {
     cap: Option<f64>,
     /// This process's share of the cap; unlimited for a scan without one.
     share: TokenBucket,
+    /// What the share let through over the last second, so that no second holds more than
+    /// the share's rate (give-backs spend capacity earned earlier).
+    recent: RecentUse,
     /// Entities this process moved for the scan, for the rate it reports.
     moved: AtomicU64,
     /// Whether this process joined to run the scan's first step (see [`Pacing::step`]).
@@ -248,6 +251,7 @@ impl ScanPace {
             scan: scan.to_string(),
             cap,
             share: TokenBucket::new(cap),
+            recent: RecentUse::new(cap.map(|_| 0.0)),
             moved: AtomicU64::new(0),
             root,
             state: Mutex::new(PaceState::default()),
@@ -313,18 +317,23 @@ impl StepPace {
         ((rate / running * PAGE_SECONDS) as u16).clamp(least, top)
     }
 
-    /// Waits until `entities` may be read from the source.
+    /// Waits until `entities` may be read from the source; the ticket gives back what the
+    /// read did not use ([`after_read`](Self::after_read)).
     ///
     /// The scan's share is paid last: what the back-off held up is then let through at the
     /// share's rate, never faster. (Paid first, takers held up behind a slow back-off would
     /// go all at once when it lifts, over the cap.)
-    pub async fn before_read(&self, entities: u64) {
-        self.before_reserved_read(entities, None).await;
+    pub async fn before_read(&self, entities: u64) -> Ticket {
+        self.before_reserved_read(entities, None).await
     }
 
     /// As [`before_read`](Self::before_read), with part of the share reserved ahead
     /// ([`reserve_read`](Self::reserve_read)): more is paid for, or the rest given back.
-    pub async fn before_reserved_read(&self, entities: u64, reserved: Option<Reservation>) {
+    pub async fn before_reserved_read(
+        &self,
+        entities: u64,
+        reserved: Option<Reservation>,
+    ) -> Ticket {
         self.wait_to_use_share().await;
         // A place earned a while ago (the step wrote, or waited, between its pages) would go
         // on top of what is earned now: it is given up, and the page pays afresh.
@@ -337,18 +346,21 @@ impl StepPace {
         });
         let Some(reserved) = reserved else {
             self.source.take(entities).await;
-            self.take_share(entities).await;
-            return;
+            return self.take_share(entities).await;
         };
         self.source.wait(reserved.source_place).await;
         self.pace.share.wait(reserved.share_place).await;
         if entities > reserved.entities {
             let more = entities - reserved.entities;
             self.source.take(more).await;
-            self.take_share(more).await;
+            self.pace.moved.fetch_add(more, Ordering::Relaxed);
+            self.pace.share.take(more).await;
         } else {
-            self.after_read(reserved.entities - entities);
+            let unused = reserved.entities - entities;
+            self.give_back_share(unused);
+            self.source.give_back(unused);
         }
+        self.within_the_last_second(entities).await
     }
 
     /// Reserves places for reading `entities` in the account's back-off and the scan's share
@@ -382,8 +394,9 @@ impl StepPace {
     }
 
     /// Returns entities paid for and not read (a short page, a failed request).
-    pub fn after_read(&self, unused: u64) {
+    pub fn after_read(&self, ticket: Ticket, unused: u64) {
         self.give_back_share(unused);
+        self.pace.recent.give_back(ticket, unused);
         self.source.give_back(unused);
     }
 
@@ -401,9 +414,16 @@ impl StepPace {
         }
     }
 
-    async fn take_share(&self, entities: u64) {
+    async fn take_share(&self, entities: u64) -> Ticket {
         self.pace.moved.fetch_add(entities, Ordering::Relaxed);
         self.pace.share.take(entities).await;
+        self.within_the_last_second(entities).await
+    }
+
+    /// The share's rate held over the last second too ([`RecentUse`]): what the bucket let go
+    /// on capacity earned earlier (given back by short pages) waits for room.
+    async fn within_the_last_second(&self, entities: u64) -> Ticket {
+        self.pace.recent.admit(entities).await
     }
 
     fn give_back_share(&self, entities: u64) {
@@ -596,6 +616,7 @@ impl Refresher {
         let mut state = pace.lock();
         if state.fallback {
             pace.share.set_rate(Some(cap * FALLBACK_SHARE));
+            pace.recent.set_rate(Some(cap * FALLBACK_SHARE));
             return;
         }
         let others: Vec<f64> = state
@@ -621,7 +642,12 @@ impl Refresher {
             );
         }
         state.members = members;
-        pace.share.set_rate(Some(allocation(cap, mine, &others)));
+        let part = allocation(cap, mine, &others);
+        pace.share.set_rate(Some(part));
+        // The window counts the part only from when the process may use it: before, the others
+        // do not count it yet, and the parts in use add up to the cap without it.
+        let joined = state.wants.is_some_and(|wants| wants.in_use(now_ms) > 0.0);
+        pace.recent.set_rate(Some(if joined { part } else { 0.0 }));
     }
 
     /// Withdraws this process from the scan if it has had no step of it for [`GRACE`]; whether

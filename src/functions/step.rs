@@ -435,7 +435,8 @@ impl TableReader for PacedReader<'_> {
     async fn read_page(&self, request: &PageRequest<'_>) -> Result<Page, StorageError> {
         let top = self.pace.page_size(request.top);
         let reserved = self.take_next();
-        self.pace
+        let ticket = self
+            .pace
             .before_reserved_read(u64::from(top), reserved)
             .await;
         // A step reads page after page: the next one's share is earned while this one is on
@@ -446,7 +447,8 @@ impl TableReader for PacedReader<'_> {
         let page = self.table.read_page(&paced).await;
         // A refused or failed request took nothing from the account.
         let used = page.as_ref().map_or(0, |page| page.entities.len() as u64);
-        self.pace.after_read(u64::from(top).saturating_sub(used));
+        self.pace
+            .after_read(ticket, u64::from(top).saturating_sub(used));
         page
     }
 }

@@ -208,9 +208,11 @@ async fn capped(action: Value, entities: u64) {
         samples.last().map_or(0, |s| s.entities) >= entities,
         "the proxy saw too few entities"
     );
-    // Alone on the machine, 10% over at most (the bound, not always met yet: up to 111%
-    // measured); among the other tests, whose load starves the handlers for moments, 20%: a
-    // guard against pacing coming undone, which load cannot trip by accident.
+    // Alone on the machine, 10% over at most (the bound; each process holds every
+    // second within 10% of its part since the window of the last second, and measured 100-106%
+    // over 5 s); among the other tests, whose load can delay a request between its admission
+    // and its arrival at the proxy, 20%: a guard against pacing coming undone, which load cannot
+    // trip by accident.
     let targets = std::env::var_os("TABLESCAN_PACING_TARGETS").is_some();
     let bound = if targets { 1.1 } else { 1.2 };
     assert!(
