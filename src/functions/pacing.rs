@@ -226,6 +226,9 @@ impl Pacing {
             pace.lock().waiting += 1;
             pace
         };
+        if let Some(cap) = cap {
+            source.start_at(f64::from(cap));
+        }
         let started = Instant::now();
         loop {
             {

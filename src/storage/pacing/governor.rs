@@ -231,6 +231,24 @@ impl Governor {
         );
     }
 
+    /// A scan capped at `rate` says the target may take that much from it: a target still in
+    /// slow start (never refused) below that rate starts at it instead of climbing to it from
+    /// [`SLOW_START_RATE`]. (A capped scan's first step spent about half its first seconds
+    /// waiting on the climb.) A target that has refused keeps the rate its back-off found.
+    pub fn start_at(&self, rate: f64) {
+        let state = self.lock();
+        if !state.slow_start {
+            return;
+        }
+        match self.bucket.rate() {
+            Some(limit) if limit < rate && rate < SLOW_START_END => {
+                self.bucket.set_rate(Some(rate))
+            }
+            Some(limit) if limit < rate => self.bucket.set_rate(None),
+            _ => {}
+        }
+    }
+
     /// The current limit in entities per second; `None` while there is none.
     pub fn rate(&self) -> Rate {
         let mut state = self.lock();
@@ -339,6 +357,24 @@ mod tests {
             governor.note_use((limit / 10.0).ceil() as u64);
             tokio::time::advance(Duration::from_millis(100)).await;
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_capped_scan_starts_the_slow_start_at_its_cap_until_a_refusal() {
+        let governor = Governor::default();
+        assert_eq!(governor.rate(), Some(SLOW_START_RATE));
+        governor.start_at(2_000.0);
+        assert_eq!(governor.rate(), Some(2_000.0));
+        // Never lowered by a smaller cap.
+        governor.start_at(1_500.0);
+        assert_eq!(governor.rate(), Some(2_000.0));
+        // Refused: the back-off's rate stands.
+        governor.note_use(2_000);
+        governor.throttled();
+        let cut = governor.rate();
+        assert_eq!(cut, Some(1_000.0));
+        governor.start_at(4_000.0);
+        assert_eq!(governor.rate(), cut);
     }
 
     /// A governor past slow start, just cut from 10,000 to 7,000.
