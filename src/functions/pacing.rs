@@ -10,7 +10,9 @@
 //! (`job::presence`), renewing its own once a [`REFRESH`] and reading all of them once a
 //! [`read_period`]: 400 ms while one or two processes run the scan, longer as more do, so that the
 //! reads cost at most five entities per second per process, whatever the scan's size and
-//! however many instances run it.
+//! however many instances run it. Beside the bucket, a record of the last second's use
+//! ([`RecentUse`]) holds every second within a tenth of what the share earned in it: the bucket
+//! holds the rate over time, not over short windows.
 //!
 //! Why the shares never add up to more than the cap, though every process's view is up to a read
 //! period old: a process lowers its want at once, and raises it (joining is raising it from
@@ -145,8 +147,9 @@ pub struct ScanPace {
     cap: Option<f64>,
     /// This process's share of the cap; unlimited for a scan without one.
     share: TokenBucket,
-    /// What the share let through over the last second, so that no second holds more than
-    /// the share's rate (give-backs spend capacity earned earlier).
+    /// What the share let through over the last second, so that no second holds more than a
+    /// tenth over what the share earned in it (the bucket alone lets give-backs spend capacity
+    /// earned earlier).
     recent: RecentUse,
     /// Entities this process moved for the scan, for the rate it reports.
     moved: AtomicU64,
@@ -356,8 +359,7 @@ impl StepPace {
         if entities > reserved.entities {
             let more = entities - reserved.entities;
             self.source.take(more).await;
-            self.pace.moved.fetch_add(more, Ordering::Relaxed);
-            self.pace.share.take(more).await;
+            self.pay_share(more).await;
         } else {
             let unused = reserved.entities - entities;
             self.give_back_share(unused);
@@ -418,9 +420,14 @@ impl StepPace {
     }
 
     async fn take_share(&self, entities: u64) -> Ticket {
+        self.pay_share(entities).await;
+        self.within_the_last_second(entities).await
+    }
+
+    /// Pays `entities` into the share's bucket, counted as moved.
+    async fn pay_share(&self, entities: u64) {
         self.pace.moved.fetch_add(entities, Ordering::Relaxed);
         self.pace.share.take(entities).await;
-        self.within_the_last_second(entities).await
     }
 
     /// The share's rate held over the last second too ([`RecentUse`]): what the bucket let go

@@ -61,7 +61,7 @@ struct Entry {
 
 /// A taker's entry in the window, to give back what it did not use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ticket(u64);
+pub struct Ticket(Option<u64>);
 
 impl RecentUse {
     /// Starts at `rate`, with nothing earned yet.
@@ -102,7 +102,10 @@ impl RecentUse {
                         let oldest = sent.entries.front().map_or(now, |entry| entry.at);
                         Err((oldest + WINDOW).saturating_duration_since(now))
                     }
-                    _ => Ok(sent.push(now, entities)),
+                    Some(_) => Ok(sent.push(now, entities)),
+                    // No rate over some of the window: nothing to hold, and nothing to record
+                    // (what goes now has left the window before it can hold anything again).
+                    None => Ok(Ticket(None)),
                 }
             };
             match wait {
@@ -119,7 +122,10 @@ impl RecentUse {
     /// in it once that entry left. An entry already out of the window needs nothing.
     pub fn give_back(&self, ticket: Ticket, entities: u64) {
         let mut sent = self.lock();
-        if let Some(entry) = sent.entries.iter_mut().find(|e| e.ticket == ticket.0) {
+        let Some(ticket) = ticket.0 else {
+            return;
+        };
+        if let Some(entry) = sent.entries.iter_mut().find(|e| e.ticket == ticket) {
             entry.entities = entry.entities.saturating_sub(entities);
         }
     }
@@ -182,7 +188,7 @@ impl Sent {
             entities,
             ticket,
         });
-        Ticket(ticket)
+        Ticket(Some(ticket))
     }
 }
 
@@ -239,7 +245,7 @@ mod tests {
         let recent = RecentUse::new(None);
         recent.admit(1_000_000).await;
         recent.admit(1_000_000).await;
-        assert_eq!(recent.used(), 2_000_000);
+        assert_eq!(recent.used(), 0, "an unlimited window records nothing");
     }
 
     #[tokio::test(start_paused = true)]
