@@ -25,9 +25,11 @@ pub struct Dispatcher {
     settings: HashMap<String, String>,
     queues: std::sync::Mutex<HashMap<String, QueueServiceClient>>,
     pub base64: bool,
-    /// Wakes the listeners of a queue this host just wrote to, as the host's shared queue
-    /// watcher does, instead of leaving the message until their next poll.
-    watchers: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Notify>>>,
+    /// Wakes the listeners of a queue an instance just wrote to, as that instance's host's
+    /// shared queue watcher does, instead of leaving the message until their next poll. Keyed by
+    /// instance and queue: each instance of a scaled-out app is a host of its own, whose
+    /// watcher knows only its own writes; the others find the message at their next poll.
+    watchers: std::sync::Mutex<HashMap<(usize, String), Arc<tokio::sync::Notify>>>,
 }
 
 impl Dispatcher {
@@ -52,10 +54,13 @@ impl Dispatcher {
         }
     }
 
-    /// The signal that a message was just written to `queue` by this host.
-    pub fn watcher(&self, queue: &str) -> Arc<tokio::sync::Notify> {
+    /// The signal that instance `instance` just wrote a message to `queue`.
+    pub fn watcher(&self, instance: usize, queue: &str) -> Arc<tokio::sync::Notify> {
         let mut watchers = self.watchers.lock().expect("watchers lock");
-        watchers.entry(queue.to_string()).or_default().clone()
+        watchers
+            .entry((instance, queue.to_string()))
+            .or_default()
+            .clone()
     }
 
     /// The next handler, round robin (for HTTP triggers).
@@ -147,8 +152,15 @@ impl Dispatcher {
         Ok(client)
     }
 
-    /// Puts a message, creating the queue if needed (as the output binding does).
-    pub async fn put(&self, connection: &str, queue: &str, payload: &[u8]) -> Result<(), String> {
+    /// Puts a message for instance `instance`, creating the queue if needed (as the output
+    /// binding does).
+    pub async fn put(
+        &self,
+        instance: usize,
+        connection: &str,
+        queue: &str,
+        payload: &[u8],
+    ) -> Result<(), String> {
         let client = self
             .queues(connection)?
             .queue(queue)
@@ -174,14 +186,15 @@ impl Dispatcher {
             Err(e) => Err(e.to_string()),
         };
         if result.is_ok() {
-            self.watcher(queue).notify_waiters();
+            self.watcher(instance, queue).notify_waiters();
         }
         result
     }
 
-    /// Writes the queue outputs of a successful invocation.
+    /// Writes the queue outputs of a successful invocation on instance `instance`.
     pub async fn write_outputs(
         &self,
+        instance: usize,
         function: &Function,
         outputs: &Map<String, Value>,
     ) -> Result<usize, String> {
@@ -195,7 +208,8 @@ impl Dispatcher {
                 .clone()
                 .ok_or_else(|| format!("output {} has no queueName", binding.name))?;
             for message in queue_messages(value, binding.binary) {
-                self.put(&binding.connection, &queue, &message).await?;
+                self.put(instance, &binding.connection, &queue, &message)
+                    .await?;
                 written += 1;
             }
         }

@@ -191,7 +191,11 @@ pub async fn handle(State(front): State<Arc<HttpFront>>, request: Request) -> Re
             for line in logs {
                 say!("[handler {}] {line}", handler.instance);
             }
-            if let Err(why) = front.dispatcher.write_outputs(&function, &outputs).await {
+            if let Err(why) = front
+                .dispatcher
+                .write_outputs(handler.instance, &function, &outputs)
+                .await
+            {
                 say_err!("[devhost] {}: writing outputs failed: {why}", function.name);
                 plain(
                     StatusCode::INTERNAL_SERVER_ERROR,

@@ -49,7 +49,7 @@ impl Listener {
                 return;
             }
         };
-        let woken = self.dispatcher.watcher(&queue_name);
+        let woken = self.dispatcher.watcher(self.handler.instance, &queue_name);
         let in_flight = Arc::new(AtomicUsize::new(0));
         let finished = Arc::new(Notify::new());
         let mut empty_polls: u32 = 0;
@@ -146,7 +146,7 @@ impl Listener {
                 }
                 match self
                     .dispatcher
-                    .write_outputs(&self.function, &outputs)
+                    .write_outputs(self.handler.instance, &self.function, &outputs)
                     .await
                 {
                     Ok(written) => {

@@ -92,7 +92,7 @@ impl Timer {
                 }
                 match self
                     .dispatcher
-                    .write_outputs(&self.function, &outputs)
+                    .write_outputs(handler.instance, &self.function, &outputs)
                     .await
                 {
                     Ok(written) => {
