@@ -15,9 +15,10 @@
 //! check there what load on the machine cannot make true by accident: the scan is exact and no
 //! 5-second window is more than 20% over the cap. The bounds (10% over at most, 80% on
 //! average) and the busy-account test are measurements that need the machine to themselves;
-//! run them alone, with `TABLESCAN_PACING_TARGETS=1`:
-//! `TABLESCAN_PACING_TARGETS=1 cargo nextest run --release -p devhost --test pacing --run-ignored all
-//! --no-capture` (with `TABLESCAN_TEST_STORAGE` set, or through `scripts/test`);
+//! run them one at a time (the `pacing` profile of `.config/nextest.toml`), with
+//! `TABLESCAN_PACING_TARGETS=1`: `TABLESCAN_PACING_TARGETS=1 cargo nextest run --profile pacing
+//! --release -p devhost --test pacing --run-ignored all --no-capture` (with
+//! `TABLESCAN_TEST_STORAGE` set, or through `scripts/test`);
 //! `TABLESCAN_PACING_LOG=1` prints the host's log too.
 
 mod common;
