@@ -8,6 +8,7 @@
 //! A row the target refuses as invalid (a 400 for that operation of a transaction) fails
 //! alone: it is reported and the rest of its transaction is sent again without it.
 
+use crate::storage::Reason;
 use std::collections::HashMap;
 
 use super::{by_partition, send_transactions, Applied, GoOn, RowFailure};
@@ -84,7 +85,7 @@ async fn write(
         };
         match e.kind() {
             ErrorKind::Batch { index, error }
-                if *index < operations.len() && matches!(error.status, 400 | 413) =>
+                if *index < operations.len() && error.reason() == Reason::BadRequest =>
             {
                 let refused = operations.remove(*index);
                 let (partition_key, row_key) = refused.keys();
@@ -95,7 +96,9 @@ async fn write(
                 ));
             }
             ErrorKind::Batch { index, error }
-                if mode == CopyMode::Insert && *index < operations.len() && error.status == 409 =>
+                if mode == CopyMode::Insert
+                    && *index < operations.len()
+                    && error.reason() == Reason::AlreadyExists =>
             {
                 let existing = existing_rows(target, &operations[*index..]).await?;
                 let before = operations.len();

@@ -4,6 +4,7 @@
 use super::{partition_chunks, send_transactions, ActionCounts, Applied, GoOn};
 use crate::storage::table::batch::{IfMatch, Operation};
 use crate::storage::table::entity::Entity;
+use crate::storage::Reason;
 use crate::storage::{ErrorKind, StorageError, TableClient};
 
 const CONCURRENCY: usize = 8;
@@ -65,10 +66,10 @@ async fn delete_chunk(
             Ok(_) => break,
             Err(e) => match e.kind() {
                 ErrorKind::Batch { index, error }
-                    if matches!(error.status, 404 | 412) && *index < operations.len() =>
+                    if error.reason().is_gone_or_changed() && *index < operations.len() =>
                 {
                     operations.remove(*index);
-                    if error.status == 404 {
+                    if matches!(error.reason(), Reason::NotFound(_)) {
                         gone += 1;
                     } else {
                         skipped += 1;

@@ -4,6 +4,7 @@
 //! changed or deleted since it was read is left alone and counted as skipped; a row the service
 //! refuses (the change makes it too large, say) fails alone.
 
+use crate::storage::Reason;
 use std::collections::BTreeMap;
 
 use super::{partition_chunks, send_transactions, Applied, GoOn, RowFailure};
@@ -88,22 +89,24 @@ async fn update_chunk(
             break;
         };
         match e.kind() {
-            ErrorKind::Batch { index, error } if *index < operations.len() => match error.status {
-                404 | 412 => {
-                    operations.remove(*index);
-                    outcome.counts.skipped += 1;
+            ErrorKind::Batch { index, error } if *index < operations.len() => {
+                match error.reason() {
+                    Reason::NotFound(_) | Reason::PreconditionFailed => {
+                        operations.remove(*index);
+                        outcome.counts.skipped += 1;
+                    }
+                    Reason::BadRequest => {
+                        let refused = operations.remove(*index);
+                        let (partition_key, row_key) = refused.keys();
+                        outcome.fail(RowFailure::new(
+                            partition_key,
+                            row_key,
+                            format!("the service refused the change: {error}"),
+                        ));
+                    }
+                    _ => return Err(e),
                 }
-                400 | 413 => {
-                    let refused = operations.remove(*index);
-                    let (partition_key, row_key) = refused.keys();
-                    outcome.fail(RowFailure::new(
-                        partition_key,
-                        row_key,
-                        format!("the service refused the change: {error}"),
-                    ));
-                }
-                _ => return Err(e),
-            },
+            }
             _ => return Err(e),
         }
     }

@@ -1,5 +1,6 @@
 //! The HTTP-triggered functions: start, inspect, list and cancel scans.
 
+use crate::storage::{Missing, Reason};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
@@ -492,7 +493,9 @@ pub async fn get_scan(state: &AppState, body: &[u8]) -> Response {
             .into_response()
         }
         Ok(None) => error(StatusCode::NOT_FOUND, None, "no scan has this id"),
-        Err(e) if e.to_string().contains("TableNotFound") => {
+        Err(crate::job::LedgerError::Storage(e))
+            if e.reason() == Reason::NotFound(Missing::Table) =>
+        {
             error(StatusCode::NOT_FOUND, None, "no scan has this id")
         }
         Err(e) => error(

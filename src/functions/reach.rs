@@ -102,8 +102,8 @@ pub fn refusal(check: &Check<'_>, what: &str, error: &StorageError) -> (StatusCo
     } = *check;
     let endpoint = endpoint_of(check);
     let derived = check.account.is_derived(service.setting());
-    match (error.status(), error.kind()) {
-        (Some(401 | 403), _) => (
+    match (error.reason(), error.kind()) {
+        (reason, _) if reason.is_refused_credentials() => (
             StatusCode::BAD_REQUEST,
             format!(
                 "the account of app setting {setting:?} refused its credentials when {what} \

@@ -147,7 +147,7 @@ impl Ledger {
                 match self.table().submit_transaction(&deletes).await {
                     Ok(_) => rows += chunk.len() as u64,
                     // Some row went meanwhile: the next page reads what is left.
-                    Err(e) if e.status() == Some(404) => {}
+                    Err(e) if e.is_not_found() => {}
                     Err(e) => return Err(e.into()),
                 }
                 if Instant::now() >= deadline {

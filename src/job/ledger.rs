@@ -12,6 +12,7 @@
 //! A step claims its pending row before working (a lease, by etag), so a duplicate delivery
 //! that arrives while the first is running backs off instead of acting twice.
 
+use crate::storage::Reason;
 use serde::Serialize;
 use time::OffsetDateTime;
 
@@ -203,7 +204,7 @@ impl Ledger {
         self.list_active(id).await?;
         let created = match self.table.submit_transaction(&operations).await {
             Ok(_) => Created::New,
-            Err(e) if matches!(e.kind(), ErrorKind::Batch { index: 0, error } if error.status == 409) => {
+            Err(e) if matches!(e.kind(), ErrorKind::Batch { index: 0, error } if error.reason() == Reason::AlreadyExists) => {
                 match self.scan(id).await? {
                     Some(existing) => Created::Existing(Box::new(existing)),
                     None => return Err(e.into()),
@@ -300,7 +301,7 @@ impl Ledger {
                 Err(e)
                     if conflict < SHARD_CONFLICT_RETRIES
                         && matches!(e.kind(), ErrorKind::Batch { index, error }
-                            if *index == shard_index && error.status == 412) =>
+                            if *index == shard_index && error.reason() == Reason::PreconditionFailed) =>
                 {
                     // Another finish took the shard between our read and our write.
                     tokio::time::sleep(conflict_pause(conflict)).await;
@@ -390,7 +391,7 @@ impl Ledger {
         {
             Ok(etag) => etag,
             // Another delivery claimed it between our read and our write.
-            Err(e) if matches!(e.status(), Some(412) | Some(404)) => {
+            Err(e) if e.reason().is_gone_or_changed() => {
                 return Ok(Begin::Busy(lease.unsigned_abs()))
             }
             Err(e) => return Err(e.into()),
@@ -438,7 +439,7 @@ impl Ledger {
                 claim.etag = etag;
                 Ok(true)
             }
-            Err(e) if matches!(e.status(), Some(404) | Some(412)) => Ok(false),
+            Err(e) if e.reason().is_gone_or_changed() => Ok(false),
             Err(e) => Err(e.into()),
         }
     }
@@ -473,7 +474,7 @@ impl Ledger {
             .delete(scan, row, &IfMatch::Etag(etag.to_string()))
             .await
         {
-            Err(e) if !matches!(e.status(), Some(404) | Some(412)) => Err(e.into()),
+            Err(e) if !e.reason().is_gone_or_changed() => Err(e.into()),
             _ => Ok(()),
         }
     }
@@ -568,7 +569,7 @@ impl Ledger {
             Ok(()) => Ok(Finish::Recorded),
             Err(LedgerError::Storage(e))
                 if matches!(e.kind(), ErrorKind::Batch { index, error }
-                    if *index == delete_index && matches!(error.status, 404 | 412)) =>
+                    if *index == delete_index && error.reason().is_gone_or_changed()) =>
             {
                 Ok(Finish::AlreadyFinished)
             }
@@ -638,7 +639,7 @@ impl Ledger {
             // The claim was lost: another delivery owns the item now.
             Err(LedgerError::Storage(e))
                 if matches!(e.kind(), ErrorKind::Batch { index: 0, error }
-                    if matches!(error.status, 404 | 412)) =>
+                    if error.reason().is_gone_or_changed()) =>
             {
                 Ok(())
             }

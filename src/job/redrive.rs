@@ -86,7 +86,7 @@ impl Ledger {
             .await
         {
             Ok(_) => Ok(true),
-            Err(e) if matches!(e.status(), Some(404) | Some(412)) => Ok(false),
+            Err(e) if e.reason().is_gone_or_changed() => Ok(false),
             Err(e) => Err(e.into()),
         }
     }

@@ -7,6 +7,8 @@
 
 use std::fmt;
 
+use super::reason::Reason;
+
 /// A failed storage operation.
 #[derive(Debug)]
 pub struct StorageError {
@@ -135,9 +137,19 @@ impl StorageError {
         }
     }
 
-    /// True for 404 answers (missing table, queue, entity or message).
+    /// What the failure means to the caller (see [`Reason`]).
+    pub fn reason(&self) -> Reason {
+        match &*self.kind {
+            ErrorKind::Service(e) | ErrorKind::Batch { error: e, .. } => e.reason(),
+            ErrorKind::Transport { .. } => Reason::Unreachable,
+            ErrorKind::InvalidRequest(_) => Reason::InvalidRequest,
+            ErrorKind::InvalidResponse(_) => Reason::InvalidResponse,
+        }
+    }
+
+    /// Whether what the request names is not there (table, queue, entity or message).
     pub fn is_not_found(&self) -> bool {
-        self.status() == Some(404)
+        matches!(self.reason(), Reason::NotFound(_))
     }
 }
 
@@ -168,6 +180,13 @@ impl fmt::Display for StorageError {
             write!(f, " (transient)")?;
         }
         Ok(())
+    }
+}
+
+impl ServiceError {
+    /// What the failure means to the caller (see [`Reason`]).
+    pub fn reason(&self) -> Reason {
+        Reason::of_answer(self.status, self.code.as_deref())
     }
 }
 

@@ -222,7 +222,7 @@ impl Pipeline {
                 Ok(response) => {
                     let retry_after = response.header("retry-after").and_then(parse_retry_after);
                     let error = service_error(&response);
-                    if super::throttled::is_throttling(error.status, error.code.as_deref()) {
+                    if error.reason() == super::reason::Reason::Throttled {
                         super::throttled::note_throttled();
                         super::pacing::governor(&self.pacing_target(&request.path)).throttled();
                     }

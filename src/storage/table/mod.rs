@@ -8,6 +8,7 @@ pub mod in_memory;
 mod matching;
 pub mod query;
 
+use crate::storage::{Missing, Reason};
 use std::sync::Arc;
 
 use reqwest::Method;
@@ -87,7 +88,7 @@ impl TableServiceClient {
         .idempotent(exists_ok);
         match self.pipeline.send(request).await {
             Ok(_) => Ok(true),
-            Err(e) if exists_ok && e.code() == Some("TableAlreadyExists") => Ok(false),
+            Err(e) if exists_ok && e.reason() == Reason::AlreadyExists => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -223,7 +224,9 @@ impl TableClient {
         let request = table_request(OP, resource.clone(), Method::GET, path);
         let response = match self.pipeline.send(request).await {
             Ok(response) => response,
-            Err(e) if e.is_not_found() && e.code() != Some("TableNotFound") => return Ok(None),
+            Err(e) if matches!(e.reason(), Reason::NotFound(m) if m != Missing::Table) => {
+                return Ok(None)
+            }
             Err(e) => return Err(e),
         };
         let object = serde_json::from_slice(&response.body).map_err(|e| {
