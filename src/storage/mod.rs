@@ -3,6 +3,7 @@
 //!
 //! This layer knows HTTP and the Storage wire format, and nothing of scans or Functions.
 
+mod authorize;
 pub mod connection_string;
 pub mod credential;
 pub mod encoding;

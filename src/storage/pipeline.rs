@@ -4,9 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{HeaderMap, HeaderName};
 use reqwest::{Method, Url};
 
+use super::authorize::{authorize, header_value};
 use super::connection_string::{Endpoint, StorageAccount};
 use super::credential::Credential;
 use super::encoding::encode_component;
@@ -14,7 +15,7 @@ use super::error::{ErrorKind, ServiceError, StorageError};
 use super::retry::{
     parse_retry_after, should_retry, AttemptOutcome, RandomSource, RetryPolicy, SystemRandomSource,
 };
-use super::signing::{self, QueueRequestParts, TableRequestParts};
+use super::signing;
 
 /// The service version we speak: the one the official Table SDKs send, and new enough for
 /// queue messages that never expire (`messagettl=-1`).
@@ -217,7 +218,8 @@ impl Pipeline {
         let url = self.url(&request)?;
         let mut retry = 0;
         loop {
-            let (outcome, error, retry_after) = match self.attempt(&request, &url).await {
+            let prepared = self.prepared(&request, &url)?;
+            let (outcome, error, retry_after) = match self.attempt(prepared).await {
                 Ok(response) if (200..300).contains(&response.status) => return Ok(response),
                 Ok(response) => {
                     let retry_after = response.header("retry-after").and_then(parse_retry_after);
@@ -296,16 +298,9 @@ impl Pipeline {
 
     async fn attempt(
         &self,
-        request: &Request,
-        url: &Url,
+        request: reqwest::Request,
     ) -> Result<Response, (AttemptOutcome, String)> {
-        let headers = self.headers(request, url);
-        let built = self
-            .http
-            .request(request.method.clone(), url.clone())
-            .headers(headers)
-            .body(request.body.clone());
-        let response = built.send().await.map_err(classify)?;
+        let response = self.http.execute(request).await.map_err(classify)?;
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         let body = response.bytes().await.map_err(classify)?.to_vec();
@@ -316,82 +311,48 @@ impl Pipeline {
         })
     }
 
-    /// Every header of one attempt, including a fresh date and signature.
-    fn headers(&self, request: &Request, url: &Url) -> HeaderMap {
-        let date = signing::rfc1123(time::OffsetDateTime::now_utc());
-        let mut ms_headers: Vec<(&str, &str)> =
-            vec![("x-ms-date", &date), ("x-ms-version", SERVICE_VERSION)];
-        for (name, value) in &request.headers {
-            if name.as_str().starts_with("x-ms-") {
-                ms_headers.push((name.as_str(), value));
-            }
-        }
-        let content_type = request.content_type.as_deref().unwrap_or("");
-        let mut map = HeaderMap::new();
-        let mut put = |name: HeaderName, value: &str| {
-            if let Ok(value) = HeaderValue::from_str(value) {
-                map.insert(name, value);
-            }
+    /// One attempt's request as it will be sent: built with a fresh date, then authorised from
+    /// its own headers (see [`super::authorize`]). A header value that cannot be sent as the
+    /// same text is refused here, never dropped.
+    fn prepared(&self, request: &Request, url: &Url) -> Result<reqwest::Request, StorageError> {
+        let refused = |why: String| {
+            StorageError::invalid_request(request.operation, request.resource.clone(), why)
         };
-        put(HeaderName::from_static("x-ms-date"), &date);
-        put(HeaderName::from_static("x-ms-version"), SERVICE_VERSION);
-        if !content_type.is_empty() {
-            put(reqwest::header::CONTENT_TYPE, content_type);
+        let date = signing::rfc1123(time::OffsetDateTime::now_utc());
+        let mut headers = HeaderMap::new();
+        let mut put = |name: HeaderName, value: &str| match header_value(value) {
+            Some(value) => {
+                headers.insert(name, value);
+                Ok(())
+            }
+            None => Err(refused(format!(
+                "the value of header {name} cannot be sent (a line break or a character \
+                 that is not plain ASCII text)"
+            ))),
+        };
+        put(HeaderName::from_static("x-ms-date"), &date)?;
+        put(HeaderName::from_static("x-ms-version"), SERVICE_VERSION)?;
+        if let Some(content_type) = request.content_type.as_deref() {
+            put(reqwest::header::CONTENT_TYPE, content_type)?;
         }
         for (name, value) in &request.headers {
-            put(name.clone(), value);
+            put(name.clone(), value)?;
         }
-        if let Credential::SharedKey { account, key } = &self.credential {
-            let authorization = match self.service {
-                Service::Table => {
-                    let comp = url
-                        .query_pairs()
-                        .find(|(k, _)| k == "comp")
-                        .map(|(_, v)| v.into_owned());
-                    let parts = TableRequestParts {
-                        method: request.method.as_str(),
-                        content_md5: "",
-                        content_type,
-                        date: &date,
-                        path: url.path(),
-                        comp: comp.as_deref(),
-                    };
-                    match self.options.table_auth {
-                        TableAuthScheme::SharedKey => format!(
-                            "SharedKey {account}:{}",
-                            signing::sign(key, &signing::table_shared_key_string(account, &parts))
-                        ),
-                        TableAuthScheme::SharedKeyLite => format!(
-                            "SharedKeyLite {account}:{}",
-                            signing::sign(
-                                key,
-                                &signing::table_shared_key_lite_string(account, &parts)
-                            )
-                        ),
-                    }
-                }
-                Service::Queue => {
-                    let query: Vec<(String, String)> = url
-                        .query_pairs()
-                        .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                        .collect();
-                    let parts = QueueRequestParts {
-                        method: request.method.as_str(),
-                        content_length: request.body.len(),
-                        content_type,
-                        ms_headers: &ms_headers,
-                        path: url.path(),
-                        query: &query,
-                    };
-                    format!(
-                        "SharedKey {account}:{}",
-                        signing::sign(key, &signing::queue_shared_key_string(account, &parts))
-                    )
-                }
-            };
-            put(reqwest::header::AUTHORIZATION, &authorization);
-        }
-        map
+        let mut built = self
+            .http
+            .request(request.method.clone(), url.clone())
+            .headers(headers)
+            .body(request.body.clone())
+            .build()
+            .map_err(|e| refused(transport_message(&e)))?;
+        authorize(
+            &mut built,
+            &self.credential,
+            self.service,
+            self.options.table_auth,
+        )
+        .map_err(|why| refused(why.to_string()))?;
+        Ok(built)
     }
 }
 
@@ -488,6 +449,30 @@ mod tests {
         let (code, message) = parse_error_body(body);
         assert_eq!(code.as_deref(), Some("QueueNotFound"));
         assert_eq!(message, "The specified queue does not exist.");
+    }
+
+    /// A header value the wire would not carry as signed is refused before anything is sent
+    /// (the endpoint here answers nothing: a request sent would fail as unreachable).
+    #[tokio::test]
+    async fn a_header_that_cannot_be_sent_is_refused_not_dropped() {
+        use crate::storage::table::batch::IfMatch;
+        use crate::storage::{Reason, StorageAccount, TableServiceClient};
+        let account = StorageAccount::from_connection_string(
+            "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;\
+             AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;\
+             TableEndpoint=http://127.0.0.1:9/devstoreaccount1;",
+        )
+        .unwrap();
+        let table = TableServiceClient::new(&account, ClientOptions::default())
+            .unwrap()
+            .table("orders")
+            .unwrap();
+        let error = table
+            .delete("p", "r", &IfMatch::Etag("W/\"x\"\nInjected: 1".into()))
+            .await
+            .unwrap_err();
+        assert_eq!(error.reason(), Reason::InvalidRequest, "{error}");
+        assert!(error.to_string().contains("if-match"), "{error}");
     }
 
     #[test]
