@@ -170,13 +170,15 @@ where
             match queue.next() {
                 Some((index, future)) => {
                     started += 1;
-                    // Its refusals count in the step's status like the step's own.
-                    set.spawn(crate::storage::throttled::carrying_count(async move {
+                    // Its refusals count in the step's status like the step's own, and its
+                    // retries end by the step's deadline.
+                    let write = crate::storage::deadline::carrying(async move {
                         // The semaphore is never closed, so acquiring cannot fail; without a
                         // permit the write would still be correct, only less polite.
                         let _permit = WRITES_IN_FLIGHT.acquire().await.ok();
                         (index, future.await)
-                    }));
+                    });
+                    set.spawn(crate::storage::throttled::carrying_count(write));
                 }
                 None => break,
             }

@@ -28,6 +28,7 @@ pub fn check_retries() -> crate::storage::retry::RetryPolicy {
         base_delay: Duration::from_millis(100),
         min_backoff: Duration::from_millis(50),
         max_backoff: Duration::from_secs(1),
+        max_elapsed: CHECK_DEADLINE,
     }
 }
 

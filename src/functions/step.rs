@@ -23,6 +23,10 @@ use crate::storage::table::query::Page;
 use crate::storage::throttled::counting_throttled;
 use crate::storage::StorageError;
 
+/// How many of its budgets (15 s by default) a step's storage requests may retry for: past the
+/// action's deadline (1.5 budgets) with room for the writes started before it.
+const STORAGE_DEADLINE_BUDGETS: u32 = 3;
+
 /// Which queue (and so which kind of work item) a function serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Queue {
@@ -622,7 +626,15 @@ async fn run(
         pace: &pace,
         next: Default::default(),
     };
-    let report = run_step(&reader, item, &options, &clock, &mut sink).await?;
+    // Past its action's deadline the step only finishes the writes it started; retries that
+    // would outlast that only put off the failure that hands its work on.
+    let deadline =
+        tokio::time::Instant::now() + state.budget.max_duration * STORAGE_DEADLINE_BUDGETS;
+    let report = crate::storage::deadline::within(
+        deadline,
+        run_step(&reader, item, &options, &clock, &mut sink),
+    )
+    .await?;
     let counts = StepCounts {
         rows_read: report.rows_read,
         rows_acted: sink.counts.acted,

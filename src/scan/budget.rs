@@ -45,6 +45,7 @@ pub fn read_retry_policy() -> crate::storage::retry::RetryPolicy {
         base_delay: Duration::from_millis(500),
         min_backoff: Duration::from_millis(100),
         max_backoff: Duration::from_secs(4),
+        max_elapsed: Duration::from_secs(10),
     }
 }
 

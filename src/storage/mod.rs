@@ -6,6 +6,7 @@
 mod authorize;
 pub mod connection_string;
 pub mod credential;
+pub mod deadline;
 pub mod encoding;
 pub mod error;
 pub mod names;

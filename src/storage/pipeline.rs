@@ -217,6 +217,7 @@ impl Pipeline {
     pub async fn send(&self, request: Request) -> Result<Response, StorageError> {
         let url = self.url(&request)?;
         let mut retry = 0;
+        let retry_ends = tokio::time::Instant::now() + self.options.retry.max_elapsed;
         loop {
             let prepared = self.prepared(&request, &url)?;
             let (outcome, error, retry_after) = match self.attempt(prepared).await {
@@ -243,7 +244,14 @@ impl Pipeline {
                     None,
                 ),
             };
-            if retry >= self.options.retry.max_retries || !should_retry(outcome, request.idempotent)
+            let delay =
+                self.options
+                    .retry
+                    .delay(retry + 1, self.options.random.next_unit(), retry_after);
+            let give_up_at = super::deadline::current().map_or(retry_ends, |d| d.min(retry_ends));
+            if retry >= self.options.retry.max_retries
+                || !should_retry(outcome, request.idempotent)
+                || tokio::time::Instant::now() + delay > give_up_at
             {
                 return Err(StorageError::new(
                     request.operation,
@@ -252,10 +260,6 @@ impl Pipeline {
                 ));
             }
             retry += 1;
-            let delay =
-                self.options
-                    .retry
-                    .delay(retry, self.options.random.next_unit(), retry_after);
             tracing::debug!(
                 operation = request.operation,
                 resource = %request.resource,
@@ -434,6 +438,7 @@ pub(crate) fn parse_error_body(body: &[u8]) -> (Option<String>, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::StorageAccount;
 
     #[test]
     fn json_error_bodies_give_code_and_first_message_line() {
@@ -473,6 +478,62 @@ mod tests {
             .unwrap_err();
         assert_eq!(error.reason(), Reason::InvalidRequest, "{error}");
         assert!(error.to_string().contains("if-match"), "{error}");
+    }
+
+    /// Tables at an endpoint that refuses connections, retried up to a hundred times, up to 2 s
+    /// apart, for at most `max_elapsed`.
+    fn unreachable_tables(max_elapsed: Duration) -> crate::storage::TableServiceClient {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = closed.local_addr().unwrap().port();
+        drop(closed);
+        let account = StorageAccount::from_connection_string(&format!(
+            "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;\
+             AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;\
+             TableEndpoint=http://127.0.0.1:{port}/devstoreaccount1;"
+        ))
+        .unwrap();
+        let options = ClientOptions {
+            retry: RetryPolicy {
+                max_retries: 100,
+                base_delay: Duration::from_millis(200),
+                min_backoff: Duration::from_millis(100),
+                max_backoff: Duration::from_secs(2),
+                max_elapsed,
+            },
+            ..ClientOptions::default()
+        };
+        crate::storage::TableServiceClient::new(&account, options).unwrap()
+    }
+
+    /// Retries stop at the caller's deadline, or the policy's time limit, however many the
+    /// policy's count allows (without either, the calls below take over three minutes).
+    #[tokio::test]
+    async fn retries_end_at_the_callers_deadline_or_the_policys_time_limit() {
+        use crate::storage::{deadline, Reason};
+        let started = std::time::Instant::now();
+        let soon = tokio::time::Instant::now() + Duration::from_secs(1);
+        let tables = unreachable_tables(Duration::from_secs(3600));
+        let error = deadline::within(soon, tables.create_table("orders", true))
+            .await
+            .unwrap_err();
+        assert_eq!(error.reason(), Reason::Unreachable, "{error}");
+        // No retry began whose wait ended past the deadline (an attempt may still be on its
+        // way as it passes).
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+
+        let started = std::time::Instant::now();
+        let tables = unreachable_tables(Duration::from_secs(1));
+        let error = tables.create_table("orders", true).await.unwrap_err();
+        assert_eq!(error.reason(), Reason::Unreachable, "{error}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     #[test]

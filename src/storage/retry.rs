@@ -19,6 +19,9 @@ pub struct RetryPolicy {
     pub min_backoff: Duration,
     /// No delay is longer than this, `Retry-After` included (`z_max`).
     pub max_backoff: Duration,
+    /// No retry starts whose wait would end this long after the first attempt began; the
+    /// caller's deadline ([`super::deadline`]) may end retrying sooner.
+    pub max_elapsed: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -30,6 +33,7 @@ impl Default for RetryPolicy {
             base_delay: Duration::from_millis(500),
             min_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(20),
+            max_elapsed: Duration::from_secs(60),
         }
     }
 }
@@ -128,6 +132,7 @@ mod tests {
             base_delay: Duration::from_secs(30),
             min_backoff: Duration::from_secs(3),
             max_backoff: Duration::from_secs(90),
+            max_elapsed: Duration::from_secs(3600),
         }
     }
 

@@ -43,6 +43,7 @@ pub fn fast_retry_options() -> ClientOptions {
             base_delay: Duration::from_millis(10),
             min_backoff: Duration::from_millis(5),
             max_backoff: Duration::from_millis(200),
+            max_elapsed: Duration::from_secs(30),
         },
         ..ClientOptions::default()
     }
