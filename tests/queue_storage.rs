@@ -81,10 +81,19 @@ async fn text_messages_keep_xml_special_characters() {
         encoding: MessageEncoding::Text,
         ..PutOptions::default()
     };
-    let text = "a < b && c > \"d\" 'e' é";
-    queue.put_message(text.as_bytes(), &options).await.unwrap();
-    let received = queue.receive(1, Duration::from_secs(5)).await.unwrap();
-    assert_eq!(received[0].text, text);
+    for text in [
+        "a < b && c > \"d\" 'e' é",
+        "  spaces at both ends  ",
+        "lines\r\nand\rreturns\nand\ttabs",
+    ] {
+        queue.put_message(text.as_bytes(), &options).await.unwrap();
+        let received = queue.receive(1, Duration::from_secs(5)).await.unwrap();
+        assert_eq!(received[0].text, text);
+        queue
+            .delete_message(&received[0].id, &received[0].pop_receipt)
+            .await
+            .unwrap();
+    }
 }
 
 #[tokio::test]

@@ -418,21 +418,10 @@ pub(crate) fn parse_error_body(body: &[u8]) -> (Option<String>, String) {
             .unwrap_or_default();
         return (code, message);
     }
-    let text = String::from_utf8_lossy(body);
-    let element = |name: &str| -> Option<String> {
-        let start = text.find(&format!("<{name}>"))? + name.len() + 2;
-        let end = text[start..].find(&format!("</{name}>"))? + start;
-        Some(
-            quick_xml::escape::unescape(&text[start..end])
-                .map_or_else(|_| text[start..end].to_string(), |s| s.into_owned()),
-        )
-    };
-    (
-        element("Code"),
-        element("Message")
-            .map(|m| first_line(&m))
-            .unwrap_or_default(),
-    )
+    match super::queue::xml::parse_error(body) {
+        Some((code, message)) => (code, message.as_deref().map(first_line).unwrap_or_default()),
+        None => (None, String::new()),
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! The Queue service: queues and their messages.
 
-mod xml;
+pub(crate) mod xml;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -255,8 +255,9 @@ impl QueueClient {
                 request = request.query("messagettl", ttl.as_secs().to_string());
             }
         }
+        let body = xml::message_body(&text).map_err(refuse)?;
         let request = request
-            .body("application/xml", xml::message_body(&text).into_bytes())
+            .body("application/xml", body.into_bytes())
             .idempotent(options.at_least_once);
         let response = self.pipeline.send(request).await?;
         let messages = xml::parse_message_list(&response.body)
@@ -265,8 +266,8 @@ impl QueueClient {
             StorageError::invalid_response(OP, self.resource(), "no message in the answer")
         })?;
         Ok(PutReceipt {
-            id: field(message, "MessageId"),
-            pop_receipt: field(message, "PopReceipt"),
+            id: message.message_id.clone(),
+            pop_receipt: message.pop_receipt.clone(),
         })
     }
 
@@ -290,15 +291,15 @@ impl QueueClient {
         let messages = xml::parse_message_list(&response.body)
             .map_err(|why| StorageError::invalid_response(OP, self.resource(), why))?;
         Ok(messages
-            .iter()
+            .into_iter()
             .map(|m| ReceivedMessage {
-                id: field(m, "MessageId"),
-                pop_receipt: field(m, "PopReceipt"),
-                dequeue_count: field(m, "DequeueCount").parse().unwrap_or(0),
-                insertion_time: field(m, "InsertionTime"),
-                expiration_time: field(m, "ExpirationTime"),
-                time_next_visible: field(m, "TimeNextVisible"),
-                text: field(m, "MessageText"),
+                id: m.message_id,
+                pop_receipt: m.pop_receipt,
+                dequeue_count: m.dequeue_count,
+                insertion_time: m.insertion_time,
+                expiration_time: m.expiration_time,
+                time_next_visible: m.time_next_visible,
+                text: m.message_text,
             })
             .collect())
     }
@@ -342,12 +343,12 @@ impl QueueClient {
         let messages = xml::parse_message_list(&response.body)
             .map_err(|why| StorageError::invalid_response(OP, self.resource(), why))?;
         Ok(messages
-            .iter()
+            .into_iter()
             .map(|m| PeekedMessage {
-                id: field(m, "MessageId"),
-                dequeue_count: field(m, "DequeueCount").parse().unwrap_or(0),
-                insertion_time: field(m, "InsertionTime"),
-                text: field(m, "MessageText"),
+                id: m.message_id,
+                dequeue_count: m.dequeue_count,
+                insertion_time: m.insertion_time,
+                text: m.message_text,
             })
             .collect())
     }
@@ -389,7 +390,8 @@ impl QueueClient {
         if let Some(text) = new_text {
             check_xml_text(text).map_err(refuse)?;
             check_text_size(text, MessageEncoding::Text).map_err(refuse)?;
-            request = request.body("application/xml", xml::message_body(text).into_bytes());
+            let body = xml::message_body(text).map_err(refuse)?;
+            request = request.body("application/xml", body.into_bytes());
         }
         let response = self.pipeline.send(request).await?;
         response
@@ -399,14 +401,6 @@ impl QueueClient {
                 StorageError::invalid_response(OP, self.resource(), "no pop receipt in the answer")
             })
     }
-}
-
-fn field(message: &[(String, String)], name: &str) -> String {
-    message
-        .iter()
-        .find(|(n, _)| n == name)
-        .map(|(_, v)| v.clone())
-        .unwrap_or_default()
 }
 
 /// Whether a character can travel in XML 1.0 text (a message put as text travels in XML).

@@ -1,96 +1,68 @@
 //! The XML of Queue service messages: the `<QueueMessage>` body of Put and Update, and the
-//! `<QueueMessagesList>` answer of Put, Get and Peek.
+//! `<QueueMessagesList>` answer of Put, Get and Peek, through quick-xml's serde support (it
+//! keeps an element's text as sent, spaces and line breaks included, and resolves escapes).
 
-use quick_xml::events::Event;
-use quick_xml::Reader;
+use serde::{Deserialize, Serialize};
 
-/// The request body carrying one message text (escaped for XML).
-pub(crate) fn message_body(text: &str) -> String {
-    format!(
-        "<QueueMessage><MessageText>{}</MessageText></QueueMessage>",
-        quick_xml::escape::escape(text)
-    )
+/// The body of Put and Update Message.
+#[derive(Serialize)]
+#[serde(rename = "QueueMessage")]
+struct MessageBody<'a> {
+    #[serde(rename = "MessageText")]
+    message_text: &'a str,
 }
 
-/// The fields of one `<QueueMessage>` element, by element name.
-pub(crate) type RawMessage = Vec<(String, String)>;
+/// The request body carrying one message text (escaped for XML). A carriage return goes as a
+/// character reference: raw, an XML parser reads it as a line feed (end-of-line handling).
+pub(crate) fn message_body(text: &str) -> Result<String, String> {
+    quick_xml::se::to_string(&MessageBody { message_text: text })
+        .map(|body| body.replace('\r', "&#13;"))
+        .map_err(|e| format!("the message cannot be written as XML: {e}"))
+}
+
+/// A `<QueueMessagesList>`: what Put, Get and Peek answer.
+#[derive(Deserialize, Default)]
+struct MessageList {
+    #[serde(rename = "QueueMessage", default)]
+    messages: Vec<ListedMessage>,
+}
+
+/// One `<QueueMessage>` of a list; a field the operation does not answer (Peek gives no pop
+/// receipt, Put no text) is empty.
+#[derive(Deserialize, Default, Debug, PartialEq)]
+#[serde(rename_all = "PascalCase", default)]
+pub(crate) struct ListedMessage {
+    pub message_id: String,
+    pub pop_receipt: String,
+    pub dequeue_count: u32,
+    pub insertion_time: String,
+    pub expiration_time: String,
+    pub time_next_visible: String,
+    pub message_text: String,
+}
 
 /// Reads every `<QueueMessage>` of a `<QueueMessagesList>`.
-pub(crate) fn parse_message_list(xml: &[u8]) -> Result<Vec<RawMessage>, String> {
-    let mut reader = Reader::from_reader(xml);
-    let mut messages = Vec::new();
-    let mut current: Option<RawMessage> = None;
-    let mut field: Option<String> = None;
-    let mut buffer = Vec::new();
-    loop {
-        match reader.read_event_into(&mut buffer) {
-            Ok(Event::Start(start)) => {
-                let name = String::from_utf8_lossy(start.local_name().as_ref()).into_owned();
-                if name == "QueueMessage" {
-                    current = Some(Vec::new());
-                } else if current.is_some() {
-                    field = Some(name);
-                }
-            }
-            Ok(Event::Empty(start)) => {
-                if let Some(message) = current.as_mut() {
-                    message.push((
-                        String::from_utf8_lossy(start.local_name().as_ref()).into_owned(),
-                        String::new(),
-                    ));
-                }
-            }
-            Ok(Event::Text(text)) => {
-                if let (Some(message), Some(name)) = (current.as_mut(), field.as_ref()) {
-                    let value = text
-                        .decode()
-                        .map_err(|e| format!("bad text in {name}: {e}"))?;
-                    let value = quick_xml::escape::unescape(&value)
-                        .map_err(|e| format!("bad escape in {name}: {e}"))?
-                        .into_owned();
-                    append(message, name, &value);
-                }
-            }
-            Ok(Event::GeneralRef(reference)) => {
-                if let (Some(message), Some(name)) = (current.as_mut(), field.as_ref()) {
-                    let entity = String::from_utf8_lossy(&reference).into_owned();
-                    let value = quick_xml::escape::unescape(&format!("&{entity};"))
-                        .map_err(|e| format!("bad escape in {name}: {e}"))?
-                        .into_owned();
-                    append(message, name, &value);
-                }
-            }
-            Ok(Event::CData(data)) => {
-                if let (Some(message), Some(name)) = (current.as_mut(), field.as_ref()) {
-                    append(message, name, &String::from_utf8_lossy(&data));
-                }
-            }
-            Ok(Event::End(end)) => {
-                let name = end.local_name();
-                if name.as_ref() == b"QueueMessage" {
-                    messages.extend(current.take());
-                } else if field.as_deref().map(str::as_bytes) == Some(name.as_ref()) {
-                    if let (Some(message), Some(done)) = (current.as_mut(), field.take()) {
-                        if !message.iter().any(|(n, _)| *n == done) {
-                            message.push((done, String::new()));
-                        }
-                    }
-                }
-            }
-            Ok(Event::Eof) => return Ok(messages),
-            Ok(_) => {}
-            Err(e) => return Err(format!("the message list is not valid XML: {e}")),
-        }
-        buffer.clear();
-    }
+pub(crate) fn parse_message_list(xml: &[u8]) -> Result<Vec<ListedMessage>, String> {
+    let text =
+        std::str::from_utf8(xml).map_err(|e| format!("the message list is not UTF-8: {e}"))?;
+    quick_xml::de::from_str::<MessageList>(text)
+        .map(|list| list.messages)
+        .map_err(|e| format!("the message list is not valid: {e}"))
 }
 
-/// Text of one element may arrive in several events (text, then an entity reference, ...).
-fn append(message: &mut RawMessage, name: &str, value: &str) {
-    match message.iter_mut().find(|(n, _)| n == name) {
-        Some((_, existing)) => existing.push_str(value),
-        None => message.push((name.to_string(), value.to_string())),
-    }
+/// The `<Error>` body of the Queue service (and of Azurite's authentication, for any service).
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct ErrorBody {
+    code: Option<String>,
+    message: Option<String>,
+}
+
+/// The code and message of an XML error body, if it is one.
+pub(crate) fn parse_error(xml: &[u8]) -> Option<(Option<String>, Option<String>)> {
+    let text = std::str::from_utf8(xml).ok()?;
+    let body: ErrorBody = quick_xml::de::from_str(text).ok()?;
+    Some((body.code, body.message))
 }
 
 #[cfg(test)]
@@ -98,26 +70,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn message_text_is_escaped_and_read_back() {
-        let text = "a < b && c > \"d\" 'e'";
-        let body = message_body(text);
-        assert!(!body[26..body.len() - 29].contains('<'), "{body}");
-        let list = format!(
-            "<?xml version=\"1.0\" encoding=\"utf-8\"?><QueueMessagesList><QueueMessage>\
-             <MessageId>id-1</MessageId><DequeueCount>2</DequeueCount>{}</QueueMessage></QueueMessagesList>",
-            &body["<QueueMessage>".len()..body.len() - "</QueueMessage>".len()]
-        );
-        let messages = parse_message_list(list.as_bytes()).unwrap();
-        assert_eq!(messages.len(), 1);
-        let get = |name: &str| {
-            messages[0]
-                .iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, v)| v.as_str())
-        };
-        assert_eq!(get("MessageId"), Some("id-1"));
-        assert_eq!(get("DequeueCount"), Some("2"));
-        assert_eq!(get("MessageText"), Some(text));
+    fn message_text_is_escaped_and_read_back_as_sent() {
+        for text in [
+            "a < b && c > \"d\" 'e'",
+            "  spaces at both ends  ",
+            "line\nbreaks\r\nand\ttabs",
+            "",
+            "é中😀",
+        ] {
+            let body = message_body(text).unwrap();
+            assert_eq!(
+                body.matches('<').count(),
+                if text.is_empty() { 3 } else { 4 },
+                "{body}"
+            );
+            let list = format!(
+                "<?xml version=\"1.0\" encoding=\"utf-8\"?><QueueMessagesList>{}</QueueMessagesList>",
+                body.replacen(
+                    "<QueueMessage>",
+                    "<QueueMessage><MessageId>id-1</MessageId><DequeueCount>2</DequeueCount>",
+                    1
+                )
+            );
+            let messages = parse_message_list(list.as_bytes()).unwrap();
+            assert_eq!(messages.len(), 1);
+            assert_eq!(messages[0].message_id, "id-1");
+            assert_eq!(messages[0].dequeue_count, 2);
+            assert_eq!(messages[0].message_text, text, "{body}");
+        }
     }
 
     #[test]
@@ -125,17 +105,28 @@ mod tests {
         assert!(parse_message_list(b"<QueueMessagesList />")
             .unwrap()
             .is_empty());
+        assert!(
+            parse_message_list(b"<QueueMessagesList></QueueMessagesList>")
+                .unwrap()
+                .is_empty()
+        );
         let one = parse_message_list(
             b"<QueueMessagesList><QueueMessage><MessageId>x</MessageId><MessageText></MessageText></QueueMessage></QueueMessagesList>",
         )
         .unwrap();
         assert_eq!(
-            one[0],
-            vec![
-                ("MessageId".to_string(), "x".to_string()),
-                ("MessageText".to_string(), String::new())
-            ]
+            one,
+            vec![ListedMessage {
+                message_id: "x".into(),
+                ..ListedMessage::default()
+            }]
         );
+        let many = parse_message_list(
+            b"<QueueMessagesList><QueueMessage><MessageId>a</MessageId></QueueMessage>\
+              <QueueMessage><MessageId>b</MessageId><MessageText/></QueueMessage></QueueMessagesList>",
+        )
+        .unwrap();
+        assert_eq!(many.len(), 2);
     }
 
     #[test]
@@ -143,5 +134,24 @@ mod tests {
         assert!(
             parse_message_list(b"<QueueMessagesList><QueueMessage><MessageId>x</Oops>").is_err()
         );
+        assert!(parse_message_list(
+            b"<QueueMessagesList><QueueMessage><DequeueCount>many</DequeueCount></QueueMessage></QueueMessagesList>"
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn error_bodies_give_code_and_message() {
+        let (code, message) = parse_error(
+            b"<?xml version=\"1.0\"?><Error><Code>QueueNotFound</Code><Message>The specified queue does not exist.\nRequestId:x</Message><AuthenticationErrorDetail>d</AuthenticationErrorDetail></Error>",
+        )
+        .unwrap();
+        assert_eq!(code.as_deref(), Some("QueueNotFound"));
+        assert_eq!(
+            message.as_deref(),
+            Some("The specified queue does not exist.\nRequestId:x")
+        );
+        assert!(parse_error(b"").is_none());
+        assert!(parse_error(b"<html>oops").is_none());
     }
 }
