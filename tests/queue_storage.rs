@@ -85,6 +85,7 @@ async fn text_messages_keep_xml_special_characters() {
         "a < b && c > \"d\" 'e' é",
         "  spaces at both ends  ",
         "lines\r\nand\rreturns\nand\ttabs",
+        "",
     ] {
         queue.put_message(text.as_bytes(), &options).await.unwrap();
         let received = queue.receive(1, Duration::from_secs(5)).await.unwrap();
