@@ -8,7 +8,6 @@
 //! A row the target refuses as invalid (a 400 for that operation of a transaction) fails
 //! alone: it is reported and the rest of its transaction is sent again without it.
 
-use crate::storage::Reason;
 use std::collections::HashMap;
 
 use super::{by_partition, send_transactions, Applied, GoOn, RowFailure};
@@ -16,7 +15,7 @@ use crate::storage::table::batch::{Operation, MAX_BODY_BYTES, MAX_OPERATIONS};
 use crate::storage::table::entity::Entity;
 use crate::storage::table::filter::{Comparison, Filter};
 use crate::storage::table::query::Query;
-use crate::storage::{ErrorKind, StorageError, TableClient};
+use crate::storage::{ErrorKind, Reason, StorageError, TableClient};
 
 /// Transactions one step keeps in flight. A page of 1,000 rows with three or four rows per
 /// partition needs ~300 transactions of ~30 ms each: 32 at once write it in about the time the

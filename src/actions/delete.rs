@@ -4,8 +4,7 @@
 use super::{partition_chunks, send_transactions, ActionCounts, Applied, GoOn};
 use crate::storage::table::batch::{IfMatch, Operation};
 use crate::storage::table::entity::Entity;
-use crate::storage::Reason;
-use crate::storage::{ErrorKind, StorageError, TableClient};
+use crate::storage::{ErrorKind, Reason, StorageError, TableClient};
 
 const CONCURRENCY: usize = 8;
 

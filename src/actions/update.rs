@@ -4,13 +4,12 @@
 //! changed or deleted since it was read is left alone and counted as skipped; a row the service
 //! refuses (the change makes it too large, say) fails alone.
 
-use crate::storage::Reason;
 use std::collections::BTreeMap;
 
 use super::{partition_chunks, send_transactions, Applied, GoOn, RowFailure};
 use crate::storage::table::batch::{IfMatch, Operation};
 use crate::storage::table::entity::{Entity, Value};
-use crate::storage::{ErrorKind, StorageError, TableClient};
+use crate::storage::{ErrorKind, Reason, StorageError, TableClient};
 
 const CONCURRENCY: usize = 8;
 

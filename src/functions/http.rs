@@ -1,6 +1,5 @@
 //! The HTTP-triggered functions: start, inspect, list and cancel scans.
 
-use crate::storage::{Missing, Reason};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
@@ -18,7 +17,7 @@ use crate::job::spec::{ActionSpec, ScanSpec, SpecError};
 use crate::job::{Created, State};
 use crate::scan::item::WorkItem;
 use crate::storage::table::query::Query;
-use crate::storage::TableServiceClient;
+use crate::storage::{Missing, Reason, TableServiceClient};
 
 /// Scan requests larger than this are refused with 413.
 pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;

@@ -12,7 +12,6 @@
 //! A step claims its pending row before working (a lease, by etag), so a duplicate delivery
 //! that arrives while the first is running backs off instead of acting twice.
 
-use crate::storage::Reason;
 use serde::Serialize;
 use time::OffsetDateTime;
 
@@ -30,7 +29,7 @@ use crate::storage::table::filter::{Comparison, Filter};
 use crate::storage::table::in_memory::InMemoryTable;
 use crate::storage::table::query::Query;
 use crate::storage::table::WriteMode;
-use crate::storage::{ErrorKind, StorageError, TableClient};
+use crate::storage::{ErrorKind, Reason, StorageError, TableClient};
 
 /// The ledger table's name unless the `TABLESCAN_LEDGER_TABLE` setting says otherwise.
 pub const DEFAULT_LEDGER_TABLE: &str = "tablescanledger";

@@ -355,7 +355,7 @@ impl Pipeline {
             self.service,
             self.options.table_auth,
         )
-        .map_err(|why| refused(why.to_string()))?;
+        .map_err(refused)?;
         Ok(built)
     }
 }
@@ -418,10 +418,24 @@ pub(crate) fn parse_error_body(body: &[u8]) -> (Option<String>, String) {
             .unwrap_or_default();
         return (code, message);
     }
-    match super::queue::xml::parse_error(body) {
-        Some((code, message)) => (code, message.as_deref().map(first_line).unwrap_or_default()),
+    let xml = std::str::from_utf8(body)
+        .ok()
+        .and_then(|text| quick_xml::de::from_str::<XmlError>(text).ok());
+    match xml {
+        Some(error) => (
+            error.code,
+            error.message.as_deref().map(first_line).unwrap_or_default(),
+        ),
         None => (None, String::new()),
     }
+}
+
+/// The `<Error>` body of the Queue service (and of Azurite's authentication, for any service).
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct XmlError {
+    code: Option<String>,
+    message: Option<String>,
 }
 
 #[cfg(test)]
@@ -439,7 +453,7 @@ mod tests {
 
     #[test]
     fn xml_error_bodies_give_code_and_message() {
-        let body = b"<?xml version=\"1.0\"?><Error><Code>QueueNotFound</Code><Message>The specified queue does not exist.\nRequestId:x</Message></Error>";
+        let body = b"<?xml version=\"1.0\"?><Error><Code>QueueNotFound</Code><Message>The specified queue does not exist.\nRequestId:x</Message><AuthenticationErrorDetail>d</AuthenticationErrorDetail></Error>";
         let (code, message) = parse_error_body(body);
         assert_eq!(code.as_deref(), Some("QueueNotFound"));
         assert_eq!(message, "The specified queue does not exist.");
@@ -521,5 +535,6 @@ mod tests {
     #[test]
     fn empty_error_bodies_are_fine() {
         assert_eq!(parse_error_body(b""), (None, String::new()));
+        assert_eq!(parse_error_body(b"<html>oops"), (None, String::new()));
     }
 }

@@ -65,8 +65,11 @@ impl Reason {
         match (status, code) {
             (
                 _,
-                Some("AuthenticationFailed" | "InvalidAuthenticationInfo")
-                | Some("NoAuthenticationInformation"),
+                Some(
+                    "AuthenticationFailed"
+                    | "InvalidAuthenticationInfo"
+                    | "NoAuthenticationInformation",
+                ),
             )
             | (401, _) => Reason::Unauthenticated,
             (403, _) => Reason::PermissionDenied,

@@ -1,6 +1,6 @@
 //! The Queue service: queues and their messages.
 
-pub(crate) mod xml;
+mod xml;
 
 use std::sync::Arc;
 use std::time::Duration;

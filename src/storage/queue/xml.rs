@@ -50,21 +50,6 @@ pub(crate) fn parse_message_list(xml: &[u8]) -> Result<Vec<ListedMessage>, Strin
         .map_err(|e| format!("the message list is not valid: {e}"))
 }
 
-/// The `<Error>` body of the Queue service (and of Azurite's authentication, for any service).
-#[derive(Deserialize)]
-#[serde(rename_all = "PascalCase")]
-struct ErrorBody {
-    code: Option<String>,
-    message: Option<String>,
-}
-
-/// The code and message of an XML error body, if it is one.
-pub(crate) fn parse_error(xml: &[u8]) -> Option<(Option<String>, Option<String>)> {
-    let text = std::str::from_utf8(xml).ok()?;
-    let body: ErrorBody = quick_xml::de::from_str(text).ok()?;
-    Some((body.code, body.message))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,20 +123,5 @@ mod tests {
             b"<QueueMessagesList><QueueMessage><DequeueCount>many</DequeueCount></QueueMessage></QueueMessagesList>"
         )
         .is_err());
-    }
-
-    #[test]
-    fn error_bodies_give_code_and_message() {
-        let (code, message) = parse_error(
-            b"<?xml version=\"1.0\"?><Error><Code>QueueNotFound</Code><Message>The specified queue does not exist.\nRequestId:x</Message><AuthenticationErrorDetail>d</AuthenticationErrorDetail></Error>",
-        )
-        .unwrap();
-        assert_eq!(code.as_deref(), Some("QueueNotFound"));
-        assert_eq!(
-            message.as_deref(),
-            Some("The specified queue does not exist.\nRequestId:x")
-        );
-        assert!(parse_error(b"").is_none());
-        assert!(parse_error(b"<html>oops").is_none());
     }
 }

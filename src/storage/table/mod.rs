@@ -8,7 +8,6 @@ pub mod in_memory;
 mod matching;
 pub mod query;
 
-use crate::storage::{Missing, Reason};
 use std::sync::Arc;
 
 use reqwest::Method;
@@ -22,6 +21,7 @@ use super::encoding::{encode_component, entity_path};
 use super::error::{describe, describe_entity, ErrorKind, ServiceError, StorageError};
 use super::names::{validate_key, validate_table_name, KeyKind};
 use super::pipeline::{ClientOptions, Pipeline, Request, Response, Service};
+use super::reason::{Missing, Reason};
 
 const ACCEPT_MINIMAL: &str = "application/json;odata=minimalmetadata";
 
