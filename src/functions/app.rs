@@ -70,12 +70,25 @@ impl Clients {
     }
 }
 
-/// Why an app setting gives no client for a service: it names no endpoint for it.
-fn no_endpoint(setting: &str, endpoint: &str, error: StorageError) -> String {
-    format!(
-        "app setting {setting:?} gives no {endpoint} (nor an AccountName to make one from), \
-         and this needs one: add {endpoint}=<url> to it ({error})"
-    )
+/// Why a connection gives no client for a service: it names no endpoint for it.
+fn no_endpoint(
+    connection: &str,
+    account: &StorageAccount,
+    endpoint: &str,
+    error: StorageError,
+) -> String {
+    let named = account.setting_name(endpoint);
+    if named == endpoint {
+        format!(
+            "app setting {connection:?} gives no {endpoint} (nor an AccountName to make one \
+             from), and this needs one: add {endpoint}=<url> to it ({error})"
+        )
+    } else {
+        format!(
+            "connection {connection:?} gives no {endpoint} (nor an accountName to make one \
+             from), and this needs one: set {named} ({error})"
+        )
+    }
 }
 
 /// The setting that names the connection (an app setting's name, like `AzureWebJobsStorage`)
@@ -344,15 +357,10 @@ impl AppState {
         self.clients_with(setting, options, "#probe")
     }
 
-    /// The storage account an app setting names.
-    pub fn account(&self, setting: &str) -> Result<StorageAccount, String> {
-        let text = self
-            .settings
-            .get(setting)
-            .ok_or_else(|| format!("the app setting {setting:?} is not set"))?;
-        StorageAccount::from_connection_string(text).map_err(|e| {
-            format!("the app setting {setting:?} is not a usable connection string: {e}")
-        })
+    /// The storage account a connection names (an app setting with a connection string, or
+    /// settings `C__...` of a connection by identity: see [`crate::storage::connection`]).
+    pub fn account(&self, connection: &str) -> Result<StorageAccount, String> {
+        crate::storage::connection::resolve(connection, &self.settings).map_err(|e| e.to_string())
     }
 
     fn clients_with(
@@ -372,9 +380,9 @@ impl AppState {
         let account = self.account(setting)?;
         let clients = Clients {
             tables: TableServiceClient::new(&account, options.clone())
-                .map_err(|e| no_endpoint(setting, "TableEndpoint", e)),
+                .map_err(|e| no_endpoint(setting, &account, "TableEndpoint", e)),
             queues: QueueServiceClient::new(&account, options)
-                .map_err(|e| no_endpoint(setting, "QueueEndpoint", e)),
+                .map_err(|e| no_endpoint(setting, &account, "QueueEndpoint", e)),
         };
         cache.insert(key, clients.clone());
         Ok(clients)

@@ -38,24 +38,22 @@ pub fn timed_out(check: &Check<'_>, what: &str) -> (StatusCode, String) {
         setting, service, ..
     } = *check;
     let endpoint = endpoint_of(check);
+    let named = check.account.setting_name(service.setting());
     if check.account.is_derived(service.setting()) {
         return (
             StatusCode::BAD_REQUEST,
             format!(
-                "app setting {setting:?} gives no {} and the one made from its account name, \
-                 {endpoint}, did not answer within {} s when {what}; add {}=<url> to the setting",
-                service.setting(),
+                "connection {setting:?} gives no {named} and the one made from its account \
+                 name, {endpoint}, did not answer within {} s when {what}; set {named}",
                 CHECK_DEADLINE.as_secs(),
-                service.setting()
             ),
         );
     }
     (
         StatusCode::SERVICE_UNAVAILABLE,
         format!(
-            "{endpoint} (the {} of app setting {setting:?}) did not answer within {} s when \
-             {what}; check that it is right and reachable",
-            service.setting(),
+            "{endpoint} (the {named} of connection {setting:?}) did not answer within {} s \
+             when {what}; check that it is right and reachable",
             CHECK_DEADLINE.as_secs()
         ),
     )
@@ -102,36 +100,42 @@ pub fn refusal(check: &Check<'_>, what: &str, error: &StorageError) -> (StatusCo
         setting, service, ..
     } = *check;
     let endpoint = endpoint_of(check);
+    let named = check.account.setting_name(service.setting());
     let derived = check.account.is_derived(service.setting());
     match (error.reason(), error.kind()) {
         (reason, _) if reason.is_refused_credentials() => (
             StatusCode::BAD_REQUEST,
             format!(
-                "the account of app setting {setting:?} refused its credentials when {what} \
-                 ({error}); check the AccountKey or SharedAccessSignature in that setting, and \
-                 that it allows this"
+                "the account of connection {setting:?} refused its credentials when {what} \
+                 ({error}); {}",
+                check.account.credential().refusal_hint()
             ),
+        ),
+        (_, ErrorKind::NoToken(why)) => (
+            if why.transient {
+                StatusCode::SERVICE_UNAVAILABLE
+            } else {
+                StatusCode::BAD_REQUEST
+            },
+            format!("connection {setting:?} has no token to send when {what}: {why}"),
         ),
         (_, ErrorKind::Transport { message, .. }) if derived => (
             StatusCode::BAD_REQUEST,
             format!(
-                "app setting {setting:?} gives no {} and the one made from its account name, \
-                 {endpoint}, did not answer when {what} ({message}); add {}=<url> to the setting",
-                service.setting(),
-                service.setting()
+                "connection {setting:?} gives no {named} and the one made from its account \
+                 name, {endpoint}, did not answer when {what} ({message}); set {named}"
             ),
         ),
         (_, ErrorKind::Transport { message, .. }) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
-                "{endpoint} (the {} of app setting {setting:?}) did not answer when {what} \
-                 ({message}); check that it is right and reachable",
-                service.setting()
+                "{endpoint} (the {named} of connection {setting:?}) did not answer when {what} \
+                 ({message}); check that it is right and reachable"
             ),
         ),
         _ => (
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("{what} failed in the account of app setting {setting:?}: {error}"),
+            format!("{what} failed in the account of connection {setting:?}: {error}"),
         ),
     }
 }

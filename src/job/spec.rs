@@ -13,7 +13,6 @@ use crate::storage::names::{validate_key, validate_queue_name, validate_table_na
 use crate::storage::table::entity::{EdmDateTime, Entity};
 use crate::storage::table::filter::{Comparison, Filter, Literal, Property};
 use crate::storage::table::filter_text::{parse_filter, MAX_USER_COMPARISONS};
-use crate::storage::StorageAccount;
 
 /// The app setting used when a request names no connection.
 pub const DEFAULT_CONNECTION: &str = "AzureWebJobsStorage";
@@ -243,15 +242,7 @@ fn refuse<T>(field: &str, message: impl Into<String>) -> Result<T, SpecError> {
 }
 
 /// Looks up app settings by name.
-pub trait SettingLookup {
-    fn setting(&self, name: &str) -> Option<String>;
-}
-
-impl<F: Fn(&str) -> Option<String>> SettingLookup for F {
-    fn setting(&self, name: &str) -> Option<String> {
-        self(name)
-    }
-}
+pub use crate::storage::SettingLookup;
 
 impl ScanSpec {
     /// One line saying what the scan does, for the log: the action and its target, the source,
@@ -1044,16 +1035,10 @@ impl Fields {
                 "must be the name of an app setting (letters, digits, '_', '.', ':', '-')",
             );
         }
-        let Some(value) = settings.setting(&name) else {
-            return refuse(&full, format!("no app setting named {name:?} exists"));
-        };
-        // The error names the problem only; the value is a secret.
-        StorageAccount::from_connection_string(&value).or_else(|e| {
-            refuse(
-                &full,
-                format!("app setting {name:?} is not a usable connection string: {e}"),
-            )
-        })?;
+        // The error names settings only; their values are secrets.
+        if let Err(error) = crate::storage::connection::resolve(&name, settings) {
+            return refuse(&full, error.to_string());
+        }
         Ok(name)
     }
 
@@ -1123,7 +1108,8 @@ mod tests {
             let e = with(&format!(r#","maxRowsPerSecond":{bad}"#)).unwrap_err();
             assert_eq!(e.field, "maxRowsPerSecond", "{bad}");
         }
-        let settings = |_: &str| Some("UseDevelopmentStorage=true".to_string());
+        let settings =
+            |name: &str| (name == DEFAULT_CONNECTION).then(|| "UseDevelopmentStorage=true".into());
         let spec = ScanSpec::parse_with(
             r#"{"table":"things","action":{"type":"count"}}"#,
             &settings,

@@ -11,6 +11,7 @@ use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use super::credential::Credential;
 use super::pipeline::{Service, TableAuthScheme};
 use super::signing::{self, QueueRequestParts, TableRequestParts};
+use super::token::AccessToken;
 
 /// `value` as a header value, if it can be sent and read back as the same text: visible ASCII,
 /// spaces and tabs. (The HTTP library takes other bytes too, but a signature is computed over
@@ -20,16 +21,32 @@ pub(crate) fn header_value(value: &str) -> Option<HeaderValue> {
     (header.to_str().ok()? == value).then_some(header)
 }
 
-/// Adds the `Authorization` header that `credential` gives `request` (built, with its
+/// What authorises one attempt beside the request itself: the token fetched for it, for a
+/// bearer credential.
+pub(crate) enum Authority<'a> {
+    /// The credential alone (Shared Key signs, a SAS is in the URL already).
+    Credential(&'a Credential),
+    /// A bearer token to send.
+    Token(&'a AccessToken),
+}
+
+/// Adds the `Authorization` header that `authority` gives `request` (built, with its
 /// `x-ms-date`); nothing for a SAS, which is in the URL already.
 pub(crate) fn authorize(
     request: &mut reqwest::Request,
-    credential: &Credential,
+    authority: Authority<'_>,
     service: Service,
     table_auth: TableAuthScheme,
 ) -> Result<(), String> {
-    let Credential::SharedKey { account, key } = credential else {
-        return Ok(());
+    let (account, key) = match authority {
+        Authority::Token(token) => {
+            let value = header_value(&format!("Bearer {}", token.secret()))
+                .ok_or("the token from the identity endpoint is not plain text")?;
+            request.headers_mut().insert(AUTHORIZATION, value);
+            return Ok(());
+        }
+        Authority::Credential(Credential::SharedKey { account, key }) => (account, key),
+        Authority::Credential(_) => return Ok(()),
     };
     let headers = request.headers();
     // Every value was checked to read back as text when the request was built.
@@ -133,7 +150,13 @@ mod tests {
             builder = builder.header(*name, header_value(value).unwrap());
         }
         let mut request = builder.build().unwrap();
-        authorize(&mut request, &credential(), service, scheme).unwrap();
+        authorize(
+            &mut request,
+            Authority::Credential(&credential()),
+            service,
+            scheme,
+        )
+        .unwrap();
         request.headers()[AUTHORIZATION]
             .to_str()
             .unwrap()
@@ -245,11 +268,42 @@ mod tests {
         let sas = Credential::Sas(crate::storage::credential::SasToken::parse("sig=x").unwrap());
         authorize(
             &mut request,
-            &sas,
+            Authority::Credential(&sas),
             Service::Table,
             TableAuthScheme::SharedKey,
         )
         .unwrap();
         assert!(request.headers().get(AUTHORIZATION).is_none());
+    }
+
+    #[test]
+    fn a_token_goes_as_a_bearer_header_and_one_that_is_not_text_is_refused() {
+        let now = std::time::SystemTime::now();
+        let later = now + std::time::Duration::from_secs(3600);
+        let client = reqwest::Client::new();
+        let mut request = client
+            .get("https://127.0.0.1:10001/devstoreaccount1/q/messages")
+            .build()
+            .unwrap();
+        let token = AccessToken::new("eyJ.a.b".into(), now, later);
+        authorize(
+            &mut request,
+            Authority::Token(&token),
+            Service::Queue,
+            TableAuthScheme::SharedKey,
+        )
+        .unwrap();
+        assert_eq!(request.headers()[AUTHORIZATION], "Bearer eyJ.a.b");
+
+        let broken = AccessToken::new("eyJ\nInjected: 1".into(), now, later);
+        let error = authorize(
+            &mut request,
+            Authority::Token(&broken),
+            Service::Queue,
+            TableAuthScheme::SharedKey,
+        )
+        .unwrap_err();
+        assert!(error.contains("not plain text"), "{error}");
+        assert!(!error.contains("eyJ"), "{error}");
     }
 }

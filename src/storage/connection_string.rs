@@ -28,6 +28,35 @@ pub struct StorageAccount {
     /// The endpoints the connection string does not give, made from its account name (e.g.
     /// `QueueEndpoint`): when one cannot be reached, the error says it was made up.
     derived: Vec<&'static str>,
+    /// The settings that give (or would give) the Table and Queue endpoints, as the user wrote
+    /// them: `TableEndpoint` in a connection string, `C__tableServiceUri` for a connection by
+    /// identity (see [`StorageAccount::setting_name`]).
+    endpoint_settings: [String; 2],
+    /// Certificates trusted as roots beside the built-in ones (an emulator's over HTTPS).
+    trusted_roots: TrustedRoots,
+}
+
+/// Root certificates added to the built-in ones for one account's endpoints.
+#[derive(Clone, Default)]
+pub struct TrustedRoots(std::sync::Arc<Vec<reqwest::Certificate>>);
+
+impl TrustedRoots {
+    /// Every certificate of a PEM file's text.
+    pub fn from_pem(pem: &[u8]) -> Option<TrustedRoots> {
+        let certificates = reqwest::Certificate::from_pem_bundle(pem).ok()?;
+        (!certificates.is_empty()).then(|| TrustedRoots(std::sync::Arc::new(certificates)))
+    }
+
+    /// The certificates.
+    pub fn certificates(&self) -> &[reqwest::Certificate] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for TrustedRoots {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TrustedRoots({})", self.0.len())
+    }
 }
 
 /// The base URL of one storage service, without a trailing slash, for example
@@ -37,15 +66,22 @@ pub struct Endpoint(String);
 
 impl Endpoint {
     fn parse(value: &str, setting: &'static str) -> Result<Self, ConnectionStringError> {
-        let url = reqwest::Url::parse(value)
-            .map_err(|_| ConnectionStringError::InvalidEndpoint(setting))?;
-        if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-            return Err(ConnectionStringError::InvalidEndpoint(setting));
-        }
-        if url.query().is_some() || url.fragment().is_some() {
-            return Err(ConnectionStringError::InvalidEndpoint(setting));
-        }
-        Ok(Endpoint(url.as_str().trim_end_matches('/').to_string()))
+        Self::from_url(value).ok_or(ConnectionStringError::InvalidEndpoint(setting))
+    }
+
+    /// An http(s) URL with a host and without query or fragment, as an endpoint.
+    pub(crate) fn from_url(value: &str) -> Option<Self> {
+        let url = reqwest::Url::parse(value.trim()).ok()?;
+        let usable = matches!(url.scheme(), "http" | "https")
+            && url.host_str().is_some()
+            && url.query().is_none()
+            && url.fragment().is_none();
+        usable.then(|| Endpoint(url.as_str().trim_end_matches('/').to_string()))
+    }
+
+    /// Whether requests to it go over TLS.
+    pub fn is_https(&self) -> bool {
+        self.0.starts_with("https://")
     }
 
     /// The base URL as text.
@@ -152,7 +188,52 @@ impl StorageAccount {
             table_endpoint,
             queue_endpoint,
             derived,
+            endpoint_settings: ["TableEndpoint".into(), "QueueEndpoint".into()],
+            trusted_roots: TrustedRoots::default(),
         })
+    }
+
+    /// An account reached by a token: `endpoint_settings` name the settings that gave the
+    /// Table and Queue endpoints, `derived` those of them made from an account name.
+    pub(crate) fn by_token(
+        name: Option<String>,
+        credential: Credential,
+        endpoints: [Option<Endpoint>; 2],
+        derived: Vec<&'static str>,
+        endpoint_settings: [String; 2],
+    ) -> Self {
+        let [table_endpoint, queue_endpoint] = endpoints;
+        StorageAccount {
+            name,
+            credential,
+            table_endpoint,
+            queue_endpoint,
+            derived,
+            endpoint_settings,
+            trusted_roots: TrustedRoots::default(),
+        }
+    }
+
+    /// The same account with `roots` trusted beside the built-in root certificates.
+    pub fn trusting(mut self, roots: TrustedRoots) -> Self {
+        self.trusted_roots = roots;
+        self
+    }
+
+    /// The root certificates trusted beside the built-in ones.
+    pub fn trusted_roots(&self) -> &TrustedRoots {
+        &self.trusted_roots
+    }
+
+    /// The setting the user writes for an endpoint named by its connection string name
+    /// (`TableEndpoint`, `QueueEndpoint`): that name, or `C__tableServiceUri` /
+    /// `C__queueServiceUri` for a connection `C` by identity.
+    pub fn setting_name<'a>(&'a self, endpoint: &'a str) -> &'a str {
+        match endpoint {
+            "TableEndpoint" => &self.endpoint_settings[0],
+            "QueueEndpoint" => &self.endpoint_settings[1],
+            other => other,
+        }
     }
 
     /// The local emulator's account on its default ports, or behind `proxy` (scheme and host).
@@ -187,6 +268,8 @@ impl StorageAccount {
                 "QueueEndpoint",
             )?),
             derived: Vec::new(),
+            endpoint_settings: ["TableEndpoint".into(), "QueueEndpoint".into()],
+            trusted_roots: TrustedRoots::default(),
         })
     }
 

@@ -1,8 +1,11 @@
 //! Secrets that authorize requests, kept out of every `Debug` and `Display`.
 
 use std::fmt;
+use std::sync::Arc;
 
 use base64::Engine;
+
+use super::token::TokenCredential;
 
 /// How requests to an account are authorized.
 #[derive(Clone)]
@@ -16,6 +19,29 @@ pub enum Credential {
     },
     /// A shared access signature appended to every URL.
     Sas(SasToken),
+    /// A Microsoft Entra token (a managed identity's) in an `Authorization: Bearer` header.
+    Bearer(Arc<TokenCredential>),
+}
+
+impl Credential {
+    /// What to check when the account refuses this credential, for error messages.
+    pub fn refusal_hint(&self) -> String {
+        match self {
+            Credential::SharedKey { .. } => "check the AccountKey in that setting".into(),
+            Credential::Sas(_) => {
+                "check the SharedAccessSignature in that setting: its expiry, and that it allows \
+                 this"
+                    .into()
+            }
+            Credential::Bearer(token) => format!(
+                "check that {} has a data role on the account for this (Storage Table Data \
+                 Contributor for tables, Storage Queue Data Contributor for queues), and that \
+                 its tokens are issued for {}",
+                token.describe(),
+                super::token::STORAGE_RESOURCE
+            ),
+        }
+    }
 }
 
 /// A decoded storage account key.
@@ -63,6 +89,7 @@ impl fmt::Debug for Credential {
                 .field("account", account)
                 .finish_non_exhaustive(),
             Credential::Sas(_) => f.write_str("Sas(<redacted>)"),
+            Credential::Bearer(token) => f.debug_tuple("Bearer").field(token).finish(),
         }
     }
 }

@@ -42,6 +42,9 @@ pub enum ErrorKind {
     InvalidRequest(String),
     /// The service answered something this client cannot read.
     InvalidResponse(String),
+    /// No token to send: the identity endpoint refused, or could not be reached (see
+    /// [`super::token`]).
+    NoToken(super::token::TokenError),
 }
 
 /// What the service said about a failed request.
@@ -131,6 +134,7 @@ impl StorageError {
         match &*self.kind {
             ErrorKind::Service(e) => is_transient_status(e.status),
             ErrorKind::Transport { .. } => true,
+            ErrorKind::NoToken(e) => e.transient,
             ErrorKind::Batch { .. }
             | ErrorKind::InvalidRequest(_)
             | ErrorKind::InvalidResponse(_) => false,
@@ -144,6 +148,8 @@ impl StorageError {
             ErrorKind::Transport { .. } => Reason::Unreachable,
             ErrorKind::InvalidRequest(_) => Reason::InvalidRequest,
             ErrorKind::InvalidResponse(_) => Reason::InvalidResponse,
+            ErrorKind::NoToken(e) if e.transient => Reason::Unreachable,
+            ErrorKind::NoToken(_) => Reason::Unauthenticated,
         }
     }
 
@@ -175,6 +181,7 @@ impl fmt::Display for StorageError {
             }
             ErrorKind::InvalidRequest(why) => write!(f, "refused before sending: {why}"),
             ErrorKind::InvalidResponse(why) => write!(f, "unreadable answer: {why}"),
+            ErrorKind::NoToken(why) => write!(f, "no token to send: {why}"),
         }?;
         if self.is_transient() {
             write!(f, " (transient)")?;

@@ -1,9 +1,11 @@
-//! The Azure Storage REST client: connection strings, Shared Key and SAS authorization, the
-//! Table and Queue operations tablescan needs, typed entities, OData filters and retries.
+//! The Azure Storage REST client: connections (strings or identities), Shared Key, SAS and
+//! bearer token authorization, the Table and Queue operations tablescan needs, typed entities,
+//! OData filters and retries.
 //!
 //! This layer knows HTTP and the Storage wire format, and nothing of scans or Functions.
 
 mod authorize;
+pub mod connection;
 pub mod connection_string;
 pub mod credential;
 pub mod deadline;
@@ -19,7 +21,9 @@ pub mod sas;
 pub mod signing;
 pub mod table;
 pub mod throttled;
+pub mod token;
 
+pub use connection::{ConnectionError, SettingLookup};
 pub use connection_string::{ConnectionStringError, StorageAccount};
 pub use error::{ErrorKind, ServiceError, StorageError};
 pub use pipeline::{ClientOptions, TableAuthScheme, SERVICE_VERSION};

@@ -7,7 +7,7 @@ use std::time::Duration;
 use reqwest::header::{HeaderMap, HeaderName};
 use reqwest::{Method, Url};
 
-use super::authorize::{authorize, header_value};
+use super::authorize::{authorize, header_value, Authority};
 use super::connection_string::{Endpoint, StorageAccount};
 use super::credential::Credential;
 use super::encoding::encode_component;
@@ -16,6 +16,7 @@ use super::retry::{
     parse_retry_after, should_retry, AttemptOutcome, RandomSource, RetryPolicy, SystemRandomSource,
 };
 use super::signing;
+use super::token::AccessToken;
 
 /// The service version we speak: the one the official Table SDKs send, and new enough for
 /// queue messages that never expire (`messagettl=-1`).
@@ -174,7 +175,11 @@ impl Pipeline {
         service: Service,
         options: ClientOptions,
     ) -> Result<Self, StorageError> {
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder();
+        for root in account.trusted_roots().certificates() {
+            builder = builder.add_root_certificate(root.clone());
+        }
+        let http = builder
             .pool_idle_timeout(options.pool_idle_timeout)
             .timeout(options.attempt_timeout)
             .connect_timeout(options.attempt_timeout.min(Duration::from_secs(10)))
@@ -218,13 +223,28 @@ impl Pipeline {
         let url = self.url(&request)?;
         let mut retry = 0;
         let retry_ends = tokio::time::Instant::now() + self.options.retry.max_elapsed;
+        let mut token_refused_once = false;
         loop {
-            let prepared = self.prepared(&request, &url)?;
+            let token = self.token(&request).await?;
+            let prepared = self.prepared(&request, &url, token.as_ref())?;
             let (outcome, error, retry_after) = match self.attempt(prepared).await {
                 Ok(response) if (200..300).contains(&response.status) => return Ok(response),
                 Ok(response) => {
                     let retry_after = response.header("retry-after").and_then(parse_retry_after);
                     let error = service_error(&response);
+                    // A refused token is dropped and a fresh one tried once (it may have been
+                    // revoked, or issued by a clock that runs ahead); a second refusal stands.
+                    if let (Some(token), Credential::Bearer(credential)) =
+                        (&token, &self.credential)
+                    {
+                        if error.reason() == super::reason::Reason::Unauthenticated {
+                            credential.forget(token);
+                            if !token_refused_once {
+                                token_refused_once = true;
+                                continue;
+                            }
+                        }
+                    }
                     if error.reason() == super::reason::Reason::Throttled {
                         super::throttled::note_throttled();
                         super::pacing::governor(&self.pacing_target(&request.path)).throttled();
@@ -315,10 +335,29 @@ impl Pipeline {
         })
     }
 
+    /// The token for one attempt, for a bearer credential (cached; see [`super::token`]).
+    async fn token(&self, request: &Request) -> Result<Option<AccessToken>, StorageError> {
+        let Credential::Bearer(credential) = &self.credential else {
+            return Ok(None);
+        };
+        credential.token().await.map(Some).map_err(|error| {
+            StorageError::new(
+                request.operation,
+                request.resource.clone(),
+                ErrorKind::NoToken(error),
+            )
+        })
+    }
+
     /// One attempt's request as it will be sent: built with a fresh date, then authorised from
     /// its own headers (see [`super::authorize`]). A header value that cannot be sent as the
     /// same text is refused here, never dropped.
-    fn prepared(&self, request: &Request, url: &Url) -> Result<reqwest::Request, StorageError> {
+    fn prepared(
+        &self,
+        request: &Request,
+        url: &Url,
+        token: Option<&AccessToken>,
+    ) -> Result<reqwest::Request, StorageError> {
         let refused = |why: String| {
             StorageError::invalid_request(request.operation, request.resource.clone(), why)
         };
@@ -349,13 +388,11 @@ impl Pipeline {
             .body(request.body.clone())
             .build()
             .map_err(|e| refused(transport_message(&e)))?;
-        authorize(
-            &mut built,
-            &self.credential,
-            self.service,
-            self.options.table_auth,
-        )
-        .map_err(refused)?;
+        let authority = match token {
+            Some(token) => Authority::Token(token),
+            None => Authority::Credential(&self.credential),
+        };
+        authorize(&mut built, authority, self.service, self.options.table_auth).map_err(refused)?;
         Ok(built)
     }
 }

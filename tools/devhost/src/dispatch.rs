@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
 use tablescan::storage::queue::{MessageEncoding, PutOptions};
-use tablescan::storage::{QueueServiceClient, StorageAccount};
+use tablescan::storage::QueueServiceClient;
 
 use crate::config::Function;
 use crate::invocation::{queue_messages, read_answer, Answer};
@@ -140,12 +140,10 @@ impl Dispatcher {
         if let Some(client) = cache.get(connection) {
             return Ok(client.clone());
         }
-        let text = self
-            .settings
-            .get(connection)
-            .ok_or_else(|| format!("the app setting {connection:?} is not set"))?;
-        let account = StorageAccount::from_connection_string(text)
-            .map_err(|e| format!("{connection}: {e}"))?;
+        // As the host does: a connection string, or settings `C__...` of a connection by identity.
+        let lookup = |name: &str| self.settings.get(name).cloned();
+        let account = tablescan::storage::connection::resolve(connection, &lookup)
+            .map_err(|e| format!("connection {connection}: {e}"))?;
         let client =
             QueueServiceClient::new(&account, Default::default()).map_err(|e| e.to_string())?;
         cache.insert(connection.to_string(), client.clone());

@@ -1,0 +1,365 @@
+//! A storage connection by name, resolved from app settings the way the Functions host resolves
+//! the `connection` of a storage binding:
+//! - an app setting named `C` holds a connection string (account key, SAS, or
+//!   `UseDevelopmentStorage=true`);
+//! - or settings under the prefix `C__` describe a connection by identity: `C__accountName`, or
+//!   the service URIs `C__tableServiceUri` and `C__queueServiceUri` (`C__blobServiceUri` is the
+//!   host's business); `C__credential` = `managedidentity` (the default); `C__clientId` for a
+//!   user-assigned identity. `:` separates as well as `__` (`C:accountName`), as in
+//!   local.settings.json.
+//!
+//! A connection by identity takes its tokens from the platform's managed identity endpoint
+//! (`IDENTITY_ENDPOINT`, `IDENTITY_HEADER`, read from the same settings). A setting
+//! [`TRUSTED_CA_SETTING`] may name a PEM file of root certificates to trust beside the
+//! built-in ones, for an emulator or a private endpoint with a certificate of its own.
+//! Errors name settings, never their values.
+
+use super::connection_string::{ConnectionStringError, Endpoint, StorageAccount, TrustedRoots};
+use super::credential::Credential;
+use super::token::{ManagedIdentity, TokenCredential, TokenSource, STORAGE_RESOURCE};
+
+/// App settings by name: the environment in the handler, local.settings.json in devhost.
+pub trait SettingLookup {
+    fn setting(&self, name: &str) -> Option<String>;
+}
+
+impl<F: Fn(&str) -> Option<String>> SettingLookup for F {
+    fn setting(&self, name: &str) -> Option<String> {
+        self(name)
+    }
+}
+
+/// The app setting that names a PEM file of extra root certificates for storage endpoints.
+pub const TRUSTED_CA_SETTING: &str = "TABLESCAN_TRUSTED_CA_FILE";
+
+/// Why a connection name gives no usable account. Messages name settings, never values.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConnectionError {
+    #[error(
+        "no app setting named {0:?} exists (a connection string), nor {0}__accountName or \
+         {0}__tableServiceUri (a connection by identity)"
+    )]
+    NotSet(String),
+    #[error("app setting {setting:?} is not a usable connection string: {error}")]
+    ConnectionString {
+        setting: String,
+        error: ConnectionStringError,
+    },
+    #[error("app setting {setting:?} {why}")]
+    Identity { setting: String, why: String },
+    #[error(
+        "connection {connection:?} is by identity, and this process has no managed identity \
+         endpoint ({why}); identity connections work where the platform gives the app an \
+         identity (IDENTITY_ENDPOINT and IDENTITY_HEADER), elsewhere use a connection string"
+    )]
+    NoIdentityEndpoint { connection: String, why: String },
+    #[error("app setting {TRUSTED_CA_SETTING} {0}")]
+    TrustedRoots(String),
+}
+
+/// The account that connection `name` reaches, from `settings`.
+pub fn resolve(
+    name: &str,
+    settings: &dyn SettingLookup,
+) -> Result<StorageAccount, ConnectionError> {
+    let account = match settings.setting(name).filter(|v| !v.trim().is_empty()) {
+        Some(text) => StorageAccount::from_connection_string(&text).map_err(|error| {
+            ConnectionError::ConnectionString {
+                setting: name.to_string(),
+                error,
+            }
+        })?,
+        None => by_identity(name, settings)?,
+    };
+    Ok(match trusted_roots(settings)? {
+        Some(roots) => account.trusting(roots),
+        None => account,
+    })
+}
+
+/// The value of `C__property` (or `C:property`) and the name it was found under.
+fn property(name: &str, property: &str, settings: &dyn SettingLookup) -> Option<(String, String)> {
+    ["__", ":"].iter().find_map(|separator| {
+        let setting = format!("{name}{separator}{property}");
+        let value = settings.setting(&setting)?;
+        let value = value.trim();
+        (!value.is_empty()).then(|| (setting, value.to_string()))
+    })
+}
+
+fn by_identity(
+    name: &str,
+    settings: &dyn SettingLookup,
+) -> Result<StorageAccount, ConnectionError> {
+    let get = |p: &str| property(name, p, settings);
+    let account_name = get("accountName");
+    let table_uri = get("tableServiceUri");
+    let queue_uri = get("queueServiceUri");
+    if account_name.is_none() && table_uri.is_none() && queue_uri.is_none() {
+        if let Some((setting, _)) = get("serviceUri") {
+            return Err(ConnectionError::Identity {
+                setting,
+                why: format!(
+                    "names one service, and a scan's connection needs to know which: set \
+                     {name}__tableServiceUri (and {name}__queueServiceUri where queues are \
+                     used) instead"
+                ),
+            });
+        }
+        return Err(ConnectionError::NotSet(name.to_string()));
+    }
+    let refuse = |setting: String, why: &str| ConnectionError::Identity {
+        setting,
+        why: why.to_string(),
+    };
+    if let Some((setting, _)) = get("managedIdentityResourceId") {
+        return Err(refuse(
+            setting,
+            "is not supported: name a user-assigned identity by its client id (clientId)",
+        ));
+    }
+    if let Some((setting, _)) = get("clientSecret") {
+        return Err(refuse(
+            setting,
+            "is not supported: tablescan connects by managed identity or connection string",
+        ));
+    }
+    if let Some((setting, credential)) = get("credential") {
+        if !credential.eq_ignore_ascii_case("managedidentity") {
+            return Err(refuse(setting, "must be managedidentity"));
+        }
+    }
+    if let Some((setting, account)) = &account_name {
+        let valid = (3..=24).contains(&account.len())
+            && account
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+        if !valid {
+            return Err(refuse(
+                setting.clone(),
+                "is not a storage account name (3 to 24 lower-case letters and digits)",
+            ));
+        }
+    }
+
+    let mut derived = Vec::new();
+    let mut endpoint = |given: Option<(String, String)>,
+                        generic: &'static str,
+                        property: &str,
+                        service: &str|
+     -> Result<(Option<Endpoint>, String), ConnectionError> {
+        match (given, &account_name) {
+            (Some((setting, uri)), _) => {
+                let endpoint = Endpoint::from_url(&uri)
+                    .filter(Endpoint::is_https)
+                    .ok_or_else(|| {
+                        refuse(
+                            setting.clone(),
+                            "is not an https URL without query (tokens are only sent over \
+                             HTTPS)",
+                        )
+                    })?;
+                Ok((Some(endpoint), setting))
+            }
+            (None, Some((_, account))) => {
+                derived.push(generic);
+                let endpoint =
+                    Endpoint::from_url(&format!("https://{account}.{service}.core.windows.net"));
+                Ok((endpoint, format!("{name}__{property}")))
+            }
+            (None, None) => Ok((None, format!("{name}__{property}"))),
+        }
+    };
+    let (table, table_setting) = endpoint(table_uri, "TableEndpoint", "tableServiceUri", "table")?;
+    let (queue, queue_setting) = endpoint(queue_uri, "QueueEndpoint", "queueServiceUri", "queue")?;
+
+    let no_endpoint = |why: &str| ConnectionError::NoIdentityEndpoint {
+        connection: name.to_string(),
+        why: why.to_string(),
+    };
+    let identity_endpoint = settings
+        .setting("IDENTITY_ENDPOINT")
+        .ok_or_else(|| no_endpoint("IDENTITY_ENDPOINT is not set"))?;
+    let identity_header = settings
+        .setting("IDENTITY_HEADER")
+        .ok_or_else(|| no_endpoint("IDENTITY_HEADER is not set"))?;
+    let client_id = get("clientId").map(|(_, id)| id);
+    let identity = ManagedIdentity::new(
+        &identity_endpoint,
+        &identity_header,
+        client_id.as_deref(),
+        STORAGE_RESOURCE,
+    )
+    .map_err(|why| no_endpoint(&why))?;
+    let credential = Credential::Bearer(TokenCredential::shared(TokenSource::ManagedIdentity(
+        identity,
+    )));
+    Ok(StorageAccount::by_token(
+        account_name.map(|(_, account)| account),
+        credential,
+        [table, queue],
+        derived,
+        [table_setting, queue_setting],
+    ))
+}
+
+/// The extra root certificates [`TRUSTED_CA_SETTING`] names, if it is set.
+fn trusted_roots(settings: &dyn SettingLookup) -> Result<Option<TrustedRoots>, ConnectionError> {
+    let Some(path) = settings
+        .setting(TRUSTED_CA_SETTING)
+        .filter(|p| !p.trim().is_empty())
+    else {
+        return Ok(None);
+    };
+    let pem = std::fs::read(path.trim()).map_err(|e| {
+        ConnectionError::TrustedRoots(format!("names a file that cannot be read ({e})"))
+    })?;
+    TrustedRoots::from_pem(&pem).map(Some).ok_or_else(|| {
+        ConnectionError::TrustedRoots("names a file without a PEM certificate".to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |name: &str| map.get(name).cloned()
+    }
+
+    const PLATFORM: [(&str, &str); 2] = [
+        ("IDENTITY_ENDPOINT", "http://127.0.0.1:41000/msi/token"),
+        ("IDENTITY_HEADER", "secret-header"),
+    ];
+
+    fn with_platform<'a>(pairs: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+        let mut all = PLATFORM.to_vec();
+        all.extend_from_slice(pairs);
+        all
+    }
+
+    #[test]
+    fn an_account_name_gives_every_endpoint_and_a_token_credential() {
+        let settings = lookup(&with_platform(&[("Src__accountName", "acct1")]));
+        let account = resolve("Src", &settings).unwrap();
+        assert_eq!(
+            account.table_endpoint().unwrap().as_str(),
+            "https://acct1.table.core.windows.net"
+        );
+        assert_eq!(
+            account.queue_endpoint().unwrap().as_str(),
+            "https://acct1.queue.core.windows.net"
+        );
+        assert!(account.is_derived("TableEndpoint"));
+        assert_eq!(
+            account.setting_name("TableEndpoint"),
+            "Src__tableServiceUri"
+        );
+        assert!(matches!(account.credential(), Credential::Bearer(_)));
+        // The header is a secret: not in Debug.
+        assert!(!format!("{account:?}").contains("secret-header"));
+    }
+
+    #[test]
+    fn service_uris_win_and_colons_separate_too() {
+        let settings = lookup(&with_platform(&[
+            ("Src:accountName", "acct1"),
+            (
+                "Src:tableServiceUri",
+                "https://127.0.0.1:10002/devstoreaccount1/",
+            ),
+            ("Src__clientId", "0000-1111"),
+            ("Src__credential", "ManagedIdentity"),
+        ]));
+        let account = resolve("Src", &settings).unwrap();
+        assert_eq!(
+            account.table_endpoint().unwrap().as_str(),
+            "https://127.0.0.1:10002/devstoreaccount1"
+        );
+        assert!(!account.is_derived("TableEndpoint"));
+        assert_eq!(account.setting_name("TableEndpoint"), "Src:tableServiceUri");
+        let Credential::Bearer(token) = account.credential() else {
+            panic!("not a token credential");
+        };
+        assert!(token.describe().contains("0000-1111"));
+    }
+
+    #[test]
+    fn a_connection_string_setting_comes_first() {
+        let settings = lookup(&with_platform(&[
+            ("Src", "UseDevelopmentStorage=true"),
+            ("Src__accountName", "acct1"),
+        ]));
+        let account = resolve("Src", &settings).unwrap();
+        assert!(matches!(account.credential(), Credential::SharedKey { .. }));
+    }
+
+    #[test]
+    fn what_cannot_work_is_refused_naming_the_setting() {
+        let cases: Vec<(Vec<(&str, &str)>, &str)> = vec![
+            (with_platform(&[]), "no app setting named \"Src\""),
+            (
+                with_platform(&[("Src__serviceUri", "https://a.queue.core.windows.net")]),
+                "Src__tableServiceUri",
+            ),
+            (
+                with_platform(&[("Src__tableServiceUri", "http://a.table.core.windows.net")]),
+                "\"Src__tableServiceUri\" is not an https URL",
+            ),
+            (
+                with_platform(&[("Src__tableServiceUri", "https://a/?sv=1")]),
+                "\"Src__tableServiceUri\" is not an https URL",
+            ),
+            (
+                with_platform(&[("Src__accountName", "Not_An_Account")]),
+                "\"Src__accountName\" is not a storage account name",
+            ),
+            (
+                with_platform(&[("Src__accountName", "acct1"), ("Src__credential", "secret")]),
+                "\"Src__credential\" must be managedidentity",
+            ),
+            (
+                with_platform(&[
+                    ("Src__accountName", "acct1"),
+                    ("Src__managedIdentityResourceId", "/subscriptions/x"),
+                ]),
+                "clientId",
+            ),
+            (
+                with_platform(&[
+                    ("Src__accountName", "acct1"),
+                    ("Src__clientSecret", "s3cr3t"),
+                ]),
+                "\"Src__clientSecret\" is not supported",
+            ),
+            (
+                vec![("Src__accountName", "acct1")],
+                "no managed identity endpoint (IDENTITY_ENDPOINT is not set)",
+            ),
+            (
+                with_platform(&[("Src", "AccountName=a;AccountKey=!!")]),
+                "\"Src\" is not a usable connection string",
+            ),
+            (
+                with_platform(&[
+                    ("Src__accountName", "acct1"),
+                    (TRUSTED_CA_SETTING, "/nonexistent/ca.pem"),
+                ]),
+                "TABLESCAN_TRUSTED_CA_FILE names a file that cannot be read",
+            ),
+        ];
+        for (pairs, expected) in cases {
+            let error = resolve("Src", &lookup(&pairs)).unwrap_err().to_string();
+            assert!(error.contains(expected), "{pairs:?}: {error}");
+            assert!(
+                !error.contains("s3cr3t") && !error.contains("secret-header"),
+                "{error}"
+            );
+        }
+    }
+}
