@@ -443,9 +443,15 @@ pub(crate) fn service_error(response: &Response) -> ServiceError {
     }
 }
 
-/// Extracts (code, first line of message) from a JSON or XML error body.
+/// Extracts (code, first line of message) from a JSON or XML error body. The service's
+/// `AuthenticationErrorDetail`, when it gives one, is added to the message: it is what says
+/// why a token was refused ("Invalid token audience", "The token is expired").
 pub(crate) fn parse_error_body(body: &[u8]) -> (Option<String>, String) {
     let first_line = |text: &str| text.lines().next().unwrap_or("").trim().to_string();
+    let with_detail = |message: String, detail: Option<&str>| match detail.map(first_line) {
+        Some(detail) if !detail.is_empty() => format!("{message} ({detail})"),
+        _ => message,
+    };
     if let Ok(json) = serde_json::from_slice::<serde_json::Value>(body) {
         let error = &json["odata.error"];
         let code = error["code"].as_str().map(str::to_string);
@@ -453,16 +459,18 @@ pub(crate) fn parse_error_body(body: &[u8]) -> (Option<String>, String) {
             .as_str()
             .map(first_line)
             .unwrap_or_default();
-        return (code, message);
+        let detail = error["AuthenticationErrorDetail"].as_str();
+        return (code, with_detail(message, detail));
     }
     let xml = std::str::from_utf8(body)
         .ok()
         .and_then(|text| quick_xml::de::from_str::<XmlError>(text).ok());
     match xml {
-        Some(error) => (
-            error.code,
-            error.message.as_deref().map(first_line).unwrap_or_default(),
-        ),
+        Some(error) => {
+            let message = error.message.as_deref().map(first_line).unwrap_or_default();
+            let message = with_detail(message, error.authentication_error_detail.as_deref());
+            (error.code, message)
+        }
         None => (None, String::new()),
     }
 }
@@ -473,6 +481,7 @@ pub(crate) fn parse_error_body(body: &[u8]) -> (Option<String>, String) {
 struct XmlError {
     code: Option<String>,
     message: Option<String>,
+    authentication_error_detail: Option<String>,
 }
 
 #[cfg(test)]
@@ -490,10 +499,24 @@ mod tests {
 
     #[test]
     fn xml_error_bodies_give_code_and_message() {
-        let body = b"<?xml version=\"1.0\"?><Error><Code>QueueNotFound</Code><Message>The specified queue does not exist.\nRequestId:x</Message><AuthenticationErrorDetail>d</AuthenticationErrorDetail></Error>";
+        let body = b"<?xml version=\"1.0\"?><Error><Code>QueueNotFound</Code><Message>The specified queue does not exist.\nRequestId:x</Message><Unknown>u</Unknown></Error>";
         let (code, message) = parse_error_body(body);
         assert_eq!(code.as_deref(), Some("QueueNotFound"));
         assert_eq!(message, "The specified queue does not exist.");
+    }
+
+    #[test]
+    fn authentication_details_join_the_message() {
+        let xml = b"<Error><Code>AuthenticationFailed</Code><Message>Server failed to authenticate the request.\nRequestId:x</Message><AuthenticationErrorDetail>Invalid token audience.</AuthenticationErrorDetail></Error>";
+        assert_eq!(
+            parse_error_body(xml).1,
+            "Server failed to authenticate the request. (Invalid token audience.)"
+        );
+        let json = br#"{"odata.error":{"code":"AuthenticationFailed","message":{"lang":"en-US","value":"Server failed.\nRequestId:x"},"AuthenticationErrorDetail":"Lifetime validation failed. The token is expired."}}"#;
+        assert_eq!(
+            parse_error_body(json).1,
+            "Server failed. (Lifetime validation failed. The token is expired.)"
+        );
     }
 
     /// A header value the wire would not carry as signed is refused before anything is sent

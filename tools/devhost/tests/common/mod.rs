@@ -6,6 +6,8 @@
 #[path = "../../src/stop.rs"]
 pub mod stop;
 
+pub mod identity;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -1,0 +1,196 @@
+//! Connections by identity, end to end: the handler and devhost reach an Azurite that takes
+//! OAuth tokens (over HTTPS) with no key in any setting, their tokens coming from a stand-in for
+//! the platform's managed identity endpoint (see `common::identity`).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde_json::json;
+use tablescan::storage::{ClientOptions, TableServiceClient};
+
+mod common;
+use common::identity::{IdentityEndpoint, Issuing, OAuthAzurite};
+use common::*;
+
+/// The client id of the app's user-assigned identity in these tests.
+const APP_IDENTITY: &str = "6a1b2c3d-0000-4000-8000-00000000a99";
+
+/// The settings of an app whose storage is `azurite`, reached by the user-assigned identity
+/// [`APP_IDENTITY`] through `identity`: no connection string, no key.
+fn identity_settings(azurite: &OAuthAzurite, identity: &IdentityEndpoint) -> Vec<(String, String)> {
+    let mut settings: Vec<(String, String)> = vec![
+        // Set empty, so that devhost's environment (the tests' key-based Azurite) does not win.
+        ("AzureWebJobsStorage".into(), String::new()),
+        (
+            "AzureWebJobsStorage__tableServiceUri".into(),
+            azurite.table.clone(),
+        ),
+        (
+            "AzureWebJobsStorage__queueServiceUri".into(),
+            azurite.queue.clone(),
+        ),
+        (
+            "AzureWebJobsStorage__credential".into(),
+            "managedidentity".into(),
+        ),
+        ("AzureWebJobsStorage__clientId".into(), APP_IDENTITY.into()),
+        (
+            "TABLESCAN_TRUSTED_CA_FILE".into(),
+            azurite.certificates.authority.display().to_string(),
+        ),
+    ];
+    settings.extend(identity.settings().map(|(k, v)| (k.to_string(), v)));
+    settings
+}
+
+fn borrowed(settings: &[(String, String)]) -> Vec<(&str, &str)> {
+    settings
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect()
+}
+
+/// A count and a copy through devhost, on tokens that live 5 seconds while each scan takes
+/// about 12 (it is capped at 80 rows a second): every process refreshes its token several
+/// times mid-scan, and nothing fails. Results are read back by key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_count_and_a_copy_run_by_identity_with_tokens_that_expire_mid_scan() {
+    let azurite = OAuthAzurite::start();
+    let identity = IdentityEndpoint::start(Issuing::default());
+    identity.issue_to(
+        APP_IDENTITY,
+        Issuing {
+            lifetime: Duration::from_secs(5),
+            ..Issuing::default()
+        },
+    );
+    let tables = TableServiceClient::new(&azurite.key_account(), ClientOptions::default()).unwrap();
+    let rows = rows();
+    let source_name = unique("src");
+    tables.create_table(&source_name, false).await.unwrap();
+    let source = tables.table(&source_name).unwrap();
+    load(&source, &rows).await;
+
+    let mut settings = identity_settings(&azurite, &identity);
+    settings.push(("TABLESCAN_STEP_MAX_QUERIES".into(), "2".into()));
+    let host = Host::start(2, &borrowed(&settings));
+    let capped = |action: serde_json::Value| json!({ "table": source_name, "pageSize": 25, "maxRowsPerSecond": 80, "action": action });
+
+    let count = host.run(capped(json!({"type": "count"}))).await;
+    assert_eq!(count["state"], "succeeded", "{count}\n{}", host.log());
+    let partitions: BTreeSet<&str> = rows.iter().map(|e| e.partition_key.as_str()).collect();
+    assert_eq!(
+        count["result"],
+        json!({"rows": rows.len(), "partitions": partitions.len()})
+    );
+
+    let copy_name = unique("copy");
+    let copy = host
+        .run(capped(json!({"type": "copy", "table": copy_name})))
+        .await;
+    assert_eq!(copy["state"], "succeeded", "{copy}\n{}", host.log());
+    assert_same_rows(
+        &tables.table(&copy_name).unwrap(),
+        &source,
+        "the copy made by identity is identical",
+    )
+    .await;
+
+    let requests = identity.requests();
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.client_id.as_deref() == Some(APP_IDENTITY)
+                && r.resource.as_deref() == Some("https://storage.azure.com/")),
+        "every token was asked for the app's identity and for storage: {requests:?}"
+    );
+    // Devhost and two handlers, over two scans of about 12 s each with 5-second tokens: each
+    // process fetched several.
+    assert!(
+        requests.len() >= 9,
+        "tokens were refreshed mid-scan: {} fetched",
+        requests.len()
+    );
+    assert!(
+        !host.log().contains("AuthenticationFailed"),
+        "no request went out with an expired token:\n{}",
+        host.log()
+    );
+}
+
+/// A source reached by an identity whose tokens are for another audience: the start is
+/// refused at once with a message naming the connection and what to check, after a token or
+/// two, not a retry loop. An identity the endpoint does not know is refused the same way, with
+/// the endpoint's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_for_another_audience_is_a_clear_refusal_naming_the_connection() {
+    let azurite = OAuthAzurite::start();
+    let identity = IdentityEndpoint::start(Issuing::default());
+    identity.issue_to(APP_IDENTITY, Issuing::default());
+    const OTHER: &str = "0f0f0f0f-1111-4222-8333-444444444444";
+    identity.issue_to(
+        OTHER,
+        Issuing {
+            audience: "https://management.azure.com/".into(),
+            ..Issuing::default()
+        },
+    );
+    let tables = TableServiceClient::new(&azurite.key_account(), ClientOptions::default()).unwrap();
+    let source = unique("src");
+    tables.create_table(&source, false).await.unwrap();
+
+    let mut settings = identity_settings(&azurite, &identity);
+    for (name, value) in [
+        ("SOURCE__tableServiceUri", azurite.table.clone()),
+        ("SOURCE__clientId", OTHER.to_string()),
+        ("NOBODY__tableServiceUri", azurite.table.clone()),
+        ("NOBODY__clientId", "no-such-identity".to_string()),
+    ] {
+        settings.push((name.into(), value));
+    }
+    let host = Host::start(1, &borrowed(&settings));
+    let started = std::time::Instant::now();
+    let (status, answer) = host
+        .post_scan(&json!({"table": source, "connection": "SOURCE", "action": {"type": "count"}}))
+        .await;
+    assert_eq!(status, 400, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    for part in [
+        "\"SOURCE\"",
+        "refused its credentials",
+        "Invalid token audience",
+        OTHER,
+        "Storage Table Data",
+    ] {
+        assert!(message.contains(part), "{part:?} in {message}");
+    }
+    let for_other = identity
+        .requests()
+        .iter()
+        .filter(|r| r.client_id.as_deref() == Some(OTHER))
+        .count();
+    assert!(
+        (1..=2).contains(&for_other),
+        "one token, and one more after the refusal: {for_other}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "refused, not retried: {:?}",
+        started.elapsed()
+    );
+
+    let (status, answer) = host
+        .post_scan(&json!({"table": source, "connection": "NOBODY", "action": {"type": "count"}}))
+        .await;
+    assert_eq!(status, 400, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    for part in [
+        "\"NOBODY\"",
+        "no token",
+        "client id no-such-identity",
+        "status 400: No user-assigned identity",
+    ] {
+        assert!(message.contains(part), "{part:?} in {message}");
+    }
+    assert!(!message.contains(&identity.header), "{message}");
+}
