@@ -166,12 +166,111 @@ fn check_template(name: &str) -> Value {
             "{name}: the {queue} queue is created up front"
         );
     }
-    assert!(
-        !all.iter()
-            .any(|(_, s)| s.contains("AccountKey=") && !s.contains("listKeys(")),
-        "{name}: an account key written into the template"
-    );
+    for (path, text) in &all {
+        assert!(
+            !text.contains("AccountKey=") && !text.contains("listKeys("),
+            "{name}{path}: an account key read or written (the app connects by identity)"
+        );
+    }
+    check_identity(name, &doc);
     doc
+}
+
+/// The built-in roles the app's identity needs on its storage account, by id (Azure's built-in
+/// role definitions): blobs for the host's own use (leases, keys) and the deployment package,
+/// queues for work items, tables for the ledger.
+const APP_ROLES: [(&str, &str); 3] = [
+    (
+        "Storage Blob Data Owner",
+        "b7e6dc6d-f1e8-4753-8033-0f276bb0955b",
+    ),
+    (
+        "Storage Queue Data Contributor",
+        "974c5e8b-45b9-4653-ba55-5f855dd0fb88",
+    ),
+    (
+        "Storage Table Data Contributor",
+        "0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3",
+    ),
+];
+
+/// The app reaches its storage by its managed identity: Shared Key is off on the account, the
+/// identity holds each data role, and the host storage setting is the identity form, which the
+/// handler resolves (with the platform's identity endpoint) to token-authorised clients.
+fn check_identity(name: &str, doc: &Value) {
+    let storage = resource(doc, "Microsoft.Storage/storageAccounts");
+    assert_eq!(
+        storage["properties"]["allowSharedKeyAccess"], false,
+        "{name}: Shared Key access is off"
+    );
+    let site = site(doc);
+    assert_eq!(site["identity"]["type"], "SystemAssigned", "{name}");
+    let variables = &doc["variables"];
+    let assignments: Vec<&Value> = doc["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["type"] == "Microsoft.Authorization/roleAssignments")
+        .collect();
+    for (role, id) in APP_ROLES {
+        let granted = assignments.iter().any(|a| {
+            let definition = a["properties"]["roleDefinitionId"].as_str().unwrap();
+            let variable = definition
+                .split("variables('roles').")
+                .nth(1)
+                .and_then(|rest| rest.strip_suffix(")]"))
+                .unwrap_or_default();
+            variables["roles"][variable] == id
+                && a["properties"]["principalId"]
+                    .as_str()
+                    .unwrap()
+                    .contains("'full').identity.principalId")
+                && a["scope"]
+                    .as_str()
+                    .unwrap()
+                    .contains("variables('storageName')")
+                && a.get("condition").is_none()
+        });
+        assert!(granted, "{name}: the app's identity is given {role} ({id})");
+    }
+    let settings = app_settings(site);
+    assert!(
+        !settings.iter().any(|(n, _)| n == STORAGE_CONNECTION),
+        "{name}: no connection string for the host storage"
+    );
+    // What the handler makes of these settings on the platform (values as Azure fills them in).
+    let lookup = |setting: &str| -> Option<String> {
+        match setting {
+            "IDENTITY_ENDPOINT" => Some("http://localhost:8081/msi/token".into()),
+            "IDENTITY_HEADER" => Some("header".into()),
+            _ => settings.iter().find(|(n, _)| n == setting).map(|(_, v)| {
+                match v.rsplit_once(".primaryEndpoints.") {
+                    Some((_, service)) => format!(
+                        "https://tsabc.{}.core.windows.net/",
+                        service.trim_end_matches(']')
+                    ),
+                    None => v.clone(),
+                }
+            }),
+        }
+    };
+    let account = tablescan::storage::connection::resolve(STORAGE_CONNECTION, &lookup)
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert!(
+        matches!(
+            account.credential(),
+            tablescan::storage::credential::Credential::Bearer(_)
+        ),
+        "{name}: the handler connects by token"
+    );
+    assert_eq!(
+        account.table_endpoint().unwrap().as_str(),
+        "https://tsabc.table.core.windows.net"
+    );
+    assert_eq!(
+        account.queue_endpoint().unwrap().as_str(),
+        "https://tsabc.queue.core.windows.net"
+    );
 }
 
 /// The template's one resource of type `kind`.
@@ -212,14 +311,9 @@ fn the_flex_consumption_template_is_well_formed_and_runs_the_custom_handler() {
     assert!(config["scaleAndConcurrency"]["maximumInstanceCount"].is_string());
     let settings = app_settings(site);
     let names: BTreeSet<&str> = settings.iter().map(|(n, _)| n.as_str()).collect();
-    assert!(names.contains(STORAGE_CONNECTION));
-    let deployment_setting = config["deployment"]["storage"]["authentication"]
-        ["storageAccountConnectionStringName"]
-        .as_str()
-        .unwrap();
-    assert!(
-        names.contains(deployment_setting),
-        "the deployment connection setting exists"
+    assert_eq!(
+        config["deployment"]["storage"]["authentication"]["type"], "SystemAssignedIdentity",
+        "the package is read by the app's identity"
     );
     // Flex takes the runtime from functionAppConfig and refuses these settings.
     assert!(!names.contains("FUNCTIONS_WORKER_RUNTIME"));
@@ -235,8 +329,39 @@ fn the_linux_consumption_template_is_well_formed_and_runs_the_custom_handler() {
     let settings = app_settings(site);
     assert!(settings.contains(&("FUNCTIONS_WORKER_RUNTIME".into(), "custom".into())));
     assert!(settings.contains(&("FUNCTIONS_EXTENSION_VERSION".into(), "~4".into())));
-    assert!(settings.iter().any(|(n, _)| n == STORAGE_CONNECTION));
     assert!(site["properties"]["siteConfig"]["functionAppScaleLimit"].is_string());
+    // Linux Consumption runs only from a package URL: a blob the app reads with its identity
+    // (scripts/publish uploads it with the publisher's sign-in, given the role below).
+    let package = settings
+        .iter()
+        .find(|(n, _)| n == "WEBSITE_RUN_FROM_PACKAGE")
+        .map(|(_, v)| v.as_str())
+        .unwrap();
+    assert!(
+        package.contains("primaryEndpoints.blob") && package.contains("tablescan.zip"),
+        "{package}"
+    );
+    assert!(settings.contains(&(
+        "WEBSITE_RUN_FROM_PACKAGE_BLOB_MI_RESOURCE_ID".into(),
+        "SystemAssigned".into()
+    )));
+    let publisher = doc["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| {
+            r["type"] == "Microsoft.Authorization/roleAssignments"
+                && r["properties"]["principalId"] == "[parameters('publisherPrincipalId')]"
+        })
+        .expect("a role for the publisher");
+    assert_eq!(
+        publisher["condition"],
+        "[not(empty(parameters('publisherPrincipalId')))]"
+    );
+    assert_eq!(
+        doc["variables"]["roles"]["blobDataContributor"], "ba92f5b4-2d11-453d-a403-e96b0029c9fe",
+        "Storage Blob Data Contributor"
+    );
     let plan = resource(&doc, "Microsoft.Web/serverfarms");
     assert_eq!(plan["sku"]["name"], "Y1");
 }

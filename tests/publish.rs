@@ -77,12 +77,8 @@ fn unknown_arguments_are_refused() {
 
 /// A folder of stand-ins for `func` and `az` that record how they were called (and, for
 /// `func`, what the folder it publishes holds) in `record`.
-fn fake_azure_tools(record: &std::path::Path, with_func: bool) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "publish-fakes-{}-{}",
-        std::process::id(),
-        with_func
-    ));
+fn fake_azure_tools(record: &std::path::Path, with_func: bool, n: u32) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("publish-fakes-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let az = format!(
         "#!/bin/sh\necho \"az $*\" >> '{}'\nexit 0\n",
@@ -137,11 +133,13 @@ struct Publishing {
 
 impl Publishing {
     fn new(with_func: bool) -> Publishing {
-        let dir =
-            std::env::temp_dir().join(format!("publish-{}-{}", std::process::id(), with_func));
+        // One folder per test: tests of one process run side by side.
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("publish-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let record = dir.join("record.txt");
-        let fakes = fake_azure_tools(&record, with_func);
+        let fakes = fake_azure_tools(&record, with_func, n);
         let zip = small_package(&dir);
         Publishing {
             dir,
@@ -241,4 +239,39 @@ fn without_core_tools_it_zip_deploys_with_the_azure_cli() {
         )),
         "{calls}"
     );
+}
+
+/// An app that runs from a package in Blob storage (the Linux Consumption template: no account
+/// keys, the app reads its package with its identity) gets the package uploaded to that blob
+/// with the publisher's own sign-in, and is restarted; neither Core Tools nor zip deploy runs.
+#[test]
+fn an_app_that_runs_from_a_blob_gets_its_package_uploaded_there() {
+    let publishing = Publishing::new(true);
+    let url = "https://tsabc.blob.core.windows.net/app-package/tablescan.zip";
+    let az = format!(
+        "#!/bin/sh\necho \"az $*\" >> '{}'\n[ \"$1 $2 $3\" = \"functionapp config appsettings\" ] && echo '{url}'\nexit 0\n",
+        publishing.record.display()
+    );
+    std::fs::write(publishing.fakes.join("az"), az).unwrap();
+    let path = format!(
+        "{}:{}",
+        publishing.fakes.display(),
+        std::env::var("PATH").unwrap()
+    );
+    let (ok, err) = publishing.publish_to_demo(&path);
+    let calls = publishing.calls();
+    assert!(ok, "{err}\n{calls}");
+    assert!(
+        calls.contains(&format!(
+            "az storage blob upload --auth-mode login --blob-url {url} --file {} --overwrite",
+            publishing.zip.display()
+        )),
+        "{calls}"
+    );
+    assert!(
+        calls.contains("az functionapp restart --name demo --resource-group rg"),
+        "{calls}"
+    );
+    assert!(!calls.contains("func azure"), "{calls}");
+    assert!(!calls.contains("config-zip"), "{calls}");
 }
