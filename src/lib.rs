@@ -6,4 +6,5 @@ pub mod actions;
 pub mod functions;
 pub mod job;
 pub mod scan;
-pub mod storage;
+/// The storage client, a crate of its own (`crates/storage`) so that it cannot reach up.
+pub use tablescan_storage as storage;

@@ -487,7 +487,7 @@ struct XmlError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::StorageAccount;
+    use crate::StorageAccount;
 
     #[test]
     fn json_error_bodies_give_code_and_first_message_line() {
@@ -523,8 +523,8 @@ mod tests {
     /// (the endpoint here answers nothing: a request sent would fail as unreachable).
     #[tokio::test]
     async fn a_header_that_cannot_be_sent_is_refused_not_dropped() {
-        use crate::storage::table::batch::IfMatch;
-        use crate::storage::Reason;
+        use crate::table::batch::IfMatch;
+        use crate::Reason;
         let table = unreachable_tables(Duration::from_secs(60))
             .table("orders")
             .unwrap();
@@ -538,7 +538,7 @@ mod tests {
 
     /// Tables at an endpoint that refuses connections, retried up to a hundred times, up to 2 s
     /// apart, for at most `max_elapsed`.
-    fn unreachable_tables(max_elapsed: Duration) -> crate::storage::TableServiceClient {
+    fn unreachable_tables(max_elapsed: Duration) -> crate::TableServiceClient {
         let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = closed.local_addr().unwrap().port();
         drop(closed);
@@ -558,14 +558,14 @@ mod tests {
             },
             ..ClientOptions::default()
         };
-        crate::storage::TableServiceClient::new(&account, options).unwrap()
+        crate::TableServiceClient::new(&account, options).unwrap()
     }
 
     /// Retries stop at the caller's deadline, or the policy's time limit, however many the
     /// policy's count allows (without either, the calls below take over three minutes).
     #[tokio::test]
     async fn retries_end_at_the_callers_deadline_or_the_policys_time_limit() {
-        use crate::storage::{deadline, Reason};
+        use crate::{deadline, Reason};
         let started = std::time::Instant::now();
         let soon = tokio::time::Instant::now() + Duration::from_secs(1);
         let tables = unreachable_tables(Duration::from_secs(3600));

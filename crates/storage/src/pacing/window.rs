@@ -195,7 +195,7 @@ impl Sent {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::pacing::TokenBucket;
+    use crate::pacing::TokenBucket;
 
     /// A window that has been at `rate` for a while.
     async fn settled(rate: f64) -> RecentUse {

@@ -62,10 +62,10 @@ pub struct Page {
 
 /// Reads every page of a query, each from where the last ended, and returns all entities:
 /// `page` reads one page starting at the continuation it is given.
-pub async fn all_pages<F, Fut>(mut page: F) -> Result<Vec<Entity>, crate::storage::StorageError>
+pub async fn all_pages<F, Fut>(mut page: F) -> Result<Vec<Entity>, crate::StorageError>
 where
     F: FnMut(Option<Continuation>) -> Fut,
-    Fut: std::future::Future<Output = Result<Page, crate::storage::StorageError>>,
+    Fut: std::future::Future<Output = Result<Page, crate::StorageError>>,
 {
     let mut entities = Vec::new();
     let mut continuation = None;

@@ -169,9 +169,9 @@ impl QueueClient {
         describe("queue", &self.name)
     }
 
-    /// The back-off this process shares for this queue (see [`crate::storage::pacing`]).
-    pub fn governor(&self) -> Arc<crate::storage::pacing::Governor> {
-        crate::storage::pacing::governor(&self.pipeline.pacing_target(&self.name))
+    /// The back-off this process shares for this queue (see [`crate::pacing`]).
+    pub fn governor(&self) -> Arc<crate::pacing::Governor> {
+        crate::pacing::governor(&self.pipeline.pacing_target(&self.name))
     }
 
     fn request(&self, operation: &'static str, method: Method, path: String) -> Request {

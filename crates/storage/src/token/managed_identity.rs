@@ -109,7 +109,7 @@ impl ManagedIdentity {
                 Ok(token) => return Ok(token),
                 Err(error) if !error.transient || attempt >= ATTEMPTS => return Err(error),
                 Err(error) => {
-                    let past_deadline = crate::storage::deadline::current()
+                    let past_deadline = crate::deadline::current()
                         .is_some_and(|d| tokio::time::Instant::now() + wait > d);
                     if past_deadline {
                         return Err(error);

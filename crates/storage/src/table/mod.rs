@@ -124,9 +124,9 @@ impl TableClient {
         describe("table", &self.name)
     }
 
-    /// The back-off this process shares for the table's account (see [`crate::storage::pacing`]).
-    pub fn governor(&self) -> Arc<crate::storage::pacing::Governor> {
-        crate::storage::pacing::governor(&self.pipeline.pacing_target(""))
+    /// The back-off this process shares for the table's account (see [`crate::pacing`]).
+    pub fn governor(&self) -> Arc<crate::pacing::Governor> {
+        crate::pacing::governor(&self.pipeline.pacing_target(""))
     }
 
     /// Creates this table if it does not exist; returns whether it was created.

@@ -22,7 +22,7 @@ use super::batch::{IfMatch, Operation, MAX_OPERATIONS};
 use super::entity::{EdmDateTime, Entity};
 use super::query::{Continuation, Page, Query, MAX_PAGE_SIZE};
 use super::WriteMode;
-use crate::storage::error::{describe, ErrorKind, ServiceError, StorageError};
+use crate::error::{describe, ErrorKind, ServiceError, StorageError};
 
 /// Rows keyed as the service orders them: partition key, then row key, by UTF-16 code units.
 type Key = (Vec<u16>, Vec<u16>);
@@ -434,8 +434,8 @@ fn project(entity: &Entity, select: Option<&[String]>) -> Entity {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::table::entity::Value;
-    use crate::storage::table::filter::{Comparison, Filter};
+    use crate::table::entity::Value;
+    use crate::table::filter::{Comparison, Filter};
 
     fn row(pk: &str, rk: &str, n: i64) -> Entity {
         Entity::new(pk, rk).with("n", Value::Int64(n))
@@ -553,18 +553,18 @@ mod tests {
         assert_eq!(first.entities.len(), 7);
         assert_eq!(first.entities[0].row_key, "r05");
         assert!(first.entities[0].properties.is_empty());
-        let all = crate::job::LedgerTable::Memory(table.clone())
-            .query_all(&query)
-            .await
-            .unwrap();
+        let query_all = || {
+            crate::table::query::all_pages(|from| {
+                let (table, query) = (table.clone(), query.clone());
+                async move { table.query_page(&query, from.as_ref()).await }
+            })
+        };
+        let all = query_all().await.unwrap();
         let keys: Vec<&str> = all.iter().map(|e| e.row_key.as_str()).collect();
         assert_eq!(keys.len(), 20);
         assert!(keys.windows(2).all(|w| w[0] < w[1]));
         let before = (table.requests(), table.entities());
-        crate::job::LedgerTable::Memory(table.clone())
-            .query_all(&query)
-            .await
-            .unwrap();
+        query_all().await.unwrap();
         assert_eq!(
             (table.requests() - before.0, table.entities() - before.1),
             (3, 20)

@@ -153,8 +153,8 @@ fn compare_value(value: &Value, literal: &Literal) -> Option<Ordering> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::table::entity::EdmDateTime;
-    use crate::storage::table::filter::Property;
+    use crate::table::entity::EdmDateTime;
+    use crate::table::filter::Property;
     use Comparison::*;
 
     fn entity() -> Entity {

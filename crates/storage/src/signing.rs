@@ -149,7 +149,7 @@ mod tests {
     //! pin both the string-to-sign layouts and the HMAC.
 
     use super::*;
-    use crate::storage::connection_string::{EMULATOR_ACCOUNT as ACCOUNT, EMULATOR_KEY};
+    use crate::connection_string::{EMULATOR_ACCOUNT as ACCOUNT, EMULATOR_KEY};
 
     const DATE: &str = "Mon, 27 Jun 2016 15:25:14 GMT";
 

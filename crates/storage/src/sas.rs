@@ -59,7 +59,7 @@ impl AccountSas {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::connection_string::{EMULATOR_ACCOUNT, EMULATOR_KEY};
+    use crate::connection_string::{EMULATOR_ACCOUNT, EMULATOR_KEY};
 
     #[test]
     fn token_carries_every_field_with_the_signature_encoded() {

@@ -5,7 +5,7 @@
 use std::fmt;
 
 use super::entity::EdmDateTime;
-use crate::storage::encoding::odata_string_literal;
+use crate::encoding::odata_string_literal;
 
 /// The service refuses filters with more than this many comparisons.
 pub const MAX_COMPARISONS: usize = 15;

@@ -8,8 +8,8 @@
 use std::collections::HashSet;
 
 use super::entity::Entity;
-use crate::storage::encoding::entity_path;
-use crate::storage::names::{validate_key, KeyKind};
+use crate::encoding::entity_path;
+use crate::names::{validate_key, KeyKind};
 
 /// At most this many operations per transaction.
 pub const MAX_OPERATIONS: usize = 100;
@@ -57,7 +57,7 @@ pub enum Operation {
 
 impl Operation {
     /// The partition and row key the operation writes.
-    pub(crate) fn keys(&self) -> (&str, &str) {
+    pub fn keys(&self) -> (&str, &str) {
         match self {
             Operation::Insert(e)
             | Operation::UpsertReplace(e)
@@ -346,7 +346,7 @@ mod tests {
         assert!(encode(URL, "orders", &bad_key)
             .unwrap_err()
             .contains("RowKey"));
-        let big = crate::storage::table::entity::Value::String("x".repeat(60_000));
+        let big = crate::table::entity::Value::String("x".repeat(60_000));
         let heavy: Vec<_> = (0..80)
             .map(|i| {
                 Operation::UpsertReplace(Entity::new("p", i.to_string()).with("s", big.clone()))

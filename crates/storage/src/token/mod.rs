@@ -359,7 +359,7 @@ mod tests {
         let url = format!("http://{}/msi/token", closed.local_addr().unwrap());
         drop(closed);
         let credential = credential(&url);
-        let error = crate::storage::deadline::within(
+        let error = crate::deadline::within(
             tokio::time::Instant::now() + Duration::from_millis(200),
             credential.token(),
         )

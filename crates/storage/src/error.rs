@@ -61,11 +61,9 @@ pub struct ServiceError {
 }
 
 impl StorageError {
-    pub(crate) fn new(
-        operation: &'static str,
-        resource: impl Into<String>,
-        kind: ErrorKind,
-    ) -> Self {
+    /// An error of any kind (also for readers outside this crate that model storage, such as
+    /// the scan engine's in-memory tables).
+    pub fn new(operation: &'static str, resource: impl Into<String>, kind: ErrorKind) -> Self {
         StorageError {
             operation,
             resource: resource.into(),

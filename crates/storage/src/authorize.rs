@@ -122,8 +122,8 @@ pub(crate) fn authorize(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::connection_string::{EMULATOR_ACCOUNT as ACCOUNT, EMULATOR_KEY};
-    use crate::storage::credential::AccountKey;
+    use crate::connection_string::{EMULATOR_ACCOUNT as ACCOUNT, EMULATOR_KEY};
+    use crate::credential::AccountKey;
     use reqwest::Method;
 
     const DATE: &str = "Mon, 27 Jun 2016 15:25:14 GMT";
@@ -265,7 +265,7 @@ mod tests {
             .get("http://127.0.0.1:10002/devstoreaccount1/t()?sig=x")
             .build()
             .unwrap();
-        let sas = Credential::Sas(crate::storage::credential::SasToken::parse("sig=x").unwrap());
+        let sas = Credential::Sas(crate::credential::SasToken::parse("sig=x").unwrap());
         authorize(
             &mut request,
             Authority::Credential(&sas),
