@@ -9,14 +9,20 @@
 //!   local.settings.json.
 //!
 //! A connection by identity takes its tokens from the platform's managed identity endpoint
-//! (`IDENTITY_ENDPOINT`, `IDENTITY_HEADER`, read from the same settings). A setting
+//! (`IDENTITY_ENDPOINT`, `IDENTITY_HEADER`, read from the same settings), or, where there is
+//! none (a developer's machine), from an app registration's secret: `C__tenantId`,
+//! `C__clientId` and `C__clientSecret`, the settings the Functions host reads for local
+//! development. A setting
 //! [`TRUSTED_CA_SETTING`] may name a PEM file of root certificates to trust beside the
 //! built-in ones, for an emulator or a private endpoint with a certificate of its own.
 //! Errors name settings, never their values.
 
 use super::connection_string::{ConnectionStringError, Endpoint, StorageAccount, TrustedRoots};
 use super::credential::Credential;
-use super::token::{ManagedIdentity, TokenCredential, TokenSource, STORAGE_RESOURCE};
+use super::token::{
+    ClientSecret, ManagedIdentity, TokenCredential, TokenSource, DEFAULT_AUTHORITY,
+    STORAGE_RESOURCE,
+};
 
 /// App settings by name: the environment in the handler, local.settings.json in devhost.
 pub trait SettingLookup {
@@ -118,15 +124,16 @@ fn by_identity(
             "is not supported: name a user-assigned identity by its client id (clientId)",
         ));
     }
-    if let Some((setting, _)) = get("clientSecret") {
-        return Err(refuse(
-            setting,
-            "is not supported: tablescan connects by managed identity or connection string",
-        ));
-    }
+    let client_secret = get("clientSecret");
     if let Some((setting, credential)) = get("credential") {
         if !credential.eq_ignore_ascii_case("managedidentity") {
             return Err(refuse(setting, "must be managedidentity"));
+        }
+        if let Some((secret_setting, _)) = &client_secret {
+            return Err(refuse(
+                secret_setting.clone(),
+                &format!("and {setting} contradict each other: set one of them"),
+            ));
         }
     }
     if let Some((setting, account)) = &account_name {
@@ -173,6 +180,28 @@ fn by_identity(
     let (table, table_setting) = endpoint(table_uri, "TableEndpoint", "tableServiceUri", "table")?;
     let (queue, queue_setting) = endpoint(queue_uri, "QueueEndpoint", "queueServiceUri", "queue")?;
 
+    let source = match client_secret {
+        Some((secret_setting, secret)) => {
+            client_secret_source(name, &secret_setting, &secret, &get, settings)?
+        }
+        None => managed_identity_source(name, get("clientId").map(|(_, id)| id), settings)?,
+    };
+    let credential = Credential::Bearer(TokenCredential::shared(source));
+    Ok(StorageAccount::by_token(
+        account_name.map(|(_, account)| account),
+        credential,
+        [table, queue],
+        derived,
+        [table_setting, queue_setting],
+    ))
+}
+
+/// The platform's managed identity (`clientId` picks a user-assigned one).
+fn managed_identity_source(
+    name: &str,
+    client_id: Option<String>,
+    settings: &dyn SettingLookup,
+) -> Result<TokenSource, ConnectionError> {
     let no_endpoint = |why: &str| ConnectionError::NoIdentityEndpoint {
         connection: name.to_string(),
         why: why.to_string(),
@@ -183,7 +212,6 @@ fn by_identity(
     let identity_header = settings
         .setting("IDENTITY_HEADER")
         .ok_or_else(|| no_endpoint("IDENTITY_HEADER is not set"))?;
-    let client_id = get("clientId").map(|(_, id)| id);
     let identity = ManagedIdentity::new(
         &identity_endpoint,
         &identity_header,
@@ -191,17 +219,48 @@ fn by_identity(
         STORAGE_RESOURCE,
     )
     .map_err(|why| no_endpoint(&why))?;
-    let credential = Credential::Bearer(TokenCredential::shared(TokenSource::ManagedIdentity(
-        identity,
-    )));
-    Ok(StorageAccount::by_token(
-        account_name.map(|(_, account)| account),
-        credential,
-        [table, queue],
-        derived,
-        [table_setting, queue_setting],
-    ))
+    Ok(TokenSource::ManagedIdentity(identity))
 }
+
+/// An app registration with a secret: `C__tenantId`, `C__clientId`, `C__clientSecret`, as the
+/// Functions host reads them for local development; the authority from `AZURE_AUTHORITY_HOST`.
+fn client_secret_source(
+    name: &str,
+    secret_setting: &str,
+    secret: &str,
+    get: &dyn Fn(&str) -> Option<(String, String)>,
+    settings: &dyn SettingLookup,
+) -> Result<TokenSource, ConnectionError> {
+    let refuse = |why: String| ConnectionError::Identity {
+        setting: secret_setting.to_string(),
+        why,
+    };
+    let (Some((_, tenant)), Some((_, client_id))) = (get("tenantId"), get("clientId")) else {
+        return Err(refuse(format!(
+            "needs {name}__tenantId and {name}__clientId beside it (an app registration)"
+        )));
+    };
+    let authority = settings
+        .setting(AUTHORITY_SETTING)
+        .filter(|a| !a.trim().is_empty())
+        .unwrap_or_else(|| DEFAULT_AUTHORITY.to_string());
+    let source = ClientSecret::new(&authority, &tenant, &client_id, secret, STORAGE_RESOURCE)
+        .map_err(|why| {
+            if why.starts_with("is not") {
+                ConnectionError::Identity {
+                    setting: AUTHORITY_SETTING.to_string(),
+                    why,
+                }
+            } else {
+                refuse(format!("cannot be used: {why}"))
+            }
+        })?;
+    Ok(TokenSource::ClientSecret(source))
+}
+
+/// The setting that names another Microsoft Entra authority (a national cloud), as for the
+/// Azure SDKs.
+pub const AUTHORITY_SETTING: &str = "AZURE_AUTHORITY_HOST";
 
 /// The extra root certificates [`TRUSTED_CA_SETTING`] names, if it is set.
 fn trusted_roots(settings: &dyn SettingLookup) -> Result<Option<TrustedRoots>, ConnectionError> {
@@ -290,6 +349,25 @@ mod tests {
     }
 
     #[test]
+    fn a_client_secret_needs_no_identity_endpoint() {
+        let settings = lookup(&[
+            (
+                "Src__tableServiceUri",
+                "https://acct1.table.core.windows.net",
+            ),
+            ("Src__tenantId", "contoso.onmicrosoft.com"),
+            ("Src__clientId", "app-1"),
+            ("Src__clientSecret", "s3cr3t"),
+        ]);
+        let account = resolve("Src", &settings).unwrap();
+        let Credential::Bearer(token) = account.credential() else {
+            panic!("not a token credential");
+        };
+        assert!(token.describe().contains("app-1"), "{}", token.describe());
+        assert!(!format!("{account:?}").contains("s3cr3t"));
+    }
+
+    #[test]
     fn a_connection_string_setting_comes_first() {
         let settings = lookup(&with_platform(&[
             ("Src", "UseDevelopmentStorage=true"),
@@ -335,7 +413,27 @@ mod tests {
                     ("Src__accountName", "acct1"),
                     ("Src__clientSecret", "s3cr3t"),
                 ]),
-                "\"Src__clientSecret\" is not supported",
+                "\"Src__clientSecret\" needs Src__tenantId and Src__clientId",
+            ),
+            (
+                with_platform(&[
+                    ("Src__accountName", "acct1"),
+                    ("Src__clientSecret", "s3cr3t"),
+                    ("Src__credential", "managedidentity"),
+                    ("Src__tenantId", "t"),
+                    ("Src__clientId", "c"),
+                ]),
+                "contradict each other",
+            ),
+            (
+                with_platform(&[
+                    ("Src__accountName", "acct1"),
+                    ("Src__clientSecret", "s3cr3t"),
+                    ("Src__tenantId", "t"),
+                    ("Src__clientId", "c"),
+                    (AUTHORITY_SETTING, "http://login.example.com"),
+                ]),
+                "\"AZURE_AUTHORITY_HOST\" is not an https URL",
             ),
             (
                 vec![("Src__accountName", "acct1")],

@@ -194,3 +194,77 @@ async fn a_token_for_another_audience_is_a_clear_refusal_naming_the_connection()
     }
     assert!(!message.contains(&identity.header), "{message}");
 }
+
+/// Where no managed identity exists (a developer's machine), an app registration's secret
+/// reaches storage: `C__tenantId`, `C__clientId`, `C__clientSecret`, the authority from
+/// `AZURE_AUTHORITY_HOST`. A wrong secret is a permanent error with the authority's reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_app_registrations_secret_reaches_storage_without_a_managed_identity() {
+    let azurite = OAuthAzurite::start();
+    let authority = IdentityEndpoint::start(Issuing::default());
+    authority.register("dev-app", "the-secret");
+    let settings = |secret: &'static str| {
+        let values: Vec<(String, String)> = vec![
+            ("DEV__tableServiceUri".into(), azurite.table.clone()),
+            ("DEV__tenantId".into(), "contoso.onmicrosoft.com".into()),
+            ("DEV__clientId".into(), "dev-app".into()),
+            ("DEV__clientSecret".into(), secret.into()),
+            ("AZURE_AUTHORITY_HOST".into(), authority.authority()),
+            (
+                "TABLESCAN_TRUSTED_CA_FILE".into(),
+                azurite.certificates.authority.display().to_string(),
+            ),
+        ];
+        move |name: &str| {
+            values
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        }
+    };
+    let account = tablescan::storage::connection::resolve("DEV", &settings("the-secret")).unwrap();
+    let tables = TableServiceClient::new(&account, ClientOptions::default()).unwrap();
+    let name = unique("dev");
+    tables.create_table(&name, false).await.unwrap();
+    let table = tables.table(&name).unwrap();
+    load(&table, &rows()[..50]).await;
+    let everything = tablescan::storage::table::query::Query::default();
+    assert_eq!(table.query_all(&everything).await.unwrap().len(), 50);
+    let requests = authority.requests();
+    assert_eq!(
+        requests.len(),
+        1,
+        "one token for every request: {requests:?}"
+    );
+    assert_eq!(
+        requests[0].tenant.as_deref(),
+        Some("contoso.onmicrosoft.com")
+    );
+    assert_eq!(requests[0].form["grant_type"], "client_credentials");
+
+    let wrong =
+        tablescan::storage::connection::resolve("DEV", &settings("not-the-secret")).unwrap();
+    let tables = TableServiceClient::new(&wrong, ClientOptions::default()).unwrap();
+    let error = tables
+        .table(&name)
+        .unwrap()
+        .query_all(&everything)
+        .await
+        .unwrap_err();
+    let message = error.to_string();
+    assert_eq!(
+        error.reason(),
+        tablescan::storage::Reason::Unauthenticated,
+        "{message}"
+    );
+    assert!(!error.is_transient(), "{message}");
+    for part in [
+        "dev-app",
+        "contoso.onmicrosoft.com",
+        "status 401",
+        "AADSTS7000215",
+    ] {
+        assert!(message.contains(part), "{part:?} in {message}");
+    }
+    assert!(!message.contains("not-the-secret"), "{message}");
+}

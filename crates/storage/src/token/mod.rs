@@ -13,11 +13,14 @@
 //! A token the service refuses is dropped ([`TokenCredential::forget`]) so the next request
 //! fetches a new one: a token revoked or issued with a skewed clock heals at once.
 
+mod client_secret;
+mod exchange;
 mod managed_identity;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+pub use client_secret::{ClientSecret, DEFAULT_AUTHORITY};
 pub use managed_identity::ManagedIdentity;
 
 /// The resource (audience) of tokens for Azure Storage, the same for every account and service.
@@ -85,12 +88,15 @@ pub struct TokenError {
 pub enum TokenSource {
     /// The platform's managed identity endpoint (App Service, Functions, Container Apps).
     ManagedIdentity(ManagedIdentity),
+    /// An app registration with a client secret (where there is no managed identity).
+    ClientSecret(ClientSecret),
 }
 
 impl TokenSource {
     async fn fetch(&self, http: &reqwest::Client) -> Result<AccessToken, TokenError> {
         match self {
             TokenSource::ManagedIdentity(source) => source.fetch(http).await,
+            TokenSource::ClientSecret(source) => source.fetch(http).await,
         }
     }
 
@@ -98,6 +104,7 @@ impl TokenSource {
     pub fn describe(&self) -> String {
         match self {
             TokenSource::ManagedIdentity(source) => source.describe(),
+            TokenSource::ClientSecret(source) => source.describe(),
         }
     }
 
@@ -105,6 +112,7 @@ impl TokenSource {
     fn key(&self) -> String {
         match self {
             TokenSource::ManagedIdentity(source) => source.key(),
+            TokenSource::ClientSecret(source) => source.key(),
         }
     }
 }

@@ -145,11 +145,14 @@ impl Drop for OAuthAzurite {
 }
 
 /// One token request the stand-in received.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct TokenRequest {
     pub client_id: Option<String>,
     pub resource: Option<String>,
     pub api_version: Option<String>,
+    /// For the client credentials grant: the tenant in the path and the form's fields.
+    pub tenant: Option<String>,
+    pub form: HashMap<String, String>,
 }
 
 /// What the stand-in issues, per client id (`None`: the system-assigned identity).
@@ -172,13 +175,17 @@ impl Default for Issuing {
 struct Issuer {
     default: Issuing,
     per_client: HashMap<String, Issuing>,
+    /// App registrations and their secrets, for the client credentials grant.
+    registrations: HashMap<String, String>,
     requests: Vec<TokenRequest>,
 }
 
 /// A stand-in for the managed identity endpoint (`IDENTITY_ENDPOINT`), on loopback, with the
 /// platform's contract: `GET ?api-version=2019-08-01&resource=...[&client_id=...]` with the
 /// header `X-IDENTITY-HEADER`, answered with `access_token` and `expires_on` (seconds since
-/// the epoch, as a string).
+/// the epoch, as a string). It is also an authority for the client credentials grant:
+/// `POST /{tenant}/oauth2/v2.0/token` with a form, answered with `access_token` and
+/// `expires_in` (its base URL is [`IdentityEndpoint::authority`]).
 pub struct IdentityEndpoint {
     pub url: String,
     pub header: String,
@@ -200,18 +207,30 @@ impl IdentityEndpoint {
         let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
         let app = {
             let issuer = issuer.clone();
+            let registrations = issuer.clone();
             let expected = header.clone();
-            axum::Router::new().route(
-                "/msi/token",
-                axum::routing::get(
-                    move |headers: axum::http::HeaderMap,
-                          query: axum::extract::Query<HashMap<String, String>>| {
-                        let issuer = issuer.clone();
-                        let expected = expected.clone();
-                        async move { issue(&issuer, &expected, &headers, &query.0) }
-                    },
-                ),
-            )
+            axum::Router::new()
+                .route(
+                    "/msi/token",
+                    axum::routing::get(
+                        move |headers: axum::http::HeaderMap,
+                              query: axum::extract::Query<HashMap<String, String>>| {
+                            let issuer = issuer.clone();
+                            let expected = expected.clone();
+                            async move { issue(&issuer, &expected, &headers, &query.0) }
+                        },
+                    ),
+                )
+                .route(
+                    "/{tenant}/oauth2/v2.0/token",
+                    axum::routing::post(
+                        move |tenant: axum::extract::Path<String>,
+                              form: axum::extract::Form<HashMap<String, String>>| {
+                            let issuer = registrations.clone();
+                            async move { grant(&issuer, tenant.0, form.0) }
+                        },
+                    ),
+                )
         };
         let thread = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
@@ -244,6 +263,20 @@ impl IdentityEndpoint {
             .unwrap()
             .per_client
             .insert(client_id.to_string(), issuing);
+    }
+
+    /// Registers an app with a secret, for the client credentials grant.
+    pub fn register(&self, client_id: &str, secret: &str) {
+        self.issuer
+            .lock()
+            .unwrap()
+            .registrations
+            .insert(client_id.to_string(), secret.to_string());
+    }
+
+    /// The base URL of the stand-in as an authority (`AZURE_AUTHORITY_HOST`).
+    pub fn authority(&self) -> String {
+        self.url.trim_end_matches("/msi/token").to_string()
     }
 
     /// Every request so far.
@@ -283,6 +316,7 @@ fn issue(
         client_id: query.get("client_id").cloned(),
         resource: query.get("resource").cloned(),
         api_version: query.get("api-version").cloned(),
+        ..TokenRequest::default()
     };
     issuer.requests.push(request.clone());
     let header_ok = headers
@@ -331,6 +365,64 @@ fn issue(
         "resource": request.resource,
         "token_type": "Bearer",
         "client_id": request.client_id.as_deref().unwrap_or("system"),
+    }))
+    .into_response()
+}
+
+/// A token for `issuing`, and when it expires (seconds since the epoch).
+fn token_for(issuing: &Issuing, subject: Option<&str>) -> (String, u64) {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let expires = now + issuing.lifetime.as_secs();
+    let token = jwt(&serde_json::json!({
+        "aud": issuing.audience,
+        "iss": "https://sts.windows.net/72f988bf-86f1-41af-91ab-2d7cd011db47/",
+        "iat": now,
+        "nbf": now,
+        "exp": expires,
+        "oid": subject.unwrap_or("system-assigned"),
+        "tid": "72f988bf-86f1-41af-91ab-2d7cd011db47",
+    }));
+    (token, expires)
+}
+
+/// The client credentials grant: a registered client with its secret gets a storage token.
+fn grant(
+    issuer: &Mutex<Issuer>,
+    tenant: String,
+    form: HashMap<String, String>,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let mut issuer = issuer.lock().unwrap();
+    issuer.requests.push(TokenRequest {
+        client_id: form.get("client_id").cloned(),
+        tenant: Some(tenant),
+        form: form.clone(),
+        ..TokenRequest::default()
+    });
+    let client = form.get("client_id").cloned().unwrap_or_default();
+    let known = issuer.registrations.get(&client);
+    let valid = form.get("grant_type").map(String::as_str) == Some("client_credentials")
+        && form.get("scope").map(String::as_str) == Some("https://storage.azure.com/.default")
+        && known.is_some()
+        && known == form.get("client_secret");
+    if !valid {
+        return (
+            axum::http::StatusCode::UNAUTHORIZED,
+            axum::Json(serde_json::json!({
+                "error": "invalid_client",
+                "error_description": "AADSTS7000215: Invalid client secret provided.\r\nTrace ID: x"
+            })),
+        )
+            .into_response();
+    }
+    let (token, _) = token_for(&issuer.default, Some(&client));
+    axum::Json(serde_json::json!({
+        "token_type": "Bearer",
+        "expires_in": issuer.default.lifetime.as_secs(),
+        "access_token": token,
     }))
     .into_response()
 }
