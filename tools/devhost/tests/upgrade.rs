@@ -46,6 +46,8 @@ fn build_twin() -> PathBuf {
     let _ = std::fs::remove_dir_all(&copy);
     copy_tree(&root.join("src"), &copy.join("src"));
     copy_tree(&root.join("benches"), &copy.join("benches"));
+    // The storage client, a crate the handler depends on by path.
+    copy_tree(&root.join("crates/storage"), &copy.join("crates/storage"));
     std::fs::copy(root.join("Cargo.lock"), copy.join("Cargo.lock")).unwrap();
 
     // Its own workspace (the copy lies inside this one's target directory), and a binary name

@@ -345,20 +345,7 @@ fn issue(
         },
         None => issuer.default.clone(),
     };
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let expires = now + issuing.lifetime.as_secs();
-    let token = jwt(&serde_json::json!({
-        "aud": issuing.audience,
-        "iss": "https://sts.windows.net/72f988bf-86f1-41af-91ab-2d7cd011db47/",
-        "iat": now,
-        "nbf": now,
-        "exp": expires,
-        "oid": request.client_id.as_deref().unwrap_or("system-assigned"),
-        "tid": "72f988bf-86f1-41af-91ab-2d7cd011db47",
-    }));
+    let (token, expires) = token_for(&issuing, request.client_id.as_deref());
     axum::Json(serde_json::json!({
         "access_token": token,
         "expires_on": expires.to_string(),
