@@ -72,13 +72,22 @@ fn ms(d: Duration) -> String {
     format!("{:.1}", d.as_secs_f64() * 1000.0)
 }
 
+mod common;
+
+/// Time from starting a handler process to its first answered `GET /`.
+#[derive(clap::Parser)]
+#[command(name = "cold_start")]
+struct Args {
+    #[command(flatten)]
+    cargo: common::CargoBench,
+    /// Handler binaries to measure (default: target/package/app/handler and
+    /// target/release/handler, those that exist)
+    handlers: Vec<PathBuf>,
+}
+
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let mut handlers: Vec<PathBuf> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with("--"))
-        .map(PathBuf::from)
-        .collect();
+    let Args { mut handlers, .. } = clap::Parser::parse();
     if handlers.is_empty() {
         handlers = ["target/package/app/handler", "target/release/handler"]
             .iter()

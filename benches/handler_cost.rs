@@ -43,7 +43,18 @@ fn peak_memory_kib() -> u64 {
         .unwrap_or(0)
 }
 
+mod common;
+
+/// What the handler costs per row on in-memory pages, one thread.
+#[derive(clap::Parser)]
+#[command(name = "handler_cost")]
+struct Args {
+    #[command(flatten)]
+    cargo: common::CargoBench,
+}
+
 fn main() {
+    let _: Args = clap::Parser::parse();
     let when = EdmDateTime::parse("2024-05-06T07:08:09.1234567Z").unwrap();
     let rows: Vec<Entity> = nuget_like(ROWS, 9)
         .into_iter()

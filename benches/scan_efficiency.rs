@@ -33,8 +33,19 @@ async fn run_with(table: &MemoryTable, options: &ScanOptions, quirks: Quirks) ->
         .expect("the scan finishes")
 }
 
+mod common;
+
+/// Queries and steps a scan needs, against the serial page count, on the in-memory model.
+#[derive(clap::Parser)]
+#[command(name = "scan_efficiency")]
+struct Args {
+    #[command(flatten)]
+    cargo: common::CargoBench,
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
+    let _: Args = clap::Parser::parse();
     let cases: Vec<(&str, MemoryTable)> = vec![
         (
             "1,000,000 NuGet-like rows (1-50 versions per package id)",

@@ -19,11 +19,29 @@ const ROWS_PER_PARTITION: usize = 100;
 const ROUNDS: usize = 3;
 const TABLE: &str = "benchpagethrough";
 
+mod common;
+
+/// Pages through one table with this client and with the Python SDK, side by side.
+#[derive(clap::Parser)]
+#[command(name = "storage_page_through")]
+struct Args {
+    #[command(flatten)]
+    cargo: common::CargoBench,
+    /// A connection string to the Azurite to use (scripts/bench starts one)
+    #[arg(long, env = "TABLESCAN_BENCH_STORAGE", hide_env_values = true)]
+    storage: String,
+    /// The Python interpreter with azure-data-tables (scripts/bench prepares a venv)
+    #[arg(long, env = "TABLESCAN_BENCH_PYTHON")]
+    python: String,
+}
+
 #[tokio::main]
 async fn main() {
-    let connection_string =
-        std::env::var("TABLESCAN_BENCH_STORAGE").expect("run this through scripts/bench");
-    let python = std::env::var("TABLESCAN_BENCH_PYTHON").expect("run this through scripts/bench");
+    let Args {
+        storage: connection_string,
+        python,
+        ..
+    } = clap::Parser::parse();
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/benches/python/page_through.py"

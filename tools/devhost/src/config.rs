@@ -41,6 +41,8 @@ pub struct Binding {
     pub connection: String,
     pub route: Option<String>,
     pub methods: Vec<String>,
+    /// An HTTP trigger's `authLevel`: `anonymous`, `function` (the host's default) or `admin`.
+    pub auth_level: String,
     pub binary: bool,
     /// A timer trigger's `schedule` and `runOnStartup`.
     pub schedule: Option<String>,
@@ -223,6 +225,10 @@ pub fn load_functions(script_root: &Path) -> Result<Vec<Function>, String> {
                     .unwrap_or("AzureWebJobsStorage")
                     .to_string(),
                 route: b["route"].as_str().map(str::to_string),
+                auth_level: b["authLevel"]
+                    .as_str()
+                    .unwrap_or("function")
+                    .to_ascii_lowercase(),
                 methods: b["methods"]
                     .as_array()
                     .map(|m| {

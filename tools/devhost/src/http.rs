@@ -26,6 +26,10 @@ pub struct HttpFront {
     pub port: u16,
     /// Timer functions by name, for the admin route.
     pub timers: BTreeMap<String, Arc<crate::timers::Timer>>,
+    /// With a key, HTTP triggers whose `authLevel` is not `anonymous` want it, as in Azure
+    /// (`x-functions-key` header or `code` query parameter; 401 without a body otherwise).
+    /// Without one, none is checked, as under `func start`.
+    pub function_key: Option<String>,
 }
 
 /// `POST /admin/functions/<name>`: runs a timer function now (202), as the host's admin route
@@ -143,6 +147,19 @@ pub async fn handle(State(front): State<Arc<HttpFront>>, request: Request) -> Re
             (percent_decode(k), percent_decode(v))
         })
         .collect();
+    if let Some(key) = &front.function_key {
+        let wants_key = function
+            .trigger()
+            .is_some_and(|t| t.auth_level != "anonymous");
+        let given = request
+            .headers()
+            .get("x-functions-key")
+            .and_then(|v| v.to_str().ok())
+            .or(query.get("code").map(String::as_str));
+        if wants_key && given != Some(key.as_str()) {
+            return plain(StatusCode::UNAUTHORIZED, "");
+        }
+    }
     let headers: Vec<(String, String)> = request
         .headers()
         .iter()

@@ -3,7 +3,7 @@
 //! `func start`, runs the custom handler, serves HTTP triggers and polls Azurite queues, and
 //! calls the handler exactly as the real host does, quirks included (see docs/devhost.md).
 //!
-//!     devhost [--instances N] [--port 7071] [--script-root DIR]
+//!     devhost [--instances N] [--port 7071] [--script-root DIR] [--function-key KEY]
 
 mod config;
 mod dispatch;
@@ -23,33 +23,39 @@ use std::time::Duration;
 use crate::say::{say, say_err};
 use tokio::sync::Notify;
 
+/// A local stand-in for the Azure Functions host: runs the custom handler of the app in
+/// --script-root, serves its HTTP triggers and polls Azurite queues for its queue triggers.
+#[derive(clap::Parser)]
+#[command(name = "devhost", version)]
 struct Args {
-    instances: usize,
+    /// Handler processes to run, each with its own queue polling (as instances of a scaled-out
+    /// app)
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    instances: u16,
+    /// The port the HTTP triggers answer on
+    #[arg(long, default_value_t = 7071)]
     port: u16,
+    /// The app's folder: host.json, the handler, one folder per function
+    #[arg(long, default_value = "target/app", value_name = "DIR")]
     script_root: PathBuf,
+    /// Require this function key of HTTP triggers that are not anonymous (x-functions-key or
+    /// ?code=), as Azure does; without it none is checked, as under `func start`
+    #[arg(
+        long,
+        value_name = "KEY",
+        env = "DEVHOST_FUNCTION_KEY",
+        hide_env_values = true
+    )]
+    function_key: Option<String>,
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        instances: 1,
-        port: 7071,
-        script_root: PathBuf::from("target/app"),
-    };
-    let mut iter = std::env::args().skip(1);
-    while let Some(arg) = iter.next() {
-        let mut value = |name: &str| iter.next().ok_or_else(|| format!("{name} needs a value"));
-        match arg.as_str() {
-            "--instances" => args.instances = value("--instances")?.parse().map_err(|_| "--instances takes a number from 1 to 64")?,
-            "--port" => args.port = value("--port")?.parse().map_err(|_| "--port takes a port number")?,
-            "--script-root" => args.script_root = PathBuf::from(value("--script-root")?),
-            "-h" | "--help" => return Err("usage: devhost [--instances N] [--port 7071] [--script-root DIR]".into()),
-            other => return Err(format!("unknown argument {other:?}; usage: devhost [--instances N] [--port 7071] [--script-root DIR]")),
-        }
-    }
-    if !(1..=64).contains(&args.instances) {
-        return Err("--instances takes a number from 1 to 64".into());
-    }
-    Ok(args)
+    use clap::Parser;
+    Args::try_parse().map_err(|error| {
+        // --help and --version print and succeed; a mistake names the flag and exits 2.
+        let _ = error.print();
+        std::process::exit(if error.use_stderr() { 2 } else { 0 });
+    })
 }
 
 #[tokio::main]
@@ -115,7 +121,7 @@ async fn run() -> Result<(), String> {
             .unwrap_or(Duration::from_secs(30)),
     };
     let fatal = Arc::new(Notify::new());
-    let handlers: Vec<_> = (0..args.instances)
+    let handlers: Vec<_> = (0..usize::from(args.instances))
         .map(|i| process::Handler::start(i, launch.clone(), fatal.clone()))
         .collect();
     let dispatcher = Arc::new(dispatch::Dispatcher::new(
@@ -173,6 +179,7 @@ async fn run() -> Result<(), String> {
         dispatcher: dispatcher.clone(),
         port: args.port,
         timers,
+        function_key: args.function_key.clone(),
     });
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port))
         .await

@@ -1,14 +1,11 @@
 //! The end of `scripts/dev`: fills a demo table in Azurite, copies it with a tablescan scan
-//! started over HTTP (the function app must be running on 127.0.0.1:7071), shows the scan's
-//! progress from its status endpoint, prints a summary, and checks the copy row by row.
-//!
-//! Settings (environment): AzureWebJobsStorage (default: UseDevelopmentStorage=true),
-//! TABLESCAN_DEMO_ROWS (default 100000), TABLESCAN_DEMO_URL (default http://127.0.0.1:7071).
+//! started and followed by the `tablescan` command (the function app must be running), which
+//! shows the live line and the summary, then checks the copy row by row.
 
-use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use clap::Parser;
 use tablescan::scan::model::nuget_like;
 use tablescan::storage::table::batch::Operation;
 use tablescan::storage::table::entity::{EdmDateTime, Entity, Value as Edm};
@@ -18,125 +15,80 @@ use tablescan::storage::{ClientOptions, StorageAccount, TableClient, TableServic
 const SOURCE: &str = "demopackages";
 const TARGET: &str = "demopackagescopy";
 
+/// Fills a demo table, copies it with a tablescan scan through the `tablescan` command, and
+/// checks the copy row by row.
+#[derive(Parser)]
+#[command(name = "demo")]
+struct Args {
+    /// Rows in the demo table (NuGet-like keys)
+    #[arg(long, default_value_t = 100_000, env = "TABLESCAN_DEMO_ROWS")]
+    rows: usize,
+    /// The function app's base URL
+    #[arg(
+        long,
+        default_value = "http://127.0.0.1:7071",
+        env = "TABLESCAN_DEMO_URL"
+    )]
+    url: String,
+    /// The storage the app uses (a connection string)
+    #[arg(
+        long,
+        default_value = "UseDevelopmentStorage=true",
+        env = "AzureWebJobsStorage",
+        hide_env_values = true
+    )]
+    storage: String,
+    /// The `tablescan` command (default: the one built beside this program)
+    #[arg(long, value_name = "PATH")]
+    tablescan: Option<PathBuf>,
+}
+
 #[tokio::main]
 async fn main() {
-    if let Err(why) = run().await {
+    let args = Args::parse();
+    if let Err(why) = run(args).await {
         eprintln!("demo: {why}");
         std::process::exit(1);
     }
 }
 
-async fn run() -> Result<(), String> {
-    let storage = std::env::var("AzureWebJobsStorage")
-        .unwrap_or_else(|_| "UseDevelopmentStorage=true".into());
-    let rows: usize = std::env::var("TABLESCAN_DEMO_ROWS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100_000);
-    let base =
-        std::env::var("TABLESCAN_DEMO_URL").unwrap_or_else(|_| "http://127.0.0.1:7071".into());
-    let account = StorageAccount::from_connection_string(&storage).map_err(|e| e.to_string())?;
+async fn run(args: Args) -> Result<(), String> {
+    let account = StorageAccount::from_connection_string(&args.storage)
+        .map_err(|e| format!("--storage: {e}"))?;
     let tables =
         TableServiceClient::new(&account, ClientOptions::default()).map_err(|e| e.to_string())?;
     let source = tables.table(SOURCE).map_err(|e| e.to_string())?;
 
-    let loaded = ensure_source(&tables, &source, rows).await?;
+    let loaded = ensure_source(&tables, &source, args.rows).await?;
     if tables.delete_table(TARGET).await.is_ok() {
         // A just-deleted table may be briefly unavailable in Azure; the emulator has no delay.
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
-    let http = reqwest::Client::new();
-    let request = json!({ "table": SOURCE, "action": { "type": "copy", "table": TARGET } });
-    let started = Instant::now();
-    let answer = http
-        .post(format!("{base}/api/scans"))
-        .json(&request)
-        .send()
-        .await
-        .map_err(|e| format!("the function app does not answer at {base}: {e}"))?;
-    let status = answer.status();
-    let body: Value = answer
-        .json()
-        .await
-        .map_err(|e| format!("the start answer is not JSON: {e}"))?;
-    if status.as_u16() != 202 {
-        return Err(format!("starting the scan answered {status}: {body}"));
-    }
-    let id = body["id"]
-        .as_str()
-        .ok_or("no scan id in the answer")?
-        .to_string();
-    eprintln!("demo: copy scan {id} started: {SOURCE} -> {TARGET}");
-
-    let terminal = std::io::stderr().is_terminal();
-    let mut last_line = Instant::now() - Duration::from_secs(10);
-    let final_status = loop {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let status: Value = http
-            .get(format!("{base}/api/scans/{id}"))
-            .send()
-            .await
-            .map_err(|e| format!("status: {e}"))?
-            .json()
-            .await
-            .map_err(|e| format!("status is not JSON: {e}"))?;
-        let p = &status["progress"];
-        let read = p["rowsRead"].as_u64().unwrap_or(0);
-        let fraction = (read as f64 / loaded.max(1) as f64).min(1.0);
-        let line = format!(
-            "[{:<30}] {:>3.0}% {read}/{loaded} rows, {} steps done, {} pending, {:.0} rows/s",
-            "#".repeat((fraction * 30.0) as usize),
-            fraction * 100.0,
-            p["stepsDone"],
-            p["stepsPending"],
-            p["rowsPerSecond"].as_f64().unwrap_or(0.0)
-        );
-        if terminal {
-            eprint!("\r{line}");
-            let _ = std::io::stderr().flush();
-        } else if last_line.elapsed() >= Duration::from_secs(5) {
-            eprintln!("{line}");
-            last_line = Instant::now();
-        }
-        match status["state"].as_str() {
-            Some("succeeded") | Some("failed") | Some("cancelled") => break status,
-            _ => {}
-        }
-        if started.elapsed() > Duration::from_secs(3600) {
-            return Err("the scan did not finish within an hour".into());
-        }
+    let tablescan = match args.tablescan {
+        Some(path) => path,
+        None => std::env::current_exe()
+            .map_err(|e| e.to_string())?
+            .with_file_name("tablescan"),
     };
-    if terminal {
-        eprintln!();
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    let p = &final_status["progress"];
-    println!(
-        "scan {id}: {}",
-        final_status["state"].as_str().unwrap_or("?")
+    eprintln!(
+        "demo: $ tablescan --url {} start --table {SOURCE} --copy {TARGET} --wait",
+        args.url
     );
-    println!("  rows copied     {}", p["rowsActed"]);
-    println!("  partitions      {}", p["partitions"]);
-    println!(
-        "  steps           {} ({} failed)",
-        p["stepsDone"], p["stepsFailed"]
-    );
-    println!("  queries         {}", p["queries"]);
-    println!("  seconds         {seconds:.1}");
-    println!(
-        "  rows/s          {:.0}",
-        p["rowsActed"].as_u64().unwrap_or(0) as f64 / seconds
-    );
-    println!(
-        "  longest step    {:.2} s",
-        p["longestStepSeconds"].as_f64().unwrap_or(0.0)
-    );
-    if final_status["state"] != "succeeded" {
-        return Err(format!(
-            "the scan did not succeed: {}",
-            final_status["errors"]
-        ));
+    let status = tokio::process::Command::new(&tablescan)
+        .args([
+            "--url", &args.url, "start", "--table", SOURCE, "--copy", TARGET, "--wait",
+        ])
+        .status()
+        .await
+        .map_err(|e| {
+            format!(
+                "{} could not be run ({e}): build it with `cargo build -p tablescan-cli`",
+                tablescan.display()
+            )
+        })?;
+    if !status.success() {
+        return Err(format!("the copy did not succeed ({status})"));
     }
     verify(
         &source,

@@ -162,11 +162,28 @@ fn handler_peak_kib() -> u64 {
     peak
 }
 
+/// End to end: the Python SDK's serial page-through against tablescan through devhost.
+#[derive(clap::Parser)]
+#[command(name = "e2e_bench")]
+struct Args {
+    /// A connection string to the Azurite to use (scripts/bench starts one)
+    #[arg(long, env = "TABLESCAN_BENCH_STORAGE", hide_env_values = true)]
+    storage: String,
+    /// The Python interpreter with azure-data-tables (scripts/bench prepares a venv)
+    #[arg(long, env = "TABLESCAN_BENCH_PYTHON")]
+    python: String,
+    /// The assembled function app to run with devhost
+    #[arg(long, env = "TABLESCAN_BENCH_APP", value_name = "DIR")]
+    app: String,
+}
+
 #[tokio::main]
 async fn main() {
-    let storage = std::env::var("TABLESCAN_BENCH_STORAGE").expect("run through scripts/bench");
-    let python = std::env::var("TABLESCAN_BENCH_PYTHON").expect("run through scripts/bench");
-    let app = std::env::var("TABLESCAN_BENCH_APP").expect("run through scripts/bench");
+    let Args {
+        storage,
+        python,
+        app,
+    } = clap::Parser::parse();
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../benches/python/page_through.py"

@@ -46,15 +46,22 @@ fn read(path: &Path) -> Vec<(f64, f64)> {
 const TABLESCAN: &str = "-tablescan-consumption.csv";
 const PUBLISHED: &str = "-published-consumption.csv";
 
+/// Plots the simulated consumption runs of `simulator --csv DIR` beside the published ones.
+#[derive(clap::Parser)]
+#[command(name = "plot")]
+struct Args {
+    /// The folder `simulator --csv` wrote
+    dir: String,
+    /// The PNG to write
+    out: String,
+    /// A TrueType font for the labels
+    #[arg(default_value = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")]
+    font: String,
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let (Some(dir), Some(out)) = (args.first(), args.get(1)) else {
-        return Err("usage: plot DIR OUT.png [FONT.ttf]".into());
-    };
-    let font = args
-        .get(2)
-        .map(String::as_str)
-        .unwrap_or("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf");
+    let Args { dir, out, font } = clap::Parser::parse();
+    let (dir, out, font) = (dir.as_str(), out.as_str(), font.as_str());
     let bytes: &'static [u8] = Box::leak(
         std::fs::read(font)
             .map_err(|e| format!("font {font}: {e}"))?

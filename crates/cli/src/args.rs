@@ -1,0 +1,295 @@
+//! The command line: subcommands and flags, parsed by clap (which gives `--help` everywhere,
+//! `--flag=value` as well as `--flag value`, and errors that name the flag).
+
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tablescan",
+    version,
+    about = "Start, watch and manage scans of a tablescan function app",
+    long_about = "Start, watch and manage scans of a tablescan function app over its HTTP API.\n\n\
+                  The app is found at --url (http://localhost:7071 by default, where `scripts/dev \
+                  --serve` and `func start` listen), or with --app and --resource-group through \
+                  the Azure CLI. Exit codes: 0 done (a scan that succeeded), 1 the scan failed, \
+                  2 it was cancelled, 3 the request was refused (bad request, key, no such scan), \
+                  4 the app could not be reached or answered something unexpected, 130 stopped \
+                  watching (Ctrl-C; the scan goes on)."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub app: AppArgs,
+    /// Print the API's JSON answers instead of text, for scripts
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Where the app is, and how to call it.
+#[derive(Debug, Args)]
+pub struct AppArgs {
+    /// The function app's base URL
+    #[arg(
+        long,
+        global = true,
+        env = "TABLESCAN_URL",
+        default_value = "http://localhost:7071"
+    )]
+    pub url: String,
+    /// A function key, sent as x-functions-key (Azure needs one; local hosts do not)
+    #[arg(
+        long,
+        global = true,
+        env = "TABLESCAN_FUNCTION_KEY",
+        hide_env_values = true
+    )]
+    pub key: Option<String>,
+    /// The function app's name in Azure: its URL and a key come from the Azure CLI (az)
+    #[arg(long, global = true, value_name = "NAME", requires = "resource_group")]
+    pub app: Option<String>,
+    /// The resource group of --app
+    #[arg(long, global = true, value_name = "GROUP")]
+    pub resource_group: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Start a scan (one action), and with --wait follow it to its end
+    Start(Box<StartArgs>),
+    /// Show a scan's status; --watch follows it to its end
+    Status {
+        /// The scan's id
+        id: String,
+        /// Follow the scan with a live line until it ends (Ctrl-C stops watching, not the scan)
+        #[arg(long)]
+        watch: bool,
+    },
+    /// List scans, newest first
+    List {
+        /// Only scans in this state
+        #[arg(long, value_enum)]
+        state: Option<State>,
+        /// How many scans (1 to 100)
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100))]
+        limit: u32,
+    },
+    /// Cancel a scan: running steps stop at their next page
+    Cancel {
+        /// The scan's id
+        id: String,
+    },
+    /// Run a failed scan's failed work items again (once their cause is fixed)
+    Retry {
+        /// The scan's id
+        id: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum State {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelling,
+    Cancelled,
+}
+
+impl State {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Pending => "pending",
+            State::Running => "running",
+            State::Succeeded => "succeeded",
+            State::Failed => "failed",
+            State::Cancelling => "cancelling",
+            State::Cancelled => "cancelled",
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+#[command(group(
+    ArgGroup::new("action")
+        .required(true)
+        .args(["count", "copy", "enqueue", "delete", "update", "partition_keys"])
+))]
+pub struct StartArgs {
+    /// The table to scan
+    #[arg(long)]
+    pub table: String,
+    /// The connection of the table's account (an app setting, or identity settings C__...)
+    #[arg(long, value_name = "CONNECTION")]
+    pub connection: Option<String>,
+
+    /// Count rows and partitions
+    #[arg(long, help_heading = "Action (one)")]
+    pub count: bool,
+    /// Copy every row into table TARGET (created if missing)
+    #[arg(long, value_name = "TARGET", help_heading = "Action (one)")]
+    pub copy: Option<String>,
+    /// Put one message per row on QUEUE (several, comma-separated: spread by PartitionKey)
+    #[arg(
+        long,
+        value_name = "QUEUE",
+        value_delimiter = ',',
+        help_heading = "Action (one)"
+    )]
+    pub enqueue: Option<Vec<String>>,
+    /// Delete every row (each only if unchanged since it was read); try --dry-run first
+    #[arg(long, help_heading = "Action (one)")]
+    pub delete: bool,
+    /// Change every row in place: with --set and/or --remove
+    #[arg(long, help_heading = "Action (one)")]
+    pub update: bool,
+    /// Put one message per distinct PartitionKey on QUEUE
+    #[arg(long, value_name = "QUEUE", help_heading = "Action (one)")]
+    pub partition_keys: Option<String>,
+
+    /// The connection of the copy's target table or the queue's account
+    #[arg(long, value_name = "CONNECTION", help_heading = "Action options")]
+    pub to_connection: Option<String>,
+    /// How a copy treats a row the target holds already
+    #[arg(long, value_enum, help_heading = "Action options")]
+    pub mode: Option<CopyMode>,
+    /// Properties an update writes, as entity JSON: '{"Status":"archived"}'
+    #[arg(long, value_name = "JSON", help_heading = "Action options")]
+    pub set: Option<String>,
+    /// A property an update removes (repeat for several)
+    #[arg(long, value_name = "PROPERTY", help_heading = "Action options")]
+    pub remove: Vec<String>,
+    /// One message per row or per partition (enqueue)
+    #[arg(long, value_enum, help_heading = "Action options")]
+    pub per: Option<Per>,
+    /// Message encoding (enqueue, partition-keys)
+    #[arg(long, value_enum, help_heading = "Action options")]
+    pub encoding: Option<Encoding>,
+    /// Rows per message, 1 to 1000 (enqueue)
+    #[arg(long, value_name = "N", help_heading = "Action options")]
+    pub rows_per_message: Option<u32>,
+
+    /// Only PartitionKeys starting with this
+    #[arg(long, help_heading = "Scope")]
+    pub prefix: Option<String>,
+    /// Only PartitionKeys strictly after this
+    #[arg(long, help_heading = "Scope")]
+    pub after: Option<String>,
+    /// Only PartitionKeys strictly before this
+    #[arg(long, help_heading = "Scope")]
+    pub before: Option<String>,
+    /// Only RowKeys starting with this
+    #[arg(long, help_heading = "Scope")]
+    pub row_prefix: Option<String>,
+    /// Only RowKeys strictly after this
+    #[arg(long, help_heading = "Scope")]
+    pub row_after: Option<String>,
+    /// Only RowKeys strictly before this
+    #[arg(long, help_heading = "Scope")]
+    pub row_before: Option<String>,
+    /// Only rows matching this OData filter: "Level eq 'Debug' and Size gt 1000"
+    #[arg(long, help_heading = "Scope")]
+    pub filter: Option<String>,
+    /// Only rows last written longer ago than this ISO 8601 duration: P90D, PT12H
+    #[arg(long, value_name = "DURATION", help_heading = "Scope")]
+    pub older_than: Option<String>,
+
+    /// Properties to read besides the keys (comma-separated)
+    #[arg(long, value_delimiter = ',', value_name = "PROPERTIES")]
+    pub select: Vec<String>,
+    /// Rows per query, 1 to 1000
+    #[arg(long, value_name = "N")]
+    pub page_size: Option<u32>,
+    /// prefix (parallel) or serial (the baseline page-through)
+    #[arg(long, value_enum)]
+    pub strategy: Option<Strategy>,
+    /// The scan's cap in entities per second, or "unlimited"
+    #[arg(long, value_name = "N|unlimited")]
+    pub max_rows_per_second: Option<String>,
+    /// How many rows may fail before the scan ends failed (0: none)
+    #[arg(long, value_name = "N")]
+    pub max_row_failures: Option<u64>,
+    /// Read and count what the action would do; write nothing
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Makes a repeated start answer the scan the first one started
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
+    /// Follow the scan to its end with a live line, then print a summary
+    #[arg(long)]
+    pub wait: bool,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum CopyMode {
+    Replace,
+    Merge,
+    Insert,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Per {
+    Row,
+    Partition,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Encoding {
+    Base64,
+    None,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Strategy {
+    Prefix,
+    Serial,
+}
+
+/// The name clap gives a value of a `ValueEnum` (what the API takes too).
+pub fn value_name(value: impl ValueEnum) -> String {
+    value
+        .to_possible_value()
+        .map(|v| v.get_name().to_string())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn a_start_needs_exactly_one_action() {
+        let none = Cli::try_parse_from(["tablescan", "start", "--table", "t"]);
+        assert!(none.is_err());
+        let two =
+            Cli::try_parse_from(["tablescan", "start", "--table", "t", "--count", "--delete"]);
+        let error = two.unwrap_err().to_string();
+        assert!(
+            error.contains("--count") && error.contains("--delete"),
+            "{error}"
+        );
+        let one = Cli::try_parse_from(["tablescan", "start", "--table=t", "--copy=t2", "--wait"]);
+        assert!(one.is_ok());
+    }
+
+    #[test]
+    fn bad_values_name_the_flag() {
+        let error = Cli::try_parse_from(["tablescan", "list", "--limit", "500"])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("--limit"), "{error}");
+        let error = Cli::try_parse_from(["tablescan", "list", "--state=sleeping"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("--state") && error.contains("running"),
+            "{error}"
+        );
+    }
+}

@@ -1,0 +1,219 @@
+//! The JSON body of `POST /api/scans` made from `tablescan start`'s flags. The app checks the
+//! values and answers a 400 naming the field; here only what the command line itself carries
+//! is checked (the JSON of `--set`).
+
+use serde_json::{json, Map, Value};
+
+use crate::args::{value_name, StartArgs};
+
+/// The start request, or why a flag's value cannot make one (naming the flag).
+pub fn start_request(args: &StartArgs) -> Result<Value, String> {
+    let mut body = Map::new();
+    body.insert("table".into(), json!(args.table));
+    put(&mut body, "connection", args.connection.as_deref());
+
+    let mut scope = Map::new();
+    put(&mut scope, "prefix", args.prefix.as_deref());
+    put(&mut scope, "after", args.after.as_deref());
+    put(&mut scope, "before", args.before.as_deref());
+    put(&mut scope, "rowPrefix", args.row_prefix.as_deref());
+    put(&mut scope, "rowAfter", args.row_after.as_deref());
+    put(&mut scope, "rowBefore", args.row_before.as_deref());
+    if !scope.is_empty() {
+        body.insert("scope".into(), Value::Object(scope));
+    }
+    put(&mut body, "filter", args.filter.as_deref());
+    put(&mut body, "olderThan", args.older_than.as_deref());
+    if !args.select.is_empty() {
+        body.insert("select".into(), json!(args.select));
+    }
+    if let Some(size) = args.page_size {
+        body.insert("pageSize".into(), json!(size));
+    }
+    if let Some(strategy) = args.strategy {
+        body.insert("strategy".into(), json!(value_name(strategy)));
+    }
+    if let Some(cap) = &args.max_rows_per_second {
+        // A number goes as a number; anything else ("unlimited", or a mistake the app names)
+        // as the text it is.
+        let value = cap
+            .trim()
+            .parse::<u64>()
+            .map_or_else(|_| json!(cap), |n| json!(n));
+        body.insert("maxRowsPerSecond".into(), value);
+    }
+    if let Some(failures) = args.max_row_failures {
+        body.insert("maxRowFailures".into(), json!(failures));
+    }
+    if args.dry_run {
+        body.insert("dryRun".into(), json!(true));
+    }
+    body.insert("action".into(), action(args)?);
+    Ok(Value::Object(body))
+}
+
+fn action(args: &StartArgs) -> Result<Value, String> {
+    let mut action = Map::new();
+    let target_connection = args.to_connection.as_deref();
+    if args.count {
+        action.insert("type".into(), json!("count"));
+    } else if let Some(target) = &args.copy {
+        action.insert("type".into(), json!("copy"));
+        action.insert("table".into(), json!(target));
+        put(&mut action, "connection", target_connection);
+        if let Some(mode) = args.mode {
+            action.insert("mode".into(), json!(value_name(mode)));
+        }
+    } else if let Some(queues) = &args.enqueue {
+        action.insert("type".into(), json!("enqueue"));
+        match queues.as_slice() {
+            [one] => action.insert("queue".into(), json!(one)),
+            many => action.insert("queues".into(), json!(many)),
+        };
+        put(&mut action, "connection", target_connection);
+        if let Some(per) = args.per {
+            action.insert("per".into(), json!(value_name(per)));
+        }
+        if let Some(encoding) = args.encoding {
+            action.insert("encoding".into(), json!(value_name(encoding)));
+        }
+        if let Some(rows) = args.rows_per_message {
+            action.insert("rowsPerMessage".into(), json!(rows));
+        }
+    } else if args.delete {
+        action.insert("type".into(), json!("delete"));
+    } else if args.update {
+        action.insert("type".into(), json!("update"));
+        if let Some(set) = &args.set {
+            let value: Value = serde_json::from_str(set).map_err(|e| {
+                format!(
+                    "--set is not JSON ({e}): give an object such as '{{\"Status\":\"archived\"}}'"
+                )
+            })?;
+            if !value.is_object() {
+                return Err(
+                    "--set must be a JSON object of properties: '{\"Status\":\"archived\"}'".into(),
+                );
+            }
+            action.insert("set".into(), value);
+        }
+        if !args.remove.is_empty() {
+            action.insert("remove".into(), json!(args.remove));
+        }
+    } else if let Some(queue) = &args.partition_keys {
+        action.insert("type".into(), json!("partition-keys"));
+        action.insert("queue".into(), json!(queue));
+        put(&mut action, "connection", target_connection);
+        if let Some(encoding) = args.encoding {
+            action.insert("encoding".into(), json!(value_name(encoding)));
+        }
+    }
+    Ok(Value::Object(action))
+}
+
+fn put(object: &mut Map<String, Value>, name: &str, value: Option<&str>) {
+    if let Some(value) = value {
+        object.insert(name.into(), json!(value));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::{Cli, Command};
+    use clap::Parser;
+
+    fn request(args: &[&str]) -> Result<Value, String> {
+        let mut all = vec!["tablescan", "start"];
+        all.extend_from_slice(args);
+        let Command::Start(start) = Cli::try_parse_from(all).unwrap().command else {
+            panic!("not a start");
+        };
+        start_request(&start)
+    }
+
+    #[test]
+    fn flags_become_the_apis_fields() {
+        let body = request(&[
+            "--table=logs",
+            "--connection",
+            "LOGS",
+            "--prefix=2025-",
+            "--row-after",
+            "r",
+            "--filter",
+            "Level eq 'Debug'",
+            "--older-than=P90D",
+            "--dry-run",
+            "--max-rows-per-second=2000",
+            "--delete",
+        ])
+        .unwrap();
+        assert_eq!(
+            body,
+            json!({
+                "table": "logs", "connection": "LOGS",
+                "scope": {"prefix": "2025-", "rowAfter": "r"},
+                "filter": "Level eq 'Debug'", "olderThan": "P90D",
+                "maxRowsPerSecond": 2000, "dryRun": true,
+                "action": {"type": "delete"}
+            })
+        );
+    }
+
+    #[test]
+    fn each_action_carries_its_options() {
+        assert_eq!(
+            request(&[
+                "--table=t",
+                "--copy=t2",
+                "--to-connection=B",
+                "--mode=merge"
+            ])
+            .unwrap()["action"],
+            json!({"type": "copy", "table": "t2", "connection": "B", "mode": "merge"})
+        );
+        assert_eq!(
+            request(&[
+                "--table=t",
+                "--enqueue=q1,q2",
+                "--per=partition",
+                "--encoding=none"
+            ])
+            .unwrap()["action"],
+            json!({"type": "enqueue", "queues": ["q1", "q2"], "per": "partition", "encoding": "none"})
+        );
+        assert_eq!(
+            request(&["--table=t", "--enqueue=q", "--rows-per-message=32"]).unwrap()["action"],
+            json!({"type": "enqueue", "queue": "q", "rowsPerMessage": 32})
+        );
+        assert_eq!(
+            request(&[
+                "--table=t",
+                "--update",
+                "--set={\"S\":1}",
+                "--remove=A",
+                "--remove=B"
+            ])
+            .unwrap()["action"],
+            json!({"type": "update", "set": {"S": 1}, "remove": ["A", "B"]})
+        );
+        assert_eq!(
+            request(&["--table=t", "--partition-keys=pk"]).unwrap()["action"],
+            json!({"type": "partition-keys", "queue": "pk"})
+        );
+        assert_eq!(
+            request(&["--table=t", "--count", "--max-rows-per-second=unlimited"]).unwrap()
+                ["maxRowsPerSecond"],
+            json!("unlimited")
+        );
+    }
+
+    #[test]
+    fn a_set_that_is_not_a_json_object_names_the_flag() {
+        for bad in ["{oops", "[1]"] {
+            let error = request(&["--table=t", "--update", "--set", bad]).unwrap_err();
+            assert!(error.starts_with("--set"), "{error}");
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! Following a scan to its end: a live line redrawn in place on a terminal (indicatif), one
+//! plain line every few seconds otherwise (a log, a CI job), and the summary at the end.
+//! Ctrl-C stops the watching, never the scan.
+
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::api::{Api, ApiError};
+use crate::show;
+
+/// How often the status is read while watching.
+const POLL: Duration = Duration::from_secs(1);
+/// How often a plain line is printed when the output is not a terminal.
+const PLAIN_EVERY: Duration = Duration::from_secs(5);
+
+/// How following a scan ended.
+pub enum Followed {
+    /// The scan ended; its last status.
+    Ended(Value),
+    /// The user pressed Ctrl-C; the scan goes on.
+    Interrupted,
+}
+
+/// Reads the scan's status until it ends, showing its progress on stderr.
+pub async fn follow(api: &Api, id: &str, scope_rows: Option<u64>) -> Result<Followed, ApiError> {
+    let terminal = std::io::stderr().is_terminal();
+    let bar = terminal.then(|| {
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} {elapsed:>4} {wide_msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+        );
+        bar.enable_steady_tick(Duration::from_millis(120));
+        bar
+    });
+    let mut last_plain: Option<Instant> = None;
+    let outcome = tokio::select! {
+        ended = async {
+            loop {
+                let status = read_status(api, id).await?;
+                let line = show::live_line(&status, scope_rows);
+                match &bar {
+                    Some(bar) => bar.set_message(line),
+                    None => {
+                        if last_plain.is_none_or(|at| at.elapsed() >= PLAIN_EVERY) {
+                            eprintln!("{id}: {line}");
+                            last_plain = Some(Instant::now());
+                        }
+                    }
+                }
+                if has_ended(&status) {
+                    return Ok::<_, ApiError>(Followed::Ended(status));
+                }
+                tokio::time::sleep(POLL).await;
+            }
+        } => ended?,
+        _ = tokio::signal::ctrl_c() => Followed::Interrupted,
+    };
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    Ok(outcome)
+}
+
+/// The status, read again for a few seconds when the app is briefly unavailable (a handler
+/// restarting answers 500 once; a host scaling in drops a connection).
+async fn read_status(api: &Api, id: &str) -> Result<Value, ApiError> {
+    let mut tries = 0;
+    loop {
+        match api.status(id).await {
+            Ok(status) => return Ok(status),
+            Err(error @ (ApiError::Unexpected { .. } | ApiError::NotRunning { .. }))
+                if tries < 5 =>
+            {
+                tries += 1;
+                let _ = error;
+                tokio::time::sleep(POLL).await;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+/// Whether the scan is over: succeeded, failed or cancelled.
+pub fn has_ended(status: &Value) -> bool {
+    matches!(
+        status["state"].as_str(),
+        Some("succeeded" | "failed" | "cancelled")
+    )
+}
+
+/// The exit code a scan's final state gives: 0 succeeded, 1 failed, 2 cancelled.
+pub fn exit_code(status: &Value) -> i32 {
+    match status["state"].as_str() {
+        Some("succeeded") => 0,
+        Some("cancelled" | "cancelling") => 2,
+        _ => 1,
+    }
+}
+
+/// The rows in the scope of `spec`, if an earlier count of the same scope succeeded: the time
+/// left can then be told. Looks at the 50 newest succeeded scans and reads at most five.
+pub async fn rows_in_scope(api: &Api, spec: &Value) -> Option<u64> {
+    // A count of rows older than a moving moment is not the same scope twice.
+    if !spec["olderThan"].is_null() {
+        return None;
+    }
+    let page = api.list(Some("succeeded"), 50, None).await.ok()?;
+    let candidates = page["scans"]
+        .as_array()?
+        .iter()
+        .filter(|s| s["action"] == "count" && s["table"] == spec["table"])
+        .filter_map(|s| s["id"].as_str().map(str::to_string))
+        .take(5)
+        .collect::<Vec<_>>();
+    for id in candidates {
+        let Ok(earlier) = api.status(&id).await else {
+            continue;
+        };
+        let same = ["connection", "scope", "filter"]
+            .iter()
+            .all(|field| earlier["spec"][field] == spec[field])
+            && earlier["spec"]["olderThan"].is_null()
+            && earlier["spec"]["dryRun"] != true;
+        if same {
+            if let Some(rows) = earlier["result"]["rows"].as_u64() {
+                return Some(rows);
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn final_states_give_exit_codes() {
+        assert_eq!(exit_code(&json!({"state": "succeeded"})), 0);
+        assert_eq!(exit_code(&json!({"state": "failed"})), 1);
+        assert_eq!(exit_code(&json!({"state": "cancelled"})), 2);
+        assert!(has_ended(&json!({"state": "cancelled"})));
+        assert!(!has_ended(&json!({"state": "cancelling"})));
+        assert!(!has_ended(&json!({"state": "running"})));
+    }
+}
