@@ -57,11 +57,13 @@ pub fn what(status: &Value) -> String {
 }
 
 /// The live line: state, rows and rate, steps, failures, throttling, the time left when the
-/// scope's size is known, and the stall explanation when there is one.
-pub fn live_line(status: &Value, scope_rows: Option<u64>) -> String {
+/// scope's size is known, and the stall explanation when there is one. `recent_rate` is the
+/// rate the watcher saw over the last seconds; without it, the status's average since the
+/// start (which understates a scan that is still ramping up).
+pub fn live_line(status: &Value, scope_rows: Option<u64>, recent_rate: Option<f64>) -> String {
     let p = &status["progress"];
     let read = number(&p["rowsRead"]);
-    let rate = p["rowsPerSecond"].as_f64().unwrap_or(0.0);
+    let rate = recent_rate.unwrap_or_else(|| p["rowsPerSecond"].as_f64().unwrap_or(0.0));
     let mut line = format!(
         "{}  {} rows",
         status["state"].as_str().unwrap_or("?"),
@@ -265,14 +267,19 @@ mod tests {
 
     #[test]
     fn the_live_line_shows_progress_and_the_time_left_when_the_scope_is_known() {
-        let line = live_line(&running(), Some(100_000));
+        let line = live_line(&running(), Some(100_000), None);
         assert_eq!(
             line,
             "running  25,000 rows of 100,000 (25%)  5,000/s  steps 9 done, 14 pending  \
              throttled 3  ETA 15s  — waiting for instances"
         );
-        let line = live_line(&running(), None);
+        let line = live_line(&running(), None, None);
         assert!(!line.contains("ETA") && !line.contains('%'), "{line}");
+        let line = live_line(&running(), Some(100_000), Some(15_000.0));
+        assert!(
+            line.contains("15,000/s") && line.contains("ETA 5s"),
+            "{line}"
+        );
     }
 
     #[test]

@@ -36,11 +36,13 @@ pub async fn follow(api: &Api, id: &str, scope_rows: Option<u64>) -> Result<Foll
         bar
     });
     let mut last_plain: Option<Instant> = None;
+    let mut rate = RecentRate::default();
     let outcome = tokio::select! {
         ended = async {
             loop {
                 let status = read_status(api, id).await?;
-                let line = show::live_line(&status, scope_rows);
+                let recent = rate.observe(status["progress"]["rowsRead"].as_u64().unwrap_or(0));
+                let line = show::live_line(&status, scope_rows, recent);
                 match &bar {
                     Some(bar) => bar.set_message(line),
                     None => {
@@ -62,6 +64,34 @@ pub async fn follow(api: &Api, id: &str, scope_rows: Option<u64>) -> Result<Foll
         bar.finish_and_clear();
     }
     Ok(outcome)
+}
+
+/// The rows per second over the last [`RecentRate::WINDOW`], from what the watcher read: the
+/// status's own rate is the average since the start, which a scan that ramps up (or slows
+/// down) belies, and the time left should follow what it does now.
+#[derive(Default)]
+struct RecentRate {
+    samples: std::collections::VecDeque<(Instant, u64)>,
+}
+
+impl RecentRate {
+    const WINDOW: Duration = Duration::from_secs(10);
+
+    /// Records `rows` read now; the rate over the window, once it spans two seconds.
+    fn observe(&mut self, rows: u64) -> Option<f64> {
+        let now = Instant::now();
+        self.samples.push_back((now, rows));
+        while self
+            .samples
+            .front()
+            .is_some_and(|(at, _)| now.duration_since(*at) > Self::WINDOW)
+        {
+            self.samples.pop_front();
+        }
+        let (first_at, first_rows) = *self.samples.front()?;
+        let span = now.duration_since(first_at).as_secs_f64();
+        (span >= 2.0).then(|| rows.saturating_sub(first_rows) as f64 / span)
+    }
 }
 
 /// The status, read again for a few seconds when the app is briefly unavailable (a handler

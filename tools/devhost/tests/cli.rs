@@ -160,6 +160,31 @@ async fn start_wait_status_list_and_cancel_through_the_command() {
     .await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let slow = text(&out.stdout).trim().to_string();
+    // Ctrl-C while watching stops the watching, says so, and leaves the scan running.
+    let watching = tokio::process::Command::new(tablescan_binary())
+        .args(["--url", &url, "status", &slow, "--watch"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let interrupted = std::process::Command::new("kill")
+        .args(["-INT", &watching.id().unwrap().to_string()])
+        .status()
+        .unwrap();
+    assert!(interrupted.success());
+    let out = watching.wait_with_output().await.unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains(&format!("stopped watching; scan {slow} goes on")),
+        "{}",
+        text(&out.stderr)
+    );
+    let still = host.status(&slow).await;
+    assert!(
+        matches!(still["state"].as_str(), Some("pending" | "running")),
+        "the scan goes on: {still}"
+    );
     let out = tablescan(&url, &["cancel", &slow], &[]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(
