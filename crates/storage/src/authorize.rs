@@ -85,7 +85,8 @@ pub(crate) fn authorize(
                 ),
             }
         }
-        Service::Queue => {
+        // Blob requests are signed as Queue requests are (the Blob, Queue and File layout).
+        Service::Queue | Service::Blob => {
             let query: Vec<(String, String)> = url
                 .query_pairs()
                 .map(|(k, v)| (k.into_owned(), v.into_owned()))

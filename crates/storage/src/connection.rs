@@ -3,8 +3,8 @@
 //! - an app setting named `C` holds a connection string (account key, SAS, or
 //!   `UseDevelopmentStorage=true`);
 //! - or settings under the prefix `C__` describe a connection by identity: `C__accountName`, or
-//!   the service URIs `C__tableServiceUri` and `C__queueServiceUri` (`C__blobServiceUri` is the
-//!   host's business); `C__credential` = `managedidentity` (the default); `C__clientId` for a
+//!   the service URIs `C__tableServiceUri`, `C__queueServiceUri` and `C__blobServiceUri`;
+//!   `C__credential` = `managedidentity` (the default); `C__clientId` for a
 //!   user-assigned identity. `:` separates as well as `__` (`C:accountName`), as in
 //!   local.settings.json.
 //!
@@ -101,7 +101,8 @@ fn by_identity(
     let account_name = get("accountName");
     let table_uri = get("tableServiceUri");
     let queue_uri = get("queueServiceUri");
-    if account_name.is_none() && table_uri.is_none() && queue_uri.is_none() {
+    let blob_uri = get("blobServiceUri");
+    if account_name.is_none() && table_uri.is_none() && queue_uri.is_none() && blob_uri.is_none() {
         if let Some((setting, _)) = get("serviceUri") {
             return Err(ConnectionError::Identity {
                 setting,
@@ -179,6 +180,7 @@ fn by_identity(
     };
     let (table, table_setting) = endpoint(table_uri, "TableEndpoint", "tableServiceUri", "table")?;
     let (queue, queue_setting) = endpoint(queue_uri, "QueueEndpoint", "queueServiceUri", "queue")?;
+    let (blob, blob_setting) = endpoint(blob_uri, "BlobEndpoint", "blobServiceUri", "blob")?;
 
     let source = match client_secret {
         Some((secret_setting, secret)) => {
@@ -190,9 +192,9 @@ fn by_identity(
     Ok(StorageAccount::by_token(
         account_name.map(|(_, account)| account),
         credential,
-        [table, queue],
+        [table, queue, blob],
         derived,
-        [table_setting, queue_setting],
+        [table_setting, queue_setting, blob_setting],
     ))
 }
 

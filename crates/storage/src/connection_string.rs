@@ -2,7 +2,7 @@
 //!
 //! Four forms are accepted: the account key form (`AccountName`, `AccountKey`, optional
 //! `DefaultEndpointsProtocol` and `EndpointSuffix`), the same with explicit `TableEndpoint` /
-//! `QueueEndpoint`, the SAS form (`SharedAccessSignature` with explicit endpoints), and
+//! `QueueEndpoint` / `BlobEndpoint`, the SAS form (`SharedAccessSignature` with explicit endpoints), and
 //! `UseDevelopmentStorage=true` for the local emulator (path-style endpoints on 127.0.0.1).
 //! Each `;`-separated pair is split at its first `=` only, since base64 keys and SAS tokens
 //! contain `=`. Names are matched without regard to case; unknown names are ignored, as the
@@ -25,13 +25,14 @@ pub struct StorageAccount {
     credential: Credential,
     table_endpoint: Option<Endpoint>,
     queue_endpoint: Option<Endpoint>,
+    blob_endpoint: Option<Endpoint>,
     /// The endpoints the connection string does not give, made from its account name (e.g.
     /// `QueueEndpoint`): when one cannot be reached, the error says it was made up.
     derived: Vec<&'static str>,
     /// The settings that give (or would give) the Table and Queue endpoints, as the user wrote
     /// them: `TableEndpoint` in a connection string, `C__tableServiceUri` for a connection by
     /// identity (see [`StorageAccount::setting_name`]).
-    endpoint_settings: [String; 2],
+    endpoint_settings: [String; 3],
     /// Certificates trusted as roots beside the built-in ones (an emulator's over HTTPS).
     trusted_roots: TrustedRoots,
 }
@@ -118,7 +119,9 @@ pub enum ConnectionStringError {
     InvalidEndpoint(&'static str),
     #[error("UseDevelopmentStorage must be true when present")]
     InvalidDevelopmentStorage,
-    #[error("a SAS connection string needs an explicit TableEndpoint or QueueEndpoint")]
+    #[error(
+        "a SAS connection string needs an explicit TableEndpoint, QueueEndpoint or BlobEndpoint"
+    )]
     SasWithoutEndpoint,
 }
 
@@ -179,7 +182,8 @@ impl StorageAccount {
         };
         let table_endpoint = endpoint("TableEndpoint", "table")?;
         let queue_endpoint = endpoint("QueueEndpoint", "queue")?;
-        if table_endpoint.is_none() && queue_endpoint.is_none() {
+        let blob_endpoint = endpoint("BlobEndpoint", "blob")?;
+        if table_endpoint.is_none() && queue_endpoint.is_none() && blob_endpoint.is_none() {
             return Err(ConnectionStringError::SasWithoutEndpoint);
         }
         Ok(StorageAccount {
@@ -187,10 +191,16 @@ impl StorageAccount {
             credential,
             table_endpoint,
             queue_endpoint,
+            blob_endpoint,
             derived,
-            endpoint_settings: ["TableEndpoint".into(), "QueueEndpoint".into()],
+            endpoint_settings: Self::connection_string_settings(),
             trusted_roots: TrustedRoots::default(),
         })
+    }
+
+    /// How a connection string names its endpoints.
+    fn connection_string_settings() -> [String; 3] {
+        ["TableEndpoint", "QueueEndpoint", "BlobEndpoint"].map(String::from)
     }
 
     /// An account reached by a token: `endpoint_settings` name the settings that gave the
@@ -198,16 +208,17 @@ impl StorageAccount {
     pub(crate) fn by_token(
         name: Option<String>,
         credential: Credential,
-        endpoints: [Option<Endpoint>; 2],
+        endpoints: [Option<Endpoint>; 3],
         derived: Vec<&'static str>,
-        endpoint_settings: [String; 2],
+        endpoint_settings: [String; 3],
     ) -> Self {
-        let [table_endpoint, queue_endpoint] = endpoints;
+        let [table_endpoint, queue_endpoint, blob_endpoint] = endpoints;
         StorageAccount {
             name,
             credential,
             table_endpoint,
             queue_endpoint,
+            blob_endpoint,
             derived,
             endpoint_settings,
             trusted_roots: TrustedRoots::default(),
@@ -232,6 +243,7 @@ impl StorageAccount {
         match endpoint {
             "TableEndpoint" => &self.endpoint_settings[0],
             "QueueEndpoint" => &self.endpoint_settings[1],
+            "BlobEndpoint" => &self.endpoint_settings[2],
             other => other,
         }
     }
@@ -267,8 +279,12 @@ impl StorageAccount {
                 &format!("{origin}:10001/{EMULATOR_ACCOUNT}"),
                 "QueueEndpoint",
             )?),
+            blob_endpoint: Some(Endpoint::parse(
+                &format!("{origin}:10000/{EMULATOR_ACCOUNT}"),
+                "BlobEndpoint",
+            )?),
             derived: Vec::new(),
-            endpoint_settings: ["TableEndpoint".into(), "QueueEndpoint".into()],
+            endpoint_settings: Self::connection_string_settings(),
             trusted_roots: TrustedRoots::default(),
         })
     }
@@ -297,6 +313,11 @@ impl StorageAccount {
     /// The Queue service endpoint, if the connection string has one.
     pub fn queue_endpoint(&self) -> Option<&Endpoint> {
         self.queue_endpoint.as_ref()
+    }
+
+    /// The Blob service endpoint, if the connection string has one.
+    pub fn blob_endpoint(&self) -> Option<&Endpoint> {
+        self.blob_endpoint.as_ref()
     }
 
     /// A connection string for the emulator account at explicit endpoints (free ports in tests).

@@ -1,10 +1,11 @@
 //! The Azure Storage REST client: connections (strings or identities), Shared Key, SAS and
-//! bearer token authorization, the Table and Queue operations tablescan needs, typed entities,
-//! OData filters and retries.
+//! bearer token authorization, the Table, Queue and Blob operations tablescan needs, typed
+//! entities, OData filters and retries.
 //!
 //! This layer knows HTTP and the Storage wire format, and nothing of scans or Functions.
 
 mod authorize;
+pub mod blob;
 pub mod connection;
 pub mod connection_string;
 pub mod credential;
@@ -23,6 +24,7 @@ pub mod table;
 pub mod throttled;
 pub mod token;
 
+pub use blob::{BlobServiceClient, ContainerClient};
 pub use connection::{ConnectionError, SettingLookup};
 pub use connection_string::{ConnectionStringError, StorageAccount};
 pub use error::{ErrorKind, ServiceError, StorageError};

@@ -121,9 +121,41 @@ pub fn validate_table_name(name: &str) -> Result<(), NameError> {
 /// Queue names: 3 to 63 lowercase letters, digits and single dashes, starting and ending with a
 /// letter or digit.
 pub fn validate_queue_name(name: &str) -> Result<(), NameError> {
+    lowercase_dashed("queue", name)
+}
+
+/// Blob container names follow the queue rules (3 to 63 lowercase letters, digits and single
+/// dashes, starting and ending with a letter or digit).
+pub fn validate_container_name(name: &str) -> Result<(), NameError> {
+    lowercase_dashed("container", name)
+}
+
+/// Blob names: 1 to 1,024 characters, no control characters, not ending with `.` or `/` (the
+/// service would drop or misread those).
+pub fn validate_blob_name(name: &str) -> Result<(), NameError> {
     let fail = |rule| {
         Err(NameError {
-            what: "queue",
+            what: "blob",
+            name: shorten(name),
+            rule,
+        })
+    };
+    if !(1..=1024).contains(&name.chars().count()) {
+        return fail("it must be 1 to 1,024 characters long");
+    }
+    if name.chars().any(char::is_control) {
+        return fail("it may not contain control characters");
+    }
+    if name.ends_with('.') || name.ends_with('/') {
+        return fail("it may not end with a dot or a slash");
+    }
+    Ok(())
+}
+
+fn lowercase_dashed(what: &'static str, name: &str) -> Result<(), NameError> {
+    let fail = |rule| {
+        Err(NameError {
+            what,
             name: shorten(name),
             rule,
         })

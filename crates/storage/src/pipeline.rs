@@ -77,6 +77,7 @@ impl std::fmt::Debug for ClientOptions {
 pub(crate) enum Service {
     Table,
     Queue,
+    Blob,
 }
 
 /// One request, described before it is signed.
@@ -211,6 +212,8 @@ impl Pipeline {
     pub fn pacing_target(&self, path: &str) -> String {
         match self.service {
             Service::Table => format!("table {}", self.endpoint.as_str()),
+            // Blob targets are per account (and per blob, which one step writes once).
+            Service::Blob => format!("blob {}", self.endpoint.as_str()),
             Service::Queue => {
                 let queue = path.trim_start_matches('/').split('/').next().unwrap_or("");
                 format!("queue {}/{queue}", self.endpoint.as_str())

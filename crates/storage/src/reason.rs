@@ -52,6 +52,10 @@ pub enum Missing {
     Entity,
     /// A queue message (`MessageNotFound`), gone or its pop receipt stale.
     Message,
+    /// A blob container (`ContainerNotFound`).
+    Container,
+    /// A blob (`BlobNotFound`).
+    Blob,
     /// The code named nothing known, or there was none.
     Unknown,
 }
@@ -78,6 +82,8 @@ impl Reason {
                 Some("QueueNotFound") => Missing::Queue,
                 Some("ResourceNotFound" | "EntityNotFound") => Missing::Entity,
                 Some("MessageNotFound") => Missing::Message,
+                Some("ContainerNotFound") => Missing::Container,
+                Some("BlobNotFound") => Missing::Blob,
                 _ => Missing::Unknown,
             }),
             // A create's conflict, with or without its code; other codes are other conflicts.

@@ -196,7 +196,7 @@ async fn a_token_for_another_audience_is_a_clear_refusal_naming_the_connection()
 }
 
 /// Where no managed identity exists (a developer's machine), an app registration's secret
-/// reaches storage: `C__tenantId`, `C__clientId`, `C__clientSecret`, the authority from
+/// reaches storage (tables and blobs): `C__tenantId`, `C__clientId`, `C__clientSecret`, the authority from
 /// `AZURE_AUTHORITY_HOST`. A wrong secret is a permanent error with the authority's reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_app_registrations_secret_reaches_storage_without_a_managed_identity() {
@@ -206,6 +206,7 @@ async fn an_app_registrations_secret_reaches_storage_without_a_managed_identity(
     let settings = |secret: &'static str| {
         let values: Vec<(String, String)> = vec![
             ("DEV__tableServiceUri".into(), azurite.table.clone()),
+            ("DEV__blobServiceUri".into(), azurite.blob.clone()),
             ("DEV__tenantId".into(), "contoso.onmicrosoft.com".into()),
             ("DEV__clientId".into(), "dev-app".into()),
             ("DEV__clientSecret".into(), secret.into()),

@@ -61,6 +61,7 @@ pub struct OAuthAzurite {
     child: Option<Child>,
     pub table: String,
     pub queue: String,
+    pub blob: String,
     pub certificates: Certificates,
     dir: PathBuf,
 }
@@ -99,7 +100,7 @@ impl OAuthAzurite {
             .spawn()
             .expect("node runs the pinned Azurite (scripts/test installs it)");
         let deadline = Instant::now() + Duration::from_secs(30);
-        for port in [queue, table] {
+        for port in [blob, queue, table] {
             while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
                 assert!(Instant::now() < deadline, "Azurite did not come up");
                 std::thread::sleep(Duration::from_millis(50));
@@ -109,6 +110,7 @@ impl OAuthAzurite {
             child: Some(child),
             table: format!("https://127.0.0.1:{table}/devstoreaccount1"),
             queue: format!("https://127.0.0.1:{queue}/devstoreaccount1"),
+            blob: format!("https://127.0.0.1:{blob}/devstoreaccount1"),
             certificates,
             dir,
         }
