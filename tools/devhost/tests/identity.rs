@@ -50,9 +50,9 @@ fn borrowed(settings: &[(String, String)]) -> Vec<(&str, &str)> {
         .collect()
 }
 
-/// A count and a copy through devhost, on tokens that live 5 seconds while each scan takes
-/// about 12 (it is capped at 80 rows a second): every process refreshes its token several
-/// times mid-scan, and nothing fails. Results are read back by key.
+/// A count and a copy through devhost, on tokens that live 3 seconds while the scans take about
+/// 6 and 12 (capped at 160 entities a second): every process refreshes its token several times
+/// mid-scan, and nothing fails. Results are read back by key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_count_and_a_copy_run_by_identity_with_tokens_that_expire_mid_scan() {
     let azurite = OAuthAzurite::start();
@@ -60,7 +60,7 @@ async fn a_count_and_a_copy_run_by_identity_with_tokens_that_expire_mid_scan() {
     identity.issue_to(
         APP_IDENTITY,
         Issuing {
-            lifetime: Duration::from_secs(5),
+            lifetime: Duration::from_secs(3),
             ..Issuing::default()
         },
     );
@@ -74,7 +74,7 @@ async fn a_count_and_a_copy_run_by_identity_with_tokens_that_expire_mid_scan() {
     let mut settings = identity_settings(&azurite, &identity);
     settings.push(("TABLESCAN_STEP_MAX_QUERIES".into(), "2".into()));
     let host = Host::start(2, &borrowed(&settings));
-    let capped = |action: serde_json::Value| json!({ "table": source_name, "pageSize": 25, "maxRowsPerSecond": 80, "action": action });
+    let capped = |action: serde_json::Value| json!({ "table": source_name, "pageSize": 25, "maxRowsPerSecond": 160, "action": action });
 
     let count = host.run(capped(json!({"type": "count"}))).await;
     assert_eq!(count["state"], "succeeded", "{count}\n{}", host.log());
@@ -104,7 +104,7 @@ async fn a_count_and_a_copy_run_by_identity_with_tokens_that_expire_mid_scan() {
                 && r.resource.as_deref() == Some("https://storage.azure.com/")),
         "every token was asked for the app's identity and for storage: {requests:?}"
     );
-    // Devhost and two handlers, over two scans of about 12 s each with 5-second tokens: each
+    // Devhost and two handlers, over scans of about 18 s in all with 3-second tokens: each
     // process fetched several.
     assert!(
         requests.len() >= 9,
