@@ -241,6 +241,11 @@ impl Pipeline {
                         (&token, &self.credential)
                     {
                         if error.reason() == super::reason::Reason::Unauthenticated {
+                            tracing::warn!(
+                                operation = request.operation,
+                                resource = %request.resource,
+                                "the service refused a token ({error}); fetching a new one"
+                            );
                             credential.forget(token);
                             if !token_refused_once {
                                 token_refused_once = true;

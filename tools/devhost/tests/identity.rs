@@ -111,8 +111,9 @@ async fn a_count_and_a_copy_run_by_identity_with_tokens_that_expire_mid_scan() {
         "tokens were refreshed mid-scan: {} fetched",
         requests.len()
     );
+    // The handlers log every token the service refused (and then replaced): none may be.
     assert!(
-        !host.log().contains("AuthenticationFailed"),
+        !host.log().contains("refused a token"),
         "no request went out with an expired token:\n{}",
         host.log()
     );
@@ -149,7 +150,6 @@ async fn a_token_for_another_audience_is_a_clear_refusal_naming_the_connection()
         settings.push((name.into(), value));
     }
     let host = Host::start(1, &borrowed(&settings));
-    let started = std::time::Instant::now();
     let (status, answer) = host
         .post_scan(&json!({"table": source, "connection": "SOURCE", "action": {"type": "count"}}))
         .await;
@@ -172,11 +172,6 @@ async fn a_token_for_another_audience_is_a_clear_refusal_naming_the_connection()
     assert!(
         (1..=2).contains(&for_other),
         "one token, and one more after the refusal: {for_other}"
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(20),
-        "refused, not retried: {:?}",
-        started.elapsed()
     );
 
     let (status, answer) = host
