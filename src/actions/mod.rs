@@ -5,6 +5,7 @@
 mod copy;
 mod delete;
 mod enqueue;
+pub mod export;
 mod report;
 mod update;
 
@@ -14,6 +15,7 @@ use crate::storage::StorageError;
 pub use copy::{plan_transactions, CopyMode, CopyRows, CONCURRENCY as COPY_CONCURRENCY};
 pub use delete::DeleteRows;
 pub use enqueue::{xml_safe_json, EnqueueRows, MessageBody};
+pub use export::{ExportRows, Written};
 pub use report::{ActionCounts, Applied, GoOn, RowFailure, FAILURES_KEPT};
 pub use update::{Change, UpdateRows};
 
@@ -26,6 +28,8 @@ pub enum Action {
     Enqueue(EnqueueRows),
     Delete(DeleteRows),
     Update(UpdateRows),
+    /// Gathers the step's rows for its blob (written by the step when it ends).
+    Export(ExportRows),
 }
 
 impl Action {
@@ -37,6 +41,7 @@ impl Action {
             Action::Enqueue(enqueue) => enqueue.apply(rows, go_on).await,
             Action::Delete(delete) => delete.apply(rows, go_on).await,
             Action::Update(update) => update.apply(rows, go_on).await,
+            Action::Export(export) => Ok(export.apply(rows)),
         }
     }
 
@@ -46,9 +51,11 @@ impl Action {
     pub fn preview(&self, rows: &[Entity]) -> Applied {
         match self {
             Action::Enqueue(enqueue) => enqueue.preview(rows),
-            Action::Count | Action::Copy(_) | Action::Delete(_) | Action::Update(_) => {
-                Applied::all_acted(rows.len())
-            }
+            Action::Count
+            | Action::Copy(_)
+            | Action::Delete(_)
+            | Action::Update(_)
+            | Action::Export(_) => Applied::all_acted(rows.len()),
         }
     }
 
@@ -62,7 +69,7 @@ impl Action {
             Action::Copy(copy) => copy.target(),
             Action::Delete(delete) => delete.table(),
             Action::Update(update) => update.table(),
-            Action::Count | Action::Enqueue(_) => return None,
+            Action::Count | Action::Enqueue(_) | Action::Export(_) => return None,
         };
         Some((rows.len() as u64, target.governor()))
     }

@@ -19,7 +19,8 @@ use crate::job::spec::{
 use crate::job::Ledger;
 use crate::scan::Budget;
 use crate::storage::{
-    ClientOptions, QueueServiceClient, StorageAccount, StorageError, TableServiceClient,
+    BlobServiceClient, ClientOptions, QueueServiceClient, StorageAccount, StorageError,
+    TableServiceClient,
 };
 
 /// The largest invocation the handler reads: scan requests are refused above 1 MiB with a 413,
@@ -56,6 +57,7 @@ impl SettingLookup for Settings {
 pub struct Clients {
     tables: Result<TableServiceClient, String>,
     queues: Result<QueueServiceClient, String>,
+    blobs: Result<BlobServiceClient, String>,
 }
 
 impl Clients {
@@ -67,6 +69,11 @@ impl Clients {
     /// The Queue service client, or why the setting gives none.
     pub fn queues(&self) -> Result<&QueueServiceClient, String> {
         self.queues.as_ref().map_err(Clone::clone)
+    }
+
+    /// The Blob service client (exports and imports), or why the setting gives none.
+    pub fn blobs(&self) -> Result<&BlobServiceClient, String> {
+        self.blobs.as_ref().map_err(Clone::clone)
     }
 }
 
@@ -134,6 +141,25 @@ pub struct AppState {
 pub struct ItemQueues {
     pub range: String,
     pub partition: String,
+    /// An import's items.
+    pub export: String,
+}
+
+impl ItemQueues {
+    /// The queue a work item of `task`'s kind goes to.
+    pub fn of(&self, task: &crate::scan::item::Task) -> &str {
+        use crate::scan::item::Task;
+        match task {
+            Task::Range { .. } => &self.range,
+            Task::Partition { .. } => &self.partition,
+            Task::ExportPart { .. } | Task::ExportBlob { .. } => &self.export,
+        }
+    }
+
+    /// Every queue of work items.
+    pub fn all(&self) -> [&str; 3] {
+        [&self.range, &self.partition, &self.export]
+    }
 }
 
 /// Reads the trigger queue names from `<dir>/ScanRange/function.json` and
@@ -158,6 +184,7 @@ pub fn item_queues(dir: &std::path::Path) -> ItemQueues {
     ItemQueues {
         range: read(SCAN_RANGE, RANGE_QUEUE),
         partition: read(SCAN_PARTITION, PARTITION_QUEUE),
+        export: read(SCAN_EXPORT, EXPORT_QUEUE),
     }
 }
 
@@ -381,8 +408,10 @@ impl AppState {
         let clients = Clients {
             tables: TableServiceClient::new(&account, options.clone())
                 .map_err(|e| no_endpoint(setting, &account, "TableEndpoint", e)),
-            queues: QueueServiceClient::new(&account, options)
+            queues: QueueServiceClient::new(&account, options.clone())
                 .map_err(|e| no_endpoint(setting, &account, "QueueEndpoint", e)),
+            blobs: BlobServiceClient::new(&account, options)
+                .map_err(|e| no_endpoint(setting, &account, "BlobEndpoint", e)),
         };
         cache.insert(key, clients.clone());
         Ok(clients)
@@ -401,6 +430,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/", get(|| async { "tablescan handler" }))
         .route(&format!("/{SCAN_RANGE}"), post(scan_range))
         .route(&format!("/{SCAN_PARTITION}"), post(scan_partition))
+        .route(&format!("/{SCAN_EXPORT}"), post(scan_export))
         .route(&format!("/{START_SCAN}"), post(start_scan))
         .route(&format!("/{GET_SCAN}"), post(get_scan))
         .route(&format!("/{LIST_SCANS}"), post(list_scans))
@@ -415,6 +445,10 @@ pub fn router(state: Arc<AppState>) -> Router {
 
 async fn scan_range(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
     step::handle(&state, step::Queue::Range, &body).await
+}
+
+async fn scan_export(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    step::handle(&state, step::Queue::Export, &body).await
 }
 
 async fn scan_partition(State(state): State<Arc<AppState>>, body: Bytes) -> Response {

@@ -8,7 +8,7 @@ use time::OffsetDateTime;
 use super::app::AppState;
 use super::guard::{self, Place, Protected, Touches};
 use super::names;
-use super::names::{HTTP_REQUEST, HTTP_RESPONSE, PARTITION_OUTPUT, RANGE_OUTPUT};
+use super::names::{HTTP_REQUEST, HTTP_RESPONSE};
 use super::plan::scope_range;
 use super::protocol::{Failure, HttpRequest, Invocation, Outcome};
 use super::reach::{self, Check, Service};
@@ -28,7 +28,7 @@ fn answer(status: StatusCode, body: Value) -> Outcome {
 }
 
 /// A refusal to the caller: status, the request field at fault (if any), and why.
-struct HttpError {
+pub(super) struct HttpError {
     status: StatusCode,
     field: Option<String>,
     message: String,
@@ -44,7 +44,11 @@ impl IntoResponse for HttpError {
     }
 }
 
-fn refusal(status: StatusCode, field: Option<&str>, message: impl Into<String>) -> HttpError {
+pub(super) fn refusal(
+    status: StatusCode,
+    field: Option<&str>,
+    message: impl Into<String>,
+) -> HttpError {
     HttpError {
         status,
         field: field.map(str::to_string),
@@ -112,7 +116,7 @@ async fn try_start_scan(state: &AppState, body: &[u8]) -> Result<Response, HttpE
         Ok(cap) => *cap,
         Err(why) => return refuse(StatusCode::INTERNAL_SERVER_ERROR, None, why.clone()),
     };
-    let spec = match ScanSpec::parse_with(text, &state.settings, default_cap) {
+    let mut spec = match ScanSpec::parse_with(text, &state.settings, default_cap) {
         Ok(spec) => spec,
         Err(SpecError { field, message }) => {
             return refuse(StatusCode::BAD_REQUEST, Some(&field), message)
@@ -122,7 +126,6 @@ async fn try_start_scan(state: &AppState, body: &[u8]) -> Result<Response, HttpE
         Ok(ledger) => ledger,
         Err(why) => return refuse(StatusCode::SERVICE_UNAVAILABLE, None, why),
     };
-    prepare(state, &spec).await?;
     let id = match req.header(IDEMPOTENCY_KEY) {
         None => new_scan_id(),
         Some(key) => match idempotent_scan_id(key) {
@@ -130,8 +133,20 @@ async fn try_start_scan(state: &AppState, body: &[u8]) -> Result<Response, HttpE
             Err(why) => return refuse(StatusCode::BAD_REQUEST, Some(IDEMPOTENCY_KEY), why),
         },
     };
-    let (range, prefix) = scope_range(&spec);
-    let root = WorkItem::root(id.clone(), range, prefix);
+    prepare(state, &mut spec, &id).await?;
+    let root = match &spec.import {
+        // An import starts from the first part of the export's manifest.
+        Some(_) => WorkItem {
+            v: crate::scan::item::WORK_ITEM_VERSION,
+            scan: id.clone(),
+            depth: 0,
+            task: crate::scan::item::Task::ExportPart { part: 0, from: 0 },
+        },
+        None => {
+            let (range, prefix) = scope_range(&spec);
+            WorkItem::root(id.clone(), range, prefix)
+        }
+    };
     let created = match ledger
         .create_scan(&spec, &root, OffsetDateTime::now_utc())
         .await
@@ -190,15 +205,13 @@ async fn try_start_scan(state: &AppState, body: &[u8]) -> Result<Response, HttpE
     } else {
         Vec::new()
     };
-    Ok(Outcome::default()
-        .http(
-            HTTP_RESPONSE,
-            StatusCode::ACCEPTED,
-            &json!({ "id": id, "state": State::Pending, "status": location }),
-            &[("Location", location.clone())],
-        )
-        .messages(RANGE_OUTPUT, roots)
-        .into_response())
+    let answer = Outcome::default().http(
+        HTTP_RESPONSE,
+        StatusCode::ACCEPTED,
+        &json!({ "id": id, "state": State::Pending, "status": location }),
+        &[("Location", location.clone())],
+    );
+    Ok(super::step::with_items(answer, roots).into_response())
 }
 
 /// The request header that makes a start idempotent.
@@ -227,7 +240,7 @@ fn idempotent_scan_id(key: &str) -> Result<String, String> {
 fn guard(
     state: &AppState,
     spec: &ScanSpec,
-    source: &TableServiceClient,
+    source: Place,
     ledger_tables: &TableServiceClient,
     ledger_table: &str,
 ) -> Result<(), HttpError> {
@@ -243,8 +256,10 @@ fn guard(
         work_queues: [
             state.item_queues.range.as_str(),
             state.item_queues.partition.as_str(),
+            state.item_queues.export.as_str(),
             names::RANGE_QUEUE,
             names::PARTITION_QUEUE,
+            names::EXPORT_QUEUE,
         ]
         .map(|queue| Place::new(app_queues.endpoint(), queue))
         .to_vec(),
@@ -270,10 +285,13 @@ fn guard(
                 .collect();
             (None, places)
         }
-        ActionSpec::Count | ActionSpec::Delete | ActionSpec::Update { .. } => (None, Vec::new()),
+        ActionSpec::Count
+        | ActionSpec::Delete
+        | ActionSpec::Update { .. }
+        | ActionSpec::Export { .. } => (None, Vec::new()),
     };
     let touches = Touches {
-        source: Place::new(source.endpoint(), &spec.table),
+        source,
         target_table,
         target_queues,
     };
@@ -290,7 +308,7 @@ fn guard(
 /// writes to (not in a dry run). Checks on the way, within seconds (`functions::reach`), that
 /// the source table exists and its account takes the setting's credentials, that the target's
 /// account does, and that nothing the scan writes is protected (`functions::guard`).
-async fn prepare(state: &AppState, spec: &ScanSpec) -> Result<(), HttpError> {
+async fn prepare(state: &AppState, spec: &mut ScanSpec, id: &str) -> Result<(), HttpError> {
     let unavailable = |what: String| refusal(StatusCode::SERVICE_UNAVAILABLE, None, what);
     let ledger = state.ledger().map_err(unavailable)?;
     let ledger_account = state
@@ -311,6 +329,11 @@ async fn prepare(state: &AppState, spec: &ScanSpec) -> Result<(), HttpError> {
             .probe_clients(setting)
             .map_err(|e| refusal(StatusCode::BAD_REQUEST, Some(field), e))
     };
+    if spec.import.is_some() {
+        let source = super::export_checks::prepare_import(state, spec).await?;
+        guard(state, spec, source, ledger_tables, ledger.table().name())?;
+        return prepare_target(state, spec, id).await;
+    }
     let source_account = account(&spec.connection, "connection")?;
     let source = probe(&spec.connection, "connection")?;
     let source = source
@@ -340,7 +363,23 @@ async fn prepare(state: &AppState, spec: &ScanSpec) -> Result<(), HttpError> {
         }
         Err(e) => return Err(refused(&check, what, &e)),
     }
+    let source = Place::new(source.endpoint(), &spec.table);
     guard(state, spec, source, ledger_tables, ledger.table().name())?;
+    prepare_target(state, spec, id).await
+}
+
+/// Makes ready, or checks in a dry run, what the scan's action writes to.
+async fn prepare_target(state: &AppState, spec: &ScanSpec, id: &str) -> Result<(), HttpError> {
+    let account = |setting: &str, field: &str| {
+        state
+            .account(setting)
+            .map_err(|e| refusal(StatusCode::BAD_REQUEST, Some(field), e))
+    };
+    let probe = |setting: &str, field: &str| {
+        state
+            .probe_clients(setting)
+            .map_err(|e| refusal(StatusCode::BAD_REQUEST, Some(field), e))
+    };
     match &spec.action {
         ActionSpec::Copy {
             table, connection, ..
@@ -403,6 +442,7 @@ async fn prepare(state: &AppState, spec: &ScanSpec) -> Result<(), HttpError> {
                 checked.map_err(|e| refused(&check, &what, &e))?;
             }
         }
+        ActionSpec::Export { .. } => super::export_checks::prepare_export(state, spec, id).await?,
         ActionSpec::Count | ActionSpec::Delete | ActionSpec::Update { .. } => {}
     }
     Ok(())
@@ -414,7 +454,7 @@ fn first_key() -> Query {
 }
 
 /// Runs one account check within [`reach::CHECK_DEADLINE`]; the refusal when it takes longer.
-async fn within<T>(
+pub(super) async fn within<T>(
     check: &Check<'_>,
     what: &str,
     work: impl std::future::Future<Output = Result<T, crate::storage::StorageError>>,
@@ -429,7 +469,11 @@ async fn within<T>(
 }
 
 /// The answer for a failed account check (see `functions::reach`).
-fn refused(check: &Check<'_>, what: &str, error: &crate::storage::StorageError) -> HttpError {
+pub(super) fn refused(
+    check: &Check<'_>,
+    what: &str,
+    error: &crate::storage::StorageError,
+) -> HttpError {
     let (status, message) = reach::refusal(check, what, error);
     let field = status.is_client_error().then_some(check.field);
     refusal(status, field, message)
@@ -878,16 +922,12 @@ pub async fn retry_scan(state: &AppState, body: &[u8]) -> Response {
     };
     let retried = messages.len();
     let more = retried == usize::from(RETRY_PER_REQUEST);
-    let (ranges, partitions) = super::step::split_messages(messages);
     tracing::info!(scan = %id, "{retried} failed work items sent again");
-    Outcome::default()
-        .http(
-            HTTP_RESPONSE,
-            StatusCode::ACCEPTED,
-            &json!({ "id": id, "state": State::Running, "retried": retried, "more": more }),
-            &[],
-        )
-        .messages(RANGE_OUTPUT, ranges)
-        .messages(PARTITION_OUTPUT, partitions)
-        .into_response()
+    let answer = Outcome::default().http(
+        HTTP_RESPONSE,
+        StatusCode::ACCEPTED,
+        &json!({ "id": id, "state": State::Running, "retried": retried, "more": more }),
+        &[],
+    );
+    super::step::with_items(answer, messages).into_response()
 }

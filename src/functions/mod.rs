@@ -2,8 +2,11 @@
 //! one handler per function, and the router.
 
 pub mod app;
+mod export_checks;
 pub mod guard;
 pub mod http;
+mod import;
+pub mod manifest;
 pub mod names;
 pub mod pacing;
 pub mod plan;

@@ -8,9 +8,12 @@ use serde_json::{json, Value};
 pub const RANGE_QUEUE: &str = "tablescan-range";
 /// Queue of `partition` work items.
 pub const PARTITION_QUEUE: &str = "tablescan-partition";
+/// Queue of an import's work items (`export-part` and `export-blob`).
+pub const EXPORT_QUEUE: &str = "tablescan-export";
 
 pub const SCAN_RANGE: &str = "ScanRange";
 pub const SCAN_PARTITION: &str = "ScanPartition";
+pub const SCAN_EXPORT: &str = "ScanExport";
 pub const START_SCAN: &str = "StartScan";
 pub const GET_SCAN: &str = "GetScan";
 pub const LIST_SCANS: &str = "ListScans";
@@ -33,6 +36,8 @@ pub const ITEM_BINDING: &str = "item";
 pub const RANGE_OUTPUT: &str = "rangeItems";
 /// Output binding for follow-up `partition` items.
 pub const PARTITION_OUTPUT: &str = "partitionItems";
+/// Output binding for an import's follow-up items.
+pub const EXPORT_OUTPUT: &str = "exportItems";
 /// HTTP trigger and output bindings.
 pub const HTTP_REQUEST: &str = "req";
 pub const HTTP_RESPONSE: &str = "res";
@@ -46,6 +51,7 @@ fn queue_outputs() -> Vec<Value> {
     vec![
         json!({ "name": RANGE_OUTPUT, "type": "queue", "direction": "out", "queueName": RANGE_QUEUE, "connection": STORAGE_CONNECTION }),
         json!({ "name": PARTITION_OUTPUT, "type": "queue", "direction": "out", "queueName": PARTITION_QUEUE, "connection": STORAGE_CONNECTION }),
+        json!({ "name": EXPORT_OUTPUT, "type": "queue", "direction": "out", "queueName": EXPORT_QUEUE, "connection": STORAGE_CONNECTION }),
     ]
 }
 
@@ -72,10 +78,8 @@ pub fn function_definitions() -> Vec<(&'static str, Value)> {
     vec![
         (SCAN_RANGE, queue_function(RANGE_QUEUE)),
         (SCAN_PARTITION, queue_function(PARTITION_QUEUE)),
-        (
-            START_SCAN,
-            http_function("post", "scans", vec![queue_outputs().remove(0)]),
-        ),
+        (SCAN_EXPORT, queue_function(EXPORT_QUEUE)),
+        (START_SCAN, http_function("post", "scans", queue_outputs())),
         (GET_SCAN, http_function("get", "scans/{id}", Vec::new())),
         (LIST_SCANS, http_function("get", "scans", Vec::new())),
         (
@@ -151,7 +155,7 @@ mod tests {
 
     #[test]
     fn queue_names_are_valid() {
-        for queue in [RANGE_QUEUE, PARTITION_QUEUE] {
+        for queue in [RANGE_QUEUE, PARTITION_QUEUE, EXPORT_QUEUE] {
             crate::storage::names::validate_queue_name(queue).unwrap();
             crate::storage::names::validate_queue_name(&format!("{queue}-poison")).unwrap();
         }

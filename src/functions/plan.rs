@@ -2,7 +2,7 @@
 
 use super::app::AppState;
 use crate::actions::{
-    self, Action, Change, CopyRows, DeleteRows, EnqueueRows, MessageBody, UpdateRows,
+    self, Action, Change, CopyRows, DeleteRows, EnqueueRows, ExportRows, MessageBody, UpdateRows,
 };
 use crate::job::spec::{ActionSpec, CopyMode, Encoding, Per, ScanSpec};
 use crate::scan::keys::KeyRange;
@@ -140,6 +140,19 @@ pub fn action_for(state: &AppState, spec: &ScanSpec) -> Result<Action, String> {
                     .with_rows_per_message(*rows_per_message)
                     .spread_over(spread),
             )
+        }
+        ActionSpec::Export {
+            container,
+            connection,
+            compression,
+            ..
+        } => {
+            let container = state
+                .clients(connection)?
+                .blobs()?
+                .container(container)
+                .map_err(|e| e.to_string())?;
+            Action::Export(ExportRows::new(container, *compression))
         }
         ActionSpec::PartitionKeys {
             queue,

@@ -63,6 +63,7 @@ fn endpoint_of(check: &Check<'_>) -> String {
     match check.service {
         Service::Table => check.account.table_endpoint(),
         Service::Queue => check.account.queue_endpoint(),
+        Service::Blob => check.account.blob_endpoint(),
     }
     .map_or("(none)".to_string(), |e| e.as_str().to_string())
 }
@@ -72,6 +73,7 @@ fn endpoint_of(check: &Check<'_>) -> String {
 pub enum Service {
     Table,
     Queue,
+    Blob,
 }
 
 impl Service {
@@ -80,6 +82,7 @@ impl Service {
         match self {
             Service::Table => "TableEndpoint",
             Service::Queue => "QueueEndpoint",
+            Service::Blob => "BlobEndpoint",
         }
     }
 }

@@ -14,7 +14,7 @@ use super::names::STORAGE_CONNECTION;
 use super::protocol::{Failure, Invocation, Outcome};
 use crate::job::redrive::Stranded;
 use crate::job::{Ledger, State};
-use crate::scan::{Task, WorkItem};
+use crate::scan::WorkItem;
 use crate::storage::queue::{MessageEncoding, PutOptions};
 
 /// How long a pending item may go untouched before it counts as stranded.
@@ -62,11 +62,11 @@ pub async fn redrive_stranded(
             );
             break;
         }
-        let queue = match WorkItem::decode(&item.message).map(|w| w.task) {
-            Ok(Task::Range { .. }) => &state.item_queues.range,
-            Ok(Task::Partition { .. }) => &state.item_queues.partition,
+        let queue = match WorkItem::decode(&item.message) {
+            Ok(work) => state.item_queues.of(&work.task).to_string(),
             Err(_) => continue,
         };
+        let queue = &queue;
         if !oldest.contains_key(queue) {
             let looked = match queues.queue(queue) {
                 Ok(client) => client.oldest_visible_ms().await.map_err(|e| e.to_string()),
@@ -202,6 +202,11 @@ pub async fn sweep(state: &AppState, ledger: &Ledger) -> Result<Sweep, String> {
             .map_err(|e| e.to_string());
         let result = match looked {
             Ok(Some((status, stranded))) if wants_redrive(status.state) => {
+                if status.export.is_some() && status.progress.steps_pending == 0 {
+                    // Every step is done and the manifest is not written: the step that
+                    // finished last stopped before writing it.
+                    super::manifest::seal_if_done(state, ledger, id).await;
+                }
                 redrive_stranded(state, ledger, id, stranded, deadline)
                     .await
                     .map(|sent| done.sent += sent)

@@ -7,13 +7,16 @@ use time::OffsetDateTime;
 use tracing::Instrument;
 
 use super::app::AppState;
-use super::names::{ITEM_BINDING, PARTITION_OUTPUT, RANGE_OUTPUT, STORAGE_CONNECTION};
+use super::names::{
+    EXPORT_OUTPUT, ITEM_BINDING, PARTITION_OUTPUT, RANGE_OUTPUT, STORAGE_CONNECTION,
+};
 use super::pacing::{Reservation, StepPace};
 use super::plan::{action_for, scan_options};
 use super::protocol::{Failure, Invocation, Outcome};
 use crate::actions::{Action, ActionCounts, Applied, RowFailure, FAILURES_KEPT};
+use crate::job::exports::{BlobEntry, Layout};
 use crate::job::notes::{NotedRow, RowNotes};
-use crate::job::{Begin, Claim, FailureRecord, Finish, StepCounts};
+use crate::job::{ActionSpec, Begin, Claim, FailureRecord, Finish, StepCounts};
 use crate::scan::item::{Task, WorkItem};
 use crate::scan::reader::{PageRequest, TableReader};
 use crate::scan::{run_step, Clock, RowSink, StepError, SystemClock};
@@ -32,6 +35,8 @@ const STORAGE_DEADLINE_BUDGETS: u32 = 3;
 pub enum Queue {
     Range,
     Partition,
+    /// An import's items.
+    Export,
 }
 
 /// Runs one delivered work item.
@@ -100,12 +105,10 @@ async fn run_item(
                 }
             };
             let resent = unstarted.len();
-            let (ranges, partitions) = split_messages(unstarted);
             tracing::info!("already done; {resent} unstarted children sent again");
-            return Outcome::default()
-                .messages(RANGE_OUTPUT, ranges)
-                .messages(PARTITION_OUTPUT, partitions)
-                .into_response();
+            // Its first delivery may have stopped between its finish and the manifest.
+            super::manifest::seal_if_done(state, ledger, &item.scan).await;
+            return with_items(Outcome::default(), unstarted).into_response();
         }
         Begin::Orphan => {
             tracing::info!("written ahead by a finish that chose other work; dropped");
@@ -137,13 +140,19 @@ async fn run_item(
     let mut claim = *claim;
     let outcome = run_claimed(state, ledger, &item, &mut claim).await;
     match outcome {
-        Ok((counts, notes, follow_ups)) => {
+        Ok(StepDone {
+            counts,
+            notes,
+            blob,
+            follow_ups,
+        }) => {
             match ledger
                 .finish_noting(
                     &item,
                     &claim,
                     counts,
                     &notes,
+                    blob.as_ref(),
                     &follow_ups,
                     OffsetDateTime::now_utc(),
                 )
@@ -162,8 +171,6 @@ async fn run_item(
                     .into_response()
                 }
             }
-            let (ranges, partitions) =
-                split_messages(follow_ups.iter().map(WorkItem::encode).collect());
             tracing::info!(
                 "done: {} rows read, {} acted on, {} skipped, {} failed, {} queries, {} follow-ups, {} ms",
                 counts.rows_read,
@@ -174,10 +181,16 @@ async fn run_item(
                 follow_ups.len(),
                 counts.duration_ms
             );
-            Outcome::default()
-                .messages(RANGE_OUTPUT, ranges)
-                .messages(PARTITION_OUTPUT, partitions)
-                .into_response()
+            if follow_ups.is_empty() && matches!(claim.scan.spec.action, ActionSpec::Export { .. })
+            {
+                // Perhaps the export's last step: then its manifest is written now.
+                super::manifest::seal_if_done(state, ledger, &item.scan).await;
+            }
+            with_items(
+                Outcome::default(),
+                follow_ups.iter().map(WorkItem::encode).collect(),
+            )
+            .into_response()
         }
         Err(failure) => {
             let attempt = invocation.dequeue_count().unwrap_or(claim.attempt);
@@ -259,6 +272,7 @@ async fn send_again_later(state: &AppState, queue: Queue, item: &WorkItem) -> Re
     let name = match queue {
         Queue::Range => &state.item_queues.range,
         Queue::Partition => &state.item_queues.partition,
+        Queue::Export => &state.item_queues.export,
     };
     let options = PutOptions {
         encoding: MessageEncoding::Base64,
@@ -286,19 +300,21 @@ async fn run_claimed(
     ledger: &crate::job::Ledger,
     item: &WorkItem,
     claim: &mut Claim,
-) -> Result<(StepCounts, RowNotes, Vec<WorkItem>), StepFailure> {
+) -> Result<StepDone, StepFailure> {
     let lease = time::Duration::try_from(state.lease).unwrap_or(time::Duration::MINUTE);
     let period = (state.lease / 3).max(Duration::from_millis(100));
     let lost = std::sync::atomic::AtomicBool::new(false);
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let scan = claim.scan.clone();
+    let attempt = claim.attempt;
     let work = async {
-        let (outcome, throttled) = counting_throttled(run(state, ledger, item, &scan, &lost)).await;
+        let run = run(state, ledger, item, &scan, attempt, &lost);
+        let (outcome, throttled) = counting_throttled(run).await;
         let _ = stop.send(true);
         match outcome {
-            Ok((mut counts, notes, follow_ups)) => {
-                counts.requests_throttled = throttled;
-                Ok((counts, notes, follow_ups))
+            Ok(mut done) => {
+                done.counts.requests_throttled = throttled;
+                Ok(done)
             }
             Err(mut failure) => {
                 failure.requests_throttled = throttled;
@@ -377,28 +393,37 @@ async fn reject(ledger: &crate::job::Ledger, message_id: &str, why: &str, text: 
 fn decode(text: &str, queue: Queue) -> Result<WorkItem, String> {
     let item = WorkItem::decode(text).map_err(|e| e.to_string())?;
     match (&item.task, queue) {
-        (Task::Range { .. }, Queue::Range) | (Task::Partition { .. }, Queue::Partition) => Ok(item),
+        (Task::Range { .. }, Queue::Range)
+        | (Task::Partition { .. }, Queue::Partition)
+        | (Task::ExportPart { .. } | Task::ExportBlob { .. }, Queue::Export) => Ok(item),
         _ => Err("the work item arrived on the wrong queue for its kind".into()),
     }
 }
 
-/// Sorts encoded work items by the queue they go to.
-pub(crate) fn split_messages(messages: Vec<String>) -> (Vec<String>, Vec<String>) {
-    messages.into_iter().partition(|m| {
-        WorkItem::decode(m)
-            .map(|item| matches!(item.task, Task::Range { .. }))
-            .unwrap_or(true)
-    })
+/// `outcome` with encoded work items, each in the output binding of its kind's queue.
+pub(crate) fn with_items(outcome: Outcome, messages: Vec<String>) -> Outcome {
+    let (mut ranges, mut partitions, mut exports) = (Vec::new(), Vec::new(), Vec::new());
+    for message in messages {
+        match WorkItem::decode(&message).map(|item| item.task) {
+            Ok(Task::Partition { .. }) => partitions.push(message),
+            Ok(task) if task.is_import() => exports.push(message),
+            _ => ranges.push(message),
+        }
+    }
+    outcome
+        .messages(RANGE_OUTPUT, ranges)
+        .messages(PARTITION_OUTPUT, partitions)
+        .messages(EXPORT_OUTPUT, exports)
 }
 
 /// Passes each page to the action and adds up what it did; stops acting once the scan is
 /// cancelled.
-struct ActionSink<'a> {
+pub(super) struct ActionSink<'a> {
     action: Action,
-    counts: ActionCounts,
+    pub(super) counts: ActionCounts,
     /// Rows the action could not act on (up to [`FAILURES_KEPT`]) and, in a dry run, rows it
     /// would have acted on (as many).
-    notes: RowNotes,
+    pub(super) notes: RowNotes,
     /// Counts what the action would do and writes nothing.
     dry_run: bool,
     /// The step's clock, to tell the action when its time is up.
@@ -408,9 +433,34 @@ struct ActionSink<'a> {
     /// Set when the step's claim was lost: another delivery may be running the item.
     lost: &'a std::sync::atomic::AtomicBool,
     /// Set when a page was refused because the scan was cancelled or the claim lost.
-    cancelled: bool,
+    pub(super) cancelled: bool,
     /// Writes wait for their share of the scan's cap and the target's back-off.
     pace: &'a StepPace,
+}
+
+impl<'a> ActionSink<'a> {
+    pub(super) fn new(
+        action: Action,
+        dry_run: bool,
+        clock: SystemClock,
+        state: &'a AppState,
+        scan: &'a str,
+        lost: &'a std::sync::atomic::AtomicBool,
+        pace: &'a StepPace,
+    ) -> Self {
+        ActionSink {
+            action,
+            counts: ActionCounts::default(),
+            notes: RowNotes::default(),
+            dry_run,
+            clock,
+            state,
+            scan,
+            lost,
+            cancelled: false,
+            pace,
+        }
+    }
 }
 
 /// The step's source, read at its scan's pace: each page waits for the rows it asks for (sized
@@ -537,7 +587,7 @@ impl ActionSink<'_> {
 
 /// Whether a failed step may succeed if tried again later.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum FailureKind {
+pub(super) enum FailureKind {
     /// Throttling, a timeout, a dropped connection, a server error.
     Transient,
     /// Anything another attempt would meet again: a missing table, refused credentials, a
@@ -547,7 +597,7 @@ enum FailureKind {
 
 /// Why a step failed; the message is what the status shows.
 #[derive(Debug)]
-struct StepFailure {
+pub(super) struct StepFailure {
     kind: FailureKind,
     message: String,
     /// How many of the attempt's storage requests were answered "too busy".
@@ -555,12 +605,16 @@ struct StepFailure {
 }
 
 impl StepFailure {
-    fn permanent(message: String) -> Self {
+    pub(super) fn new(kind: FailureKind, message: String) -> Self {
         StepFailure {
-            kind: FailureKind::Permanent,
+            kind,
             message,
             requests_throttled: 0,
         }
+    }
+
+    pub(super) fn permanent(message: String) -> Self {
+        Self::new(FailureKind::Permanent, message)
     }
 }
 
@@ -582,15 +636,28 @@ impl From<StepError<StorageError>> for StepFailure {
     }
 }
 
+/// What a step did: what its finish records, and its follow-up work items.
+pub(super) struct StepDone {
+    pub counts: StepCounts,
+    pub notes: RowNotes,
+    /// The blob an export step wrote.
+    pub blob: Option<BlobEntry>,
+    pub follow_ups: Vec<WorkItem>,
+}
+
 /// Runs the step: waits for a slot in its scan's pacing, then reads and acts, paced.
 async fn run(
     state: &AppState,
     ledger: &crate::job::Ledger,
     item: &WorkItem,
     scan: &crate::job::ScanRecord,
+    attempt: u32,
     lost: &std::sync::atomic::AtomicBool,
-) -> Result<(StepCounts, RowNotes, Vec<WorkItem>), StepFailure> {
+) -> Result<StepDone, StepFailure> {
     let spec = &scan.spec;
+    if item.task.is_import() {
+        return super::import::run(state, ledger, item, scan, lost).await;
+    }
     let source = state
         .scan_source(&spec.connection, &spec.table)
         .map_err(StepFailure::permanent)?;
@@ -609,18 +676,7 @@ async fn run(
     let started = std::time::Instant::now();
     let options = scan_options(spec, state.budget).map_err(StepFailure::permanent)?;
     let clock = SystemClock::default();
-    let mut sink = ActionSink {
-        action,
-        counts: ActionCounts::default(),
-        notes: RowNotes::default(),
-        dry_run: spec.dry_run,
-        clock,
-        state,
-        scan: &item.scan,
-        lost,
-        cancelled: false,
-        pace: &pace,
-    };
+    let mut sink = ActionSink::new(action, spec.dry_run, clock, state, &item.scan, lost, &pace);
     let reader = PacedReader {
         table: &source,
         pace: &pace,
@@ -652,5 +708,32 @@ async fn run(
     } else {
         report.follow_ups
     };
-    Ok((counts, sink.notes, follow_ups))
+    // An export's rows counted as done are those in its blob: written before the finish.
+    let blob = match &sink.action {
+        Action::Export(export) if !spec.dry_run => {
+            let ActionSpec::Export { prefix, .. } = &spec.action else {
+                return Err(StepFailure::permanent(
+                    "an export action without an export spec".into(),
+                ));
+            };
+            let layout = Layout { prefix };
+            let name = layout.data(&item.scan, &item.id(), attempt, export.compression());
+            crate::storage::deadline::within(deadline, export.write(&name))
+                .await
+                .map_err(|e| StepFailure::from(StepError::<StorageError>::Action(e)))?
+                .map(|written| BlobEntry {
+                    name: written.name,
+                    rows: written.rows,
+                    bytes: written.bytes,
+                    sha256: written.sha256,
+                })
+        }
+        _ => None,
+    };
+    Ok(StepDone {
+        counts,
+        notes: sink.notes,
+        blob,
+        follow_ups,
+    })
 }

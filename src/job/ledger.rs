@@ -15,6 +15,7 @@
 use serde::Serialize;
 use time::OffsetDateTime;
 
+use super::exports::BlobEntry;
 use super::notes::RowNotes;
 use super::rows::{
     self, counter_key, date, done_key, millis, pending_key, shard_of, text, DoneRow, FailedRow,
@@ -66,6 +67,8 @@ pub struct ScanRecord {
     pub created_at: OffsetDateTime,
     pub started_at: Option<OffsetDateTime>,
     pub cancelled_at: Option<OffsetDateTime>,
+    /// An export's: when its manifest was written (its scan succeeds then, not before).
+    pub manifest_at: Option<OffsetDateTime>,
 }
 
 /// What `create_scan` did.
@@ -493,24 +496,35 @@ impl Ledger {
         children: &[WorkItem],
         now: OffsetDateTime,
     ) -> Result<Finish, LedgerError> {
-        self.finish_noting(item, claim, counts, &RowNotes::default(), children, now)
-            .await
+        self.finish_noting(
+            item,
+            claim,
+            counts,
+            &RowNotes::default(),
+            None,
+            children,
+            now,
+        )
+        .await
     }
 
-    /// [`Ledger::finish`], also storing the rows the step noted (in the same transaction, so
-    /// they are stored exactly when the step counts).
+    /// [`Ledger::finish`], also storing the rows the step noted and the blob an export step
+    /// wrote (in the same transaction, so they are stored exactly when the step counts).
+    #[allow(clippy::too_many_arguments)]
     pub async fn finish_noting(
         &self,
         item: &WorkItem,
         claim: &Claim,
         counts: StepCounts,
         notes: &RowNotes,
+        blob: Option<&BlobEntry>,
         children: &[WorkItem],
         now: OffsetDateTime,
     ) -> Result<Finish, LedgerError> {
         let id = item.id();
-        // The notes row takes one of the transaction's places.
-        let in_finish = CHILDREN_IN_FINISH - usize::from(!notes.is_empty());
+        // The notes row and the blob row each take one of the transaction's places.
+        let in_finish =
+            CHILDREN_IN_FINISH - usize::from(!notes.is_empty()) - usize::from(blob.is_some());
         let child_ids: Vec<String> = children.iter().map(WorkItem::id).collect();
         let pending = |child: &WorkItem, child_id: &str, parent: Option<&str>| {
             let mut row = PendingRow::new(child.encode(), u64::from(child.depth));
@@ -547,6 +561,9 @@ impl Ledger {
         if !notes.is_empty() {
             last.push(Operation::UpsertReplace(notes.to_entity(&item.scan, &id)));
         }
+        if let Some(blob) = blob {
+            last.push(Operation::UpsertReplace(blob.to_entity(&item.scan, &id)));
+        }
         let delta = Tallies {
             created: children.len() as u64,
             done: 1,
@@ -559,6 +576,8 @@ impl Ledger {
             throttled: counts.requests_throttled,
             longest_step_ms: counts.duration_ms,
             last_finished_ms: millis(now),
+            blobs: u64::from(blob.is_some()),
+            blob_bytes: blob.map_or(0, |b| b.bytes),
             ..Tallies::default()
         };
         match self
@@ -873,6 +892,7 @@ fn record_from(id: &str, entity: &Entity) -> Result<ScanRecord, LedgerError> {
         created_at: row.created_at.unwrap_or(OffsetDateTime::UNIX_EPOCH),
         started_at: row.started_at,
         cancelled_at: row.cancelled_at,
+        manifest_at: row.manifest_at,
     })
 }
 

@@ -4,6 +4,7 @@
 pub mod active;
 pub mod activity;
 mod duplicate_keys;
+pub mod exports;
 pub mod housekeeping;
 pub mod ledger;
 pub mod notes;

@@ -31,6 +31,7 @@ const FAILED: &str = "failed:";
 const COUNTER: &str = "counter:";
 const PACE: &str = "pace:";
 const ROWS: &str = "rows:";
+const BLOB: &str = "blob:";
 
 /// The row key of a pending item.
 pub fn pending_key(item: &str) -> String {
@@ -71,6 +72,11 @@ pub fn rows_key(item: &str) -> String {
     format!("{ROWS}{item}")
 }
 
+/// The row key of the blob an export step wrote (see `job::exports`).
+pub fn blob_key(item: &str) -> String {
+    format!("{BLOB}{item}")
+}
+
 /// The row key of a process's presence in a scan.
 pub fn pace_key(process: &str) -> String {
     format!("{PACE}{process}")
@@ -92,6 +98,9 @@ pub fn pace_range() -> (String, String) {
 }
 pub fn rows_range() -> (String, String) {
     key_range(ROWS)
+}
+pub fn blob_range() -> (String, String) {
+    key_range(BLOB)
 }
 
 /// The item id behind a pending, done or failed row key.
@@ -154,6 +163,8 @@ pub struct ScanRow {
     pub created_at: Option<OffsetDateTime>,
     pub started_at: Option<OffsetDateTime>,
     pub cancelled_at: Option<OffsetDateTime>,
+    /// An export's: when its manifest was written.
+    pub manifest_at: Option<OffsetDateTime>,
 }
 
 impl ScanRow {
@@ -164,6 +175,7 @@ impl ScanRow {
             created_at: Some(created_at),
             started_at: None,
             cancelled_at: None,
+            manifest_at: None,
         }
     }
 
@@ -175,6 +187,7 @@ impl ScanRow {
             ("createdAt", self.created_at),
             ("startedAt", self.started_at),
             ("cancelledAt", self.cancelled_at),
+            ("manifestWrittenAt", self.manifest_at),
         ] {
             if let Some(time) = time {
                 e.properties.insert(name.into(), date_value(time));
@@ -190,6 +203,7 @@ impl ScanRow {
             created_at: date(e, "createdAt"),
             started_at: date(e, "startedAt"),
             cancelled_at: date(e, "cancelledAt"),
+            manifest_at: date(e, "manifestWrittenAt"),
         })
     }
 
@@ -439,9 +453,12 @@ pub struct Tallies {
     pub longest_step_ms: u64,
     /// The latest finish (the maximum), ms since the epoch.
     pub last_finished_ms: u64,
+    /// Blobs an export's steps wrote, and their bytes.
+    pub blobs: u64,
+    pub blob_bytes: u64,
 }
 
-const TALLY_FIELDS: [&str; 14] = [
+const TALLY_FIELDS: [&str; 16] = [
     "created",
     "done",
     "failed",
@@ -456,10 +473,12 @@ const TALLY_FIELDS: [&str; 14] = [
     "redriven",
     "retried",
     "requestsThrottled",
+    "blobs",
+    "blobBytes",
 ];
 
 impl Tallies {
-    fn sums(&mut self) -> [&mut u64; 14] {
+    fn sums(&mut self) -> [&mut u64; 16] {
         [
             &mut self.created,
             &mut self.done,
@@ -475,6 +494,8 @@ impl Tallies {
             &mut self.redriven,
             &mut self.retried,
             &mut self.throttled,
+            &mut self.blobs,
+            &mut self.blob_bytes,
         ]
     }
 

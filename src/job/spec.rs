@@ -9,7 +9,9 @@ use serde_json::{Map, Value};
 
 use crate::scan::keys::{KeyProperty, KeyRange};
 use crate::scan::step::Strategy;
-use crate::storage::names::{validate_key, validate_queue_name, validate_table_name, KeyKind};
+use crate::storage::names::{
+    validate_container_name, validate_key, validate_queue_name, validate_table_name, KeyKind,
+};
 use crate::storage::table::entity::{EdmDateTime, Entity};
 use crate::storage::table::filter::{Comparison, Filter, Literal, Property};
 use crate::storage::table::filter_text::{parse_filter, MAX_USER_COMPARISONS};
@@ -53,6 +55,10 @@ pub struct ScanSpec {
     /// started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub older_than: Option<OlderThan>,
+    /// An import: the rows come from an export's blobs, not from `table` (which then names
+    /// the table that was exported, for the record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub import: Option<ImportSource>,
 }
 
 /// `olderThan`: rows whose Timestamp (their last write) lies before `before`, which was `age`
@@ -173,6 +179,50 @@ pub enum ActionSpec {
         connection: String,
         encoding: Encoding,
     },
+    /// Writes every row into blobs of a container, one blob per step, and a manifest listing
+    /// them once the scan succeeds (see `actions::export` and `functions::manifest`).
+    Export {
+        container: String,
+        /// Where in the container: every blob's name starts with it.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        prefix: String,
+        connection: String,
+        #[serde(default, skip_serializing_if = "is_gzip")]
+        compression: Compression,
+    },
+}
+
+fn is_gzip(compression: &Compression) -> bool {
+    compression.is_gzip()
+}
+
+pub use crate::actions::export::format::Compression;
+
+/// Where an import reads from: an export written by the export action, as its manifest
+/// describes it (read when the import starts).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ImportSource {
+    pub container: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub prefix: String,
+    pub connection: String,
+    /// What the manifest said when the import started; `None` until then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest: Option<ManifestSummary>,
+}
+
+/// The parts of an export's manifest an import needs to plan and to report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ManifestSummary {
+    /// The table that was exported, and the scan that exported it.
+    pub table: String,
+    pub scan: String,
+    pub rows: u64,
+    pub blobs: u64,
+    /// How many manifest parts list the blobs (each a work item of the import's first steps).
+    pub parts: u32,
+    pub compression: Compression,
 }
 
 /// What a copy does with a row the target table holds already.
@@ -285,7 +335,28 @@ impl ScanSpec {
             ActionSpec::PartitionKeys {
                 queue, connection, ..
             } => format!("partition-keys into queue {queue:?} of {connection}"),
+            ActionSpec::Export {
+                container,
+                prefix,
+                connection,
+                ..
+            } => format!("export into blobs {container}/{prefix}* of {connection}"),
         };
+        if let Some(import) = &self.import {
+            let dry_run = if self.dry_run { "DRY RUN of " } else { "" };
+            return format!(
+                "{dry_run}import of the export {}/{}* of {} ({}), {action}",
+                import.container,
+                import.prefix,
+                import.connection,
+                import
+                    .manifest
+                    .as_ref()
+                    .map_or("manifest not read yet".to_string(), |m| {
+                        format!("table {:?}, {} rows in {} blobs", m.table, m.rows, m.blobs)
+                    }),
+            );
+        }
         let scope = &self.scope;
         let mut limits = Vec::new();
         if !scope.prefix.is_empty() {
@@ -366,9 +437,35 @@ impl ScanSpec {
             return refuse("body", "must be a JSON object");
         };
         let mut fields = Fields::new(object, "");
-        let table = fields.required_string("table")?;
-        validate_table_name(&table).or_else(|e| refuse("table", e.to_string()))?;
-        let connection = fields.connection("connection", settings)?;
+        let import = match fields.take("import") {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(import)) => Some(parse_import(import, settings)?),
+            Some(_) => {
+                return refuse(
+                    "import",
+                    "must be an object naming an export: {\"container\": ..., \"prefix\": ...}",
+                )
+            }
+        };
+        let (table, connection) = match &import {
+            None => {
+                let table = fields.required_string("table")?;
+                validate_table_name(&table).or_else(|e| refuse("table", e.to_string()))?;
+                (table, fields.connection("connection", settings)?)
+            }
+            Some(import) => {
+                for field in ["table", "connection"] {
+                    if fields.take(field).is_some() {
+                        return refuse(
+                            field,
+                            "an import reads the blobs of an export, not a table: leave it out \
+                             (the target is the copy's action.table)",
+                        );
+                    }
+                }
+                (String::new(), import.connection.clone())
+            }
+        };
         let scope = match fields.take("scope") {
             None | Some(Value::Null) => Scope::default(),
             Some(Value::Object(scope)) => parse_scope(scope)?,
@@ -430,6 +527,9 @@ impl ScanSpec {
             .map(|age| resolve_age(&age, now))
             .transpose()?;
         fields.finish()?;
+        if import.is_some() {
+            check_import(&action, &scope, strategy, &select, &filter, &older_than)?;
+        }
         let filter = match filter {
             None => None,
             Some(text) => Some(
@@ -497,6 +597,7 @@ impl ScanSpec {
             max_row_failures,
             filter,
             older_than,
+            import,
         })
     }
 
@@ -564,6 +665,7 @@ impl ScanSpec {
             max_row_failures: None,
             filter: None,
             older_than: None,
+            import: None,
         }
     }
 }
@@ -883,17 +985,126 @@ fn parse_action(
                 encoding,
             }
         }
+        "export" => {
+            let container = fields.required_string("container")?;
+            validate_container_name(&container)
+                .or_else(|e| refuse("action.container", e.to_string()))?;
+            let prefix = export_prefix(fields.optional_string("prefix")?, "action.prefix")?;
+            let connection = fields.connection("connection", settings)?;
+            let compression = match fields.optional_string("compression")?.as_deref() {
+                None | Some("gzip") => Compression::Gzip,
+                Some("none") => Compression::None,
+                Some(other) => {
+                    return refuse(
+                        "action.compression",
+                        format!("must be \"gzip\" or \"none\", not {other:?}"),
+                    )
+                }
+            };
+            ActionSpec::Export {
+                container,
+                prefix,
+                connection,
+                compression,
+            }
+        }
         other => {
             return refuse(
                 "action.type",
                 format!(
-                    "must be one of count, copy, enqueue, delete, update, partition-keys; not {other:?}"
+                    "must be one of count, copy, enqueue, delete, update, partition-keys, \
+                     export; not {other:?}"
                 ),
             )
         }
     };
     fields.finish()?;
     Ok(action)
+}
+
+/// The longest export prefix: room is left for the names tablescan adds after it (`data/`, the
+/// scan and item ids, the attempt), within the service's 1,024 characters.
+pub const MAX_EXPORT_PREFIX_CHARS: usize = 900;
+
+/// An export's prefix as given, ending in `/` unless empty (so the export's blobs sit in a
+/// folder of their own: `backups/2026-11-25` and `backups/2026-11-25/` mean the same).
+fn export_prefix(prefix: Option<String>, field: &str) -> Result<String, SpecError> {
+    let mut prefix = prefix.unwrap_or_default();
+    if prefix.chars().count() > MAX_EXPORT_PREFIX_CHARS {
+        return refuse(
+            field,
+            format!("is longer than {MAX_EXPORT_PREFIX_CHARS} characters"),
+        );
+    }
+    if prefix.chars().any(char::is_control) {
+        return refuse(field, "may not contain control characters");
+    }
+    if prefix.starts_with('/') {
+        return refuse(field, "may not start with '/'");
+    }
+    if !prefix.is_empty() && !prefix.ends_with('/') {
+        prefix.push('/');
+    }
+    Ok(prefix)
+}
+
+/// The `import` of a request: the container, prefix and connection of an export.
+fn parse_import(
+    object: Map<String, Value>,
+    settings: &dyn SettingLookup,
+) -> Result<ImportSource, SpecError> {
+    let mut fields = Fields::new(object, "import.");
+    let container = fields.required_string("container")?;
+    validate_container_name(&container).or_else(|e| refuse("import.container", e.to_string()))?;
+    let prefix = export_prefix(fields.optional_string("prefix")?, "import.prefix")?;
+    let connection = fields.connection("connection", settings)?;
+    fields.finish()?;
+    Ok(ImportSource {
+        container,
+        prefix,
+        connection,
+        manifest: None,
+    })
+}
+
+/// What an import may ask for: a copy into a table (or a count, which reads every blob and
+/// checks it), over every row the export holds.
+fn check_import(
+    action: &ActionSpec,
+    scope: &Scope,
+    strategy: Strategy,
+    select: &Option<Vec<String>>,
+    filter: &Option<String>,
+    older_than: &Option<OlderThan>,
+) -> Result<(), SpecError> {
+    if !matches!(action, ActionSpec::Copy { .. } | ActionSpec::Count) {
+        return refuse(
+            "action.type",
+            "an import copies the export's rows into a table (\"copy\") or counts them \
+             (\"count\", which reads and checks every blob)",
+        );
+    }
+    let whole = "an import restores every row of the export; to restore part of it, import \
+                 into a new table and copy the part from there";
+    if *scope != Scope::default() {
+        return refuse("scope", whole);
+    }
+    if filter.is_some() {
+        return refuse("filter", whole);
+    }
+    if older_than.is_some() {
+        return refuse("olderThan", whole);
+    }
+    if select.is_some() {
+        return refuse("select", whole);
+    }
+    if strategy != Strategy::Prefix {
+        return refuse(
+            "strategy",
+            "an import reads blobs, not a table: leave it out",
+        );
+    }
+    Ok(())
 }
 
 /// The `set` and `remove` of an update: at least one change, no key or system property, typed

@@ -65,6 +65,23 @@ pub struct ScanStatus {
     /// cap (see `job::presence`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pace: Option<Pace>,
+    /// For exports: where the blobs are, how many are written, and the manifest once it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub export: Option<ExportProgress>,
+}
+
+/// Where an export stands.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExportProgress {
+    pub container: String,
+    pub prefix: String,
+    /// Data blobs written by the steps counted so far, and their bytes.
+    pub blobs: u64,
+    pub bytes: u64,
+    /// The manifest's name once it is written (the scan has succeeded then); `null` before.
+    pub manifest: Option<String>,
+    pub manifest_written_at: Option<String>,
 }
 
 /// How fast a scan in flight goes now.
@@ -222,7 +239,7 @@ impl Ledger {
     /// not a snapshot, and could see a child's finish but not its parent's (which created
     /// the child), summing to zero unsettled items while the child's own children run. Two
     /// reads with equal etags saw every shard unchanged over a moment they share.
-    async fn consistent_totals(&self, id: &str) -> Result<(Tallies, bool), LedgerError> {
+    pub async fn consistent_totals(&self, id: &str) -> Result<(Tallies, bool), LedgerError> {
         let (mut totals, mut etags) = self.totals(id).await?;
         for _ in 0..CONSISTENT_READ_TRIES {
             if totals.unsettled() > 0 {
@@ -236,6 +253,13 @@ impl Ledger {
         }
         Ok((totals, false))
     }
+}
+
+/// Whether the scan is an export (not a dry run) whose manifest is not written yet.
+pub fn awaits_manifest(record: &ScanRecord) -> bool {
+    matches!(record.spec.action, ActionSpec::Export { .. })
+        && !record.spec.dry_run
+        && record.manifest_at.is_none()
 }
 
 /// Whether more rows failed than the scan allows.
@@ -266,6 +290,9 @@ fn status_of(
         }
     } else if t.failed_now() > 0 || too_many_row_failures(&record.spec, &t) {
         State::Failed
+    } else if awaits_manifest(&record) {
+        // Every step is done; the export is whole once its manifest is written.
+        State::Running
     } else {
         State::Succeeded
     };
@@ -315,7 +342,23 @@ fn status_of(
             partitions: t.partitions,
         },
     );
+    let export = match &record.spec.action {
+        ActionSpec::Export {
+            container, prefix, ..
+        } => Some(ExportProgress {
+            container: container.clone(),
+            prefix: prefix.clone(),
+            blobs: t.blobs,
+            bytes: t.blob_bytes,
+            manifest: record
+                .manifest_at
+                .map(|_| super::exports::Layout { prefix }.manifest()),
+            manifest_written_at: record.manifest_at.map(format_time),
+        }),
+        _ => None,
+    };
     ScanStatus {
+        export,
         id: record.id,
         state,
         spec: record.spec,

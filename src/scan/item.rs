@@ -64,6 +64,38 @@ pub enum Task {
         #[serde(rename = "new", default, skip_serializing_if = "std::ops::Not::not")]
         unstarted: bool,
     },
+    /// An import's: the blobs listed in part `part` of an export's manifest, from the
+    /// `from`-th on (a step hands on the blobs past those it made into work items).
+    #[serde(rename = "export-part")]
+    ExportPart { part: u32, from: u32 },
+    /// An import's: the rows of one data blob of an export, from byte `offset` (the start of
+    /// a chunk) on, less the first `skip` rows of that chunk (written by an earlier step).
+    #[serde(rename = "export-blob")]
+    ExportBlob {
+        name: String,
+        /// The blob's size and SHA-256 (base64) as the manifest recorded them.
+        bytes: u64,
+        sha256: String,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        offset: u64,
+        #[serde(default, skip_serializing_if = "is_zero_u32")]
+        skip: u32,
+    },
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
+}
+
+impl Task {
+    /// Whether the task reads an export's blobs rather than a table.
+    pub fn is_import(&self) -> bool {
+        matches!(self, Task::ExportPart { .. } | Task::ExportBlob { .. })
+    }
 }
 
 /// `value` as JSON with every object's keys in sorted order (serde_json's own map is ordered

@@ -169,6 +169,8 @@ pub fn rest_after(task: Task, pk: &str, rk: &str, mode: ReadMode) -> Vec<Task> {
                 unstarted: false,
             }]
         }
+        // Not a table's: `run_step` refuses such a task before reading.
+        task @ (Task::ExportPart { .. } | Task::ExportBlob { .. }) => vec![task],
     }
 }
 

@@ -202,6 +202,11 @@ where
             "the query budget must be at least 1".into(),
         ));
     }
+    if item.task.is_import() {
+        return Err(StepError::Options(
+            "the work item reads an export's blobs, not a table".into(),
+        ));
+    }
     let max_queries = options.max_queries_at(item.depth);
     let started = clock.now();
     let mut report = StepReport {
@@ -222,6 +227,7 @@ where
             unstarted,
             ..
         } => (!unstarted).then(|| partition_key.clone()),
+        Task::ExportPart { .. } | Task::ExportBlob { .. } => None,
     };
 
     // The action works on one page while the next is being read, so a copy step takes about as
@@ -460,6 +466,8 @@ fn subdivide(task: Task, pieces: usize) -> Vec<Task> {
                     cursor: None,
                     unstarted: false,
                 },
+                // Never reached: `run_step` refuses an import's items.
+                other @ (Task::ExportPart { .. } | Task::ExportBlob { .. }) => other.clone(),
             }
         })
         .collect()
@@ -473,6 +481,7 @@ fn within_one_child(task: &Task, rows: &[Entity]) -> bool {
     let (prefix, a, b) = match task {
         Task::Range { prefix, .. } => (prefix, &first.partition_key, &last.partition_key),
         Task::Partition { prefix, .. } => (prefix, &first.row_key, &last.row_key),
+        Task::ExportPart { .. } | Task::ExportBlob { .. } => return false,
     };
     match (extend_prefix(prefix, a), extend_prefix(prefix, b)) {
         (Some(x), Some(y)) => x == y,
@@ -505,6 +514,15 @@ async fn read<R: TableReader>(
             },
             cursor.as_ref(),
         ),
+        Task::ExportPart { .. } | Task::ExportBlob { .. } => {
+            return Err(StorageError::new(
+                "query entities",
+                "an export's blobs",
+                crate::storage::ErrorKind::InvalidRequest(
+                    "the work item reads an export's blobs, not a table".into(),
+                ),
+            ))
+        }
     };
     let request = PageRequest {
         scope,
@@ -563,6 +581,7 @@ fn with_cursor(task: Task, token: Continuation, last_partition: Option<String>) 
             prefix,
             cursor: Some(token),
         },
+        other @ (Task::ExportPart { .. } | Task::ExportBlob { .. }) => other,
     }
 }
 
@@ -588,6 +607,7 @@ fn split_at_position(
     // nothing was gained: it is not used.
     let cursor = match task {
         Task::Range { cursor, .. } | Task::Partition { cursor, .. } => cursor.as_ref(),
+        Task::ExportPart { .. } | Task::ExportBlob { .. } => return None,
     };
     if let Some(cursor) = cursor {
         let ahead = match compare(partition_key, &cursor.next_partition_key) {
@@ -607,6 +627,7 @@ fn split_at_position(
             row_key.is_empty() && partition_keys.lower == Lower::Included(partition_key.to_string())
         }
         Task::Partition { row_keys, .. } => row_keys.lower == Lower::Included(row_key.to_string()),
+        Task::ExportPart { .. } | Task::ExportBlob { .. } => return None,
     };
     if cursor.is_none() && at_start {
         return None;
@@ -667,6 +688,7 @@ fn split_at_position(
                 unstarted: false,
             }))
         }
+        Task::ExportPart { .. } | Task::ExportBlob { .. } => None,
     }
 }
 
@@ -773,6 +795,7 @@ fn advance(
                 unstarted: false,
             })
         }
+        (Task::ExportPart { .. } | Task::ExportBlob { .. }, _) => None,
     }
 }
 

@@ -102,6 +102,11 @@ pub struct ContainerClient {
 }
 
 impl ContainerClient {
+    /// The back-off this process shares for the container's account (see [`crate::pacing`]).
+    pub fn governor(&self) -> Arc<crate::pacing::Governor> {
+        crate::pacing::governor(&self.pipeline.pacing_target(""))
+    }
+
     /// The container's name.
     pub fn name(&self) -> &str {
         &self.name
