@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use serde_json::Value;
-use tablescan::functions::names::{PARTITION_QUEUE, RANGE_QUEUE, STORAGE_CONNECTION};
+use tablescan::functions::names::{EXPORT_QUEUE, PARTITION_QUEUE, RANGE_QUEUE, STORAGE_CONNECTION};
 
 fn template(name: &str) -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -158,7 +158,7 @@ fn check_template(name: &str) -> Value {
             );
         }
     }
-    for queue in [RANGE_QUEUE, PARTITION_QUEUE] {
+    for queue in [RANGE_QUEUE, PARTITION_QUEUE, EXPORT_QUEUE] {
         assert!(
             resources.iter().any(|r| r["type"]
                 == "Microsoft.Storage/storageAccounts/queueServices/queues"

@@ -177,6 +177,7 @@ pub fn assemble(dir: &Path, suffix: &str) {
             .unwrap()
             .replace("tablescan-range", &format!("tsr-{suffix}"))
             .replace("tablescan-partition", &format!("tsp-{suffix}"))
+            .replace("tablescan-export", &format!("tse-{suffix}"))
             .replace("0 */5 * * * *", "*/2 * * * * *");
         let folder = dir.join(entry.file_name());
         std::fs::create_dir_all(&folder).unwrap();
