@@ -33,8 +33,9 @@ async fn state() -> (Arc<AppState>, ItemQueues) {
     let item_queues = ItemQueues {
         range: unique_name("sweepr"),
         partition: unique_name("sweepp"),
+        export: unique_name("sweepe"),
     };
-    for name in [&item_queues.range, &item_queues.partition] {
+    for name in item_queues.all() {
         queues().queue(name).unwrap().create().await.unwrap();
     }
     Arc::get_mut(&mut state).unwrap().item_queues = item_queues.clone();

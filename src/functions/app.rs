@@ -498,7 +498,8 @@ mod queue_name_tests {
             item_queues(&app),
             ItemQueues {
                 range: RANGE_QUEUE.into(),
-                partition: PARTITION_QUEUE.into()
+                partition: PARTITION_QUEUE.into(),
+                export: EXPORT_QUEUE.into(),
             }
         );
         // A queue renamed in function.json is followed; a missing function falls back.

@@ -569,7 +569,7 @@ async fn activity(
     let queued_messages = match state.clients(super::names::STORAGE_CONNECTION) {
         Ok(clients) => {
             let mut total = Some(0u64);
-            for name in [&state.item_queues.range, &state.item_queues.partition] {
+            for name in state.item_queues.all() {
                 let count = match clients.queues().map(|q| q.queue(name)) {
                     Ok(Ok(queue)) => queue.approximate_count().await.ok(),
                     _ => None,
@@ -595,7 +595,15 @@ async fn activity(
     // while an execution runs); a stopped host's messages come back after that.
     const HOST_HOLD_MS: u64 = 10 * 60 * 1000;
     let abandoned_return_by_ms = claims.abandoned_touched_ms.map(|t| t + HOST_HOLD_MS);
-    let note = if claims.abandoned > 0 {
+    let awaits_manifest = status.export.as_ref().is_some_and(|e| e.manifest.is_none())
+        && status.progress.steps_pending == 0;
+    let note = if awaits_manifest {
+        Some(
+            "every step is done; the export's manifest is being written (if the step that \
+             finished last stopped before writing it, the next re-drive sweep writes it)"
+                .to_string(),
+        )
+    } else if claims.abandoned > 0 {
         let by = abandoned_return_by_ms
             .map(|ms| {
                 format!(

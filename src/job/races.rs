@@ -43,7 +43,7 @@ fn spec() -> ScanSpec {
 fn child(parent: &WorkItem, n: usize) -> WorkItem {
     let parent_key = match &parent.task {
         Task::Partition { partition_key, .. } => partition_key.clone(),
-        Task::Range { .. } => String::new(),
+        _ => String::new(),
     };
     parent.follow_up(Task::Partition {
         partition_key: format!("{parent_key}/{n}"),

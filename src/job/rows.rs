@@ -577,6 +577,8 @@ mod tests {
             throttled: 15,
             longest_step_ms: 12,
             last_finished_ms: 13,
+            blobs: 17,
+            blob_bytes: 18,
         };
         assert_eq!(Tallies::from_entity(&tallies.to_entity("s", 3)), tallies);
 

@@ -1280,6 +1280,138 @@ mod tests {
     }
 
     #[test]
+    fn exports_name_a_container_and_a_prefix_that_ends_in_a_slash() {
+        let spec = parse(
+            r#"{"table":"orders","action":{"type":"export","container":"backups",
+                "prefix":"orders/2026-11-25","connection":"Other"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            spec.action,
+            ActionSpec::Export {
+                container: "backups".into(),
+                prefix: "orders/2026-11-25/".into(),
+                connection: "Other".into(),
+                compression: Compression::Gzip,
+            }
+        );
+        assert!(spec
+            .summary()
+            .contains("export into blobs backups/orders/2026-11-25/*"));
+        let plain = parse(
+            r#"{"table":"orders","action":{"type":"export","container":"backups","compression":"none"}}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            plain.action,
+            ActionSpec::Export { compression: Compression::None, ref prefix, .. } if prefix.is_empty()
+        ));
+        for (body, field) in [
+            (
+                r#"{"table":"orders","action":{"type":"export"}}"#,
+                "action.container",
+            ),
+            (
+                r#"{"table":"orders","action":{"type":"export","container":"No"}}"#,
+                "action.container",
+            ),
+            (
+                r#"{"table":"orders","action":{"type":"export","container":"ok1","compression":"zip"}}"#,
+                "action.compression",
+            ),
+            (
+                r#"{"table":"orders","action":{"type":"export","container":"ok1","prefix":"/abs"}}"#,
+                "action.prefix",
+            ),
+            (
+                r#"{"table":"orders","action":{"type":"export","container":"ok1","prefix":"a\u0001"}}"#,
+                "action.prefix",
+            ),
+            (
+                r#"{"table":"orders","action":{"type":"export","container":"ok1","connection":"Missing"}}"#,
+                "action.connection",
+            ),
+        ] {
+            assert_eq!(parse(body).unwrap_err().field, field, "{body}");
+        }
+        let long = format!(
+            r#"{{"table":"orders","action":{{"type":"export","container":"ok1","prefix":"{}"}}}}"#,
+            "a".repeat(MAX_EXPORT_PREFIX_CHARS + 1)
+        );
+        assert_eq!(parse(&long).unwrap_err().field, "action.prefix");
+    }
+
+    #[test]
+    fn imports_read_an_export_into_a_copy_or_a_count_of_every_row() {
+        let spec = parse(
+            r#"{"import":{"container":"backups","prefix":"orders"},
+                "action":{"type":"copy","table":"restored","mode":"insert"}}"#,
+        )
+        .unwrap();
+        let import = spec.import.as_ref().unwrap();
+        assert_eq!(import.prefix, "orders/");
+        assert_eq!(import.connection, DEFAULT_CONNECTION);
+        assert_eq!(import.manifest, None);
+        assert!(spec
+            .summary()
+            .contains("import of the export backups/orders/*"));
+        // Stored and read back as the ledger does.
+        let stored: ScanSpec =
+            serde_json::from_str(&serde_json::to_string(&spec).unwrap()).unwrap();
+        assert_eq!(stored, spec);
+        assert!(parse(r#"{"import":{"container":"backups"},"action":{"type":"count"}}"#).is_ok());
+        for (body, field) in [
+            (
+                r#"{"import":{"container":"bk1"},"table":"t","action":{"type":"count"}}"#,
+                "table",
+            ),
+            (
+                r#"{"import":{"container":"bk1"},"connection":"Other","action":{"type":"count"}}"#,
+                "connection",
+            ),
+            (
+                r#"{"import":{"container":"bk1"},"action":{"type":"delete"}}"#,
+                "action.type",
+            ),
+            (
+                r#"{"import":{"container":"bk1"},"action":{"type":"export","container":"bk2"}}"#,
+                "action.type",
+            ),
+            (
+                r#"{"import":{"container":"bk1"},"scope":{"prefix":"a"},"action":{"type":"count"}}"#,
+                "scope",
+            ),
+            (
+                r#"{"import":{"container":"bk1"},"filter":"n eq 1","action":{"type":"count"}}"#,
+                "filter",
+            ),
+            (
+                r#"{"import":{"container":"bk1"},"olderThan":"P1D","action":{"type":"count"}}"#,
+                "olderThan",
+            ),
+            (
+                r#"{"import":{"container":"bk1"},"strategy":"serial","action":{"type":"count"}}"#,
+                "strategy",
+            ),
+            (
+                r#"{"import":{"container":"bk1"},"select":["a"],"action":{"type":"copy","table":"target2","mode":"merge"}}"#,
+                "select",
+            ),
+            (
+                r#"{"import":{"container":"B"},"action":{"type":"count"}}"#,
+                "import.container",
+            ),
+            (
+                r#"{"import":{"container":"bk1","extra":1},"action":{"type":"count"}}"#,
+                "import.extra",
+            ),
+            (r#"{"import":"b1","action":{"type":"count"}}"#, "import"),
+        ] {
+            assert_eq!(parse(body).unwrap_err().field, field, "{body}");
+        }
+    }
+
+    #[test]
     fn a_minimal_request_gets_defaults() {
         let spec = parse(r#"{"table":"orders","action":{"type":"count"}}"#).unwrap();
         assert_eq!(spec.connection, "AzureWebJobsStorage");

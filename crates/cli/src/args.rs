@@ -113,13 +113,18 @@ impl State {
 #[command(group(
     ArgGroup::new("action")
         .required(true)
-        .args(["count", "copy", "enqueue", "delete", "update", "partition_keys"])
+        .args(["count", "copy", "enqueue", "delete", "update", "partition_keys", "export"])
 ))]
 pub struct StartArgs {
     /// The table to scan
-    #[arg(long)]
-    pub table: String,
-    /// The connection of the table's account (an app setting, or identity settings C__...)
+    #[arg(long, required_unless_present = "import", conflicts_with = "import")]
+    pub table: Option<String>,
+    /// Read the rows of an export (CONTAINER or CONTAINER/PREFIX) instead of a table: with
+    /// --copy to restore it, with --count to read and check every blob
+    #[arg(long, value_name = "CONTAINER[/PREFIX]")]
+    pub import: Option<String>,
+    /// The connection of the table's account, or of an --import's (an app setting, or
+    /// identity settings C__...)
     #[arg(long, value_name = "CONNECTION")]
     pub connection: Option<String>,
 
@@ -146,6 +151,10 @@ pub struct StartArgs {
     /// Put one message per distinct PartitionKey on QUEUE
     #[arg(long, value_name = "QUEUE", help_heading = "Action (one)")]
     pub partition_keys: Option<String>,
+    /// Write every row into blobs under CONTAINER/PREFIX, with a manifest (a backup that
+    /// --import restores)
+    #[arg(long, value_name = "CONTAINER[/PREFIX]", help_heading = "Action (one)")]
+    pub export: Option<String>,
 
     /// The connection of the copy's target table or the queue's account
     #[arg(long, value_name = "CONNECTION", help_heading = "Action options")]
@@ -168,6 +177,9 @@ pub struct StartArgs {
     /// Rows per message, 1 to 1000 (enqueue)
     #[arg(long, value_name = "N", help_heading = "Action options")]
     pub rows_per_message: Option<u32>,
+    /// How an export's blobs are compressed
+    #[arg(long, value_enum, help_heading = "Action options")]
+    pub compression: Option<Compression>,
 
     /// Only PartitionKeys starting with this
     #[arg(long, help_heading = "Scope")]
@@ -240,6 +252,12 @@ pub enum Encoding {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Compression {
+    Gzip,
+    None,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum Strategy {
     Prefix,
     Serial,
@@ -276,6 +294,26 @@ mod tests {
         );
         let one = Cli::try_parse_from(["tablescan", "start", "--table=t", "--copy=t2", "--wait"]);
         assert!(one.is_ok());
+    }
+
+    #[test]
+    fn an_import_reads_an_export_instead_of_a_table() {
+        let import = Cli::try_parse_from(["tablescan", "start", "--import=b/p", "--copy=t2"]);
+        assert!(import.is_ok());
+        let both = Cli::try_parse_from([
+            "tablescan",
+            "start",
+            "--import=b/p",
+            "--table=t",
+            "--copy=t2",
+        ]);
+        let error = both.unwrap_err().to_string();
+        assert!(
+            error.contains("--table") && error.contains("--import"),
+            "{error}"
+        );
+        let neither = Cli::try_parse_from(["tablescan", "start", "--copy=t2"]);
+        assert!(neither.unwrap_err().to_string().contains("--table"));
     }
 
     #[test]

@@ -9,8 +9,17 @@ use crate::args::{value_name, StartArgs};
 /// The start request, or why a flag's value cannot make one (naming the flag).
 pub fn start_request(args: &StartArgs) -> Result<Value, String> {
     let mut body = Map::new();
-    body.insert("table".into(), json!(args.table));
-    put(&mut body, "connection", args.connection.as_deref());
+    match &args.import {
+        Some(export) => {
+            let mut import = container_and_prefix(export);
+            put(&mut import, "connection", args.connection.as_deref());
+            body.insert("import".into(), Value::Object(import));
+        }
+        None => {
+            put(&mut body, "table", args.table.as_deref());
+            put(&mut body, "connection", args.connection.as_deref());
+        }
+    }
 
     let mut scope = Map::new();
     put(&mut scope, "prefix", args.prefix.as_deref());
@@ -100,6 +109,13 @@ fn action(args: &StartArgs) -> Result<Value, String> {
         if !args.remove.is_empty() {
             action.insert("remove".into(), json!(args.remove));
         }
+    } else if let Some(place) = &args.export {
+        action.insert("type".into(), json!("export"));
+        action.extend(container_and_prefix(place));
+        put(&mut action, "connection", target_connection);
+        if let Some(compression) = args.compression {
+            action.insert("compression".into(), json!(value_name(compression)));
+        }
     } else if let Some(queue) = &args.partition_keys {
         action.insert("type".into(), json!("partition-keys"));
         action.insert("queue".into(), json!(queue));
@@ -109,6 +125,17 @@ fn action(args: &StartArgs) -> Result<Value, String> {
         }
     }
     Ok(Value::Object(action))
+}
+
+/// `container` and, if given, `prefix` from `CONTAINER/PREFIX`.
+fn container_and_prefix(place: &str) -> Map<String, Value> {
+    let mut fields = Map::new();
+    let (container, prefix) = place.split_once('/').unwrap_or((place, ""));
+    fields.insert("container".into(), json!(container));
+    if !prefix.is_empty() {
+        fields.insert("prefix".into(), json!(prefix));
+    }
+    fields
 }
 
 fn put(object: &mut Map<String, Value>, name: &str, value: Option<&str>) {
@@ -157,6 +184,35 @@ mod tests {
                 "filter": "Level eq 'Debug'", "olderThan": "P90D",
                 "maxRowsPerSecond": 2000, "dryRun": true,
                 "action": {"type": "delete"}
+            })
+        );
+    }
+
+    #[test]
+    fn exports_and_imports_name_a_container_and_a_prefix() {
+        let body = request(&[
+            "--table=logs",
+            "--export=backups/logs/2026-11-25",
+            "--to-connection=BACKUP",
+            "--compression=none",
+        ])
+        .unwrap();
+        assert_eq!(
+            body,
+            json!({
+                "table": "logs",
+                "action": {"type": "export", "container": "backups",
+                           "prefix": "logs/2026-11-25", "connection": "BACKUP",
+                           "compression": "none"}
+            })
+        );
+        let body =
+            request(&["--import=backups", "--connection=BACKUP", "--copy=restored"]).unwrap();
+        assert_eq!(
+            body,
+            json!({
+                "import": {"container": "backups", "connection": "BACKUP"},
+                "action": {"type": "copy", "table": "restored"}
             })
         );
     }

@@ -46,8 +46,22 @@ pub fn what(status: &Value) -> String {
                     .as_array()
                     .map(|q| format!(" -> {} queues", q.len()))
             }),
+        "export" => action["container"]
+            .as_str()
+            .map(|c| format!(" -> {c}/{}", action["prefix"].as_str().unwrap_or_default())),
         _ => None,
     };
+    if let Some(import) = spec["import"].as_object() {
+        let from = format!(
+            "{}/{}",
+            import["container"].as_str().unwrap_or("?"),
+            import
+                .get("prefix")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+        );
+        return format!("import {from}: {kind}{}", target.unwrap_or_default());
+    }
     let dry = if spec["dryRun"] == true {
         " (dry run)"
     } else {
@@ -153,6 +167,22 @@ pub fn summary(status: &Value) -> String {
             "took",
             format!("{seconds:.1} s ({} rows/s)", thousands(rate.round() as u64)),
         );
+    }
+    if let Some(export) = status["export"].as_object() {
+        row(
+            "blobs",
+            format!(
+                "{} ({} bytes)",
+                thousands(number(&export["blobs"])),
+                thousands(number(&export["bytes"]))
+            ),
+        );
+        if let Some(manifest) = export["manifest"].as_str() {
+            row(
+                "manifest",
+                format!("{}/{manifest}", export["container"].as_str().unwrap_or("?")),
+            );
+        }
     }
     if let Some(why) = status["failedBecause"].as_str() {
         row("failed because", why.to_string());

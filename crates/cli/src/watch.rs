@@ -133,6 +133,10 @@ pub fn exit_code(status: &Value) -> i32 {
 /// The rows in the scope of `spec`, if an earlier count of the same scope succeeded: the time
 /// left can then be told. Looks at the 50 newest succeeded scans and reads at most five.
 pub async fn rows_in_scope(api: &Api, spec: &Value) -> Option<u64> {
+    // An import knows its size from the export's manifest.
+    if let Some(rows) = spec["import"]["manifest"]["rows"].as_u64() {
+        return Some(rows);
+    }
     // A count of rows older than a moving moment is not the same scope twice.
     if !spec["olderThan"].is_null() {
         return None;
