@@ -72,10 +72,9 @@ impl ExportRows {
     /// Writes the rows gathered so far as blob `name` (replacing it whole, so a retried write
     /// leaves one copy); `None` when there were none.
     pub async fn write(&self, name: &str) -> Result<Option<Written>, StorageError> {
-        let (bytes, rows) = {
-            let gathered = self.gathered.lock().unwrap_or_else(|e| e.into_inner());
-            (gathered.bytes.clone(), gathered.rows)
-        };
+        // Taken: a step writes its blob once, at its end (a failed write fails the step).
+        let Gathered { bytes, rows } =
+            std::mem::take(&mut *self.gathered.lock().unwrap_or_else(|e| e.into_inner()));
         if rows == 0 {
             return Ok(None);
         }

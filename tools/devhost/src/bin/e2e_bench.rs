@@ -12,132 +12,18 @@
 //! Run by `scripts/bench`, which passes TABLESCAN_BENCH_STORAGE, TABLESCAN_BENCH_PYTHON and
 //! TABLESCAN_BENCH_APP (an assembled function app folder).
 
-#[path = "../stop.rs"]
-mod stop;
+#[path = "../bench.rs"]
+mod bench;
 
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use bench::{load, scan, start_devhost};
 use serde_json::{json, Value};
-use tablescan::scan::model::nuget_like;
-use tablescan::storage::table::batch::Operation;
-use tablescan::storage::table::entity::{Entity, Value as Edm};
-use tablescan::storage::table::query::Query;
-use tablescan::storage::{ClientOptions, StorageAccount, TableClient, TableServiceClient};
+use tablescan::storage::{ClientOptions, StorageAccount, TableServiceClient};
 
 const ROWS: usize = 100_000;
 const TABLE: &str = "benche2e";
-
-struct Devhost {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Devhost {
-    fn drop(&mut self) {
-        stop::stop_devhost(&mut self.child);
-    }
-}
-
-fn start_devhost(app: &str, storage: &str, instances: usize, ledger: &str) -> Devhost {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let devhost = std::env::current_exe().unwrap().with_file_name("devhost");
-    let child = Command::new(devhost)
-        .args([
-            "--script-root",
-            app,
-            "--port",
-            &port.to_string(),
-            "--instances",
-            &instances.to_string(),
-        ])
-        .env("AzureWebJobsStorage", storage)
-        .env("TABLESCAN_LEDGER_TABLE", ledger)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("devhost starts");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "devhost did not listen");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Devhost { child, port }
-}
-
-async fn scan(host: &Devhost, request: Value) -> (f64, Value) {
-    let http = reqwest::Client::new();
-    let started = Instant::now();
-    let answer: Value = http
-        .post(format!("http://127.0.0.1:{}/api/scans", host.port))
-        .json(&request)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = answer["id"].as_str().expect("a scan id").to_string();
-    loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let status: Value = http
-            .get(format!("http://127.0.0.1:{}/api/scans/{id}", host.port))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        match status["state"].as_str() {
-            Some("succeeded") => return (started.elapsed().as_secs_f64(), status),
-            Some("failed") | Some("cancelled") => panic!("the scan did not succeed: {status}"),
-            _ => {}
-        }
-    }
-}
-
-async fn load(tables: &TableServiceClient, name: &str, rows: usize) -> TableClient {
-    let table = tables.table(name).unwrap();
-    if !tables.create_table(name, true).await.unwrap() {
-        let existing = table
-            .query_all(&Query::default().select(Vec::<String>::new()))
-            .await
-            .unwrap()
-            .len();
-        if existing == rows {
-            return table;
-        }
-        panic!("{name} exists with {existing} rows; use a fresh Azurite");
-    }
-    let entities: Vec<Entity> = nuget_like(rows, 5)
-        .into_iter()
-        .enumerate()
-        .map(|(i, e)| e.with("n", Edm::Int32((i % 1000) as i32)))
-        .collect();
-    let mut batches: Vec<Vec<Operation>> = Vec::new();
-    for e in entities {
-        match batches.last_mut() {
-            Some(b)
-                if b.len() < 100
-                    && matches!(&b[0], Operation::Insert(f) if f.partition_key == e.partition_key) =>
-            {
-                b.push(Operation::Insert(e))
-            }
-            _ => batches.push(vec![Operation::Insert(e)]),
-        }
-    }
-    for chunk in batches.chunks(4) {
-        let futures: Vec<_> = chunk.iter().map(|b| table.submit_transaction(b)).collect();
-        for f in futures {
-            f.await.unwrap();
-        }
-    }
-    table
-}
 
 fn handler_peak_kib() -> u64 {
     // The handler processes devhost started are children of this benchmark's devhost.
