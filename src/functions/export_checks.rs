@@ -14,8 +14,10 @@ use crate::job::spec::ManifestSummary;
 use crate::job::{ActionSpec, ScanSpec};
 use crate::storage::{ContainerClient, StorageAccount};
 
-/// Containers the Functions host keeps its own state in: an export never writes there.
-const HOST_CONTAINER_PREFIXES: [&str; 2] = ["azure-webjobs-", "scm-releases"];
+/// Containers the Functions host keeps its own state in, and the app's package (the
+/// templates' `app-package`, the portal's `app-package-<app>-<hash>`): never written by an
+/// export.
+const HOST_CONTAINER_PREFIXES: [&str; 3] = ["azure-webjobs-", "scm-releases", "app-package"];
 
 /// The container `name` of connection `setting`, and its account, for checks; refusals name
 /// `field` (the connection's) and `container_field`.
@@ -58,8 +60,8 @@ pub(super) async fn prepare_export(
             StatusCode::BAD_REQUEST,
             Some("action.container"),
             format!(
-                "{name:?} is where the Functions host keeps its own state; export into a \
-                 container of your own"
+                "{name:?} is where the Functions host keeps its own state or the app's \
+                 package; export into a container of your own"
             ),
         ));
     }

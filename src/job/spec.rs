@@ -1056,7 +1056,12 @@ fn parse_import(
     let mut fields = Fields::new(object, "import.");
     let container = fields.required_string("container")?;
     validate_container_name(&container).or_else(|e| refuse("import.container", e.to_string()))?;
-    let prefix = export_prefix(fields.optional_string("prefix")?, "import.prefix")?;
+    // The manifest's own name names its export too.
+    let prefix = fields.optional_string("prefix")?.map(|p| {
+        p.strip_suffix("manifest.json")
+            .map_or(p.clone(), str::to_string)
+    });
+    let prefix = export_prefix(prefix, "import.prefix")?;
     let connection = fields.connection("connection", settings)?;
     fields.finish()?;
     Ok(ImportSource {
@@ -1360,6 +1365,11 @@ mod tests {
             serde_json::from_str(&serde_json::to_string(&spec).unwrap()).unwrap();
         assert_eq!(stored, spec);
         assert!(parse(r#"{"import":{"container":"backups"},"action":{"type":"count"}}"#).is_ok());
+        let by_manifest = parse(
+            r#"{"import":{"container":"backups","prefix":"orders/manifest.json"},"action":{"type":"count"}}"#,
+        )
+        .unwrap();
+        assert_eq!(by_manifest.import.unwrap().prefix, "orders/");
         for (body, field) in [
             (
                 r#"{"import":{"container":"bk1"},"table":"t","action":{"type":"count"}}"#,

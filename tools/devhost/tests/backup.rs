@@ -496,9 +496,17 @@ async fn an_import_that_runs_out_of_time_resumes_mid_blob_with_a_range_read() {
     .await;
     let steps = import["progress"]["stepsDone"].as_u64().unwrap();
     // The part's step, a step per blob, and the steps that resumed.
-    assert!(steps >= 1 + blobs + 2, "{steps} steps for {blobs} blobs: {import}");
+    assert!(
+        steps >= 1 + blobs + 2,
+        "{steps} steps for {blobs} blobs: {import}"
+    );
     assert_eq!(import["progress"]["rowsRead"], 1_000, "{import}");
     assert_eq!(import["progress"]["rowsActed"], 1_000, "{import}");
     // Every row read once, so each resumed step started where the one before it stopped.
-    assert_same_rows(&tables().table(&restored).unwrap(), &source, "resumed import").await;
+    assert_same_rows(
+        &tables().table(&restored).unwrap(),
+        &source,
+        "resumed import",
+    )
+    .await;
 }
