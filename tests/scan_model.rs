@@ -9,6 +9,7 @@ use proptest::prelude::*;
 use tablescan::scan::driver::{run_cutting_pages, run_to_completion, RunReport};
 use tablescan::scan::keys::{KeyRange, Lower, Upper};
 use tablescan::scan::model::{nuget_like, rows_in_scope, MemoryReader, MemoryTable, Quirks};
+use tablescan::scan::seek;
 use tablescan::scan::{
     Budget, Clock, ReadMode, ScanOptions, SplitPolicy, Strategy as ScanStrategy, WorkItem,
 };
@@ -92,9 +93,19 @@ fn case() -> impl Strategy<Value = Case> {
         1u32..=4,
         1usize..=5,
         1u32..=3,
+        any::<bool>(),
     )
         .prop_map(
-            |(strategy, mode, split, page_size, max_queries, fan_out, first_step_queries)| {
+            |(
+                strategy,
+                mode,
+                split,
+                page_size,
+                max_queries,
+                fan_out,
+                first_step_queries,
+                seek_partitions,
+            )| {
                 ScanOptions {
                     strategy,
                     mode,
@@ -109,6 +120,7 @@ fn case() -> impl Strategy<Value = Case> {
                     first_step_queries,
                     filter: None,
                     split_at_positions: true,
+                    seek_partitions,
                 }
             },
         );
@@ -150,6 +162,17 @@ fn case() -> impl Strategy<Value = Case> {
                 cut_percent,
             },
         )
+}
+
+/// The most queries one step may make: its query budget, and for a partition-keys scan that
+/// seeks, that budget's worth of seeks in each of its pieces (`scan::seek`).
+fn query_limit(options: &ScanOptions) -> u32 {
+    let budget = options.budget.max_queries;
+    if options.mode == ReadMode::PartitionKeys && options.seek_partitions {
+        seek::query_limit(budget, options.page_size)
+    } else {
+        budget
+    }
 }
 
 fn scope(case: &Case) -> (KeyRange, String) {
@@ -199,7 +222,7 @@ proptest! {
         // Finite, and every query counted: by the steps, or as the one throttled query of a
         // step that failed before reading anything (and ran again).
         prop_assert_eq!(report.queries as usize + report.failed_attempts as usize, reader.queries());
-        prop_assert!(report.most_queries_in_a_step <= case.options.budget.max_queries);
+        prop_assert!(report.most_queries_in_a_step <= query_limit(&case.options));
         // No query without a cursor is issued twice, except that a page cut short makes the
         // step drop the page it was reading meanwhile, which is read again from the cut.
         let fresh: Vec<String> = reader.log().into_iter().filter(|q| !q.ends_with("+cursor") && !q.ends_with(" busy")).collect();
@@ -275,7 +298,7 @@ proptest! {
             }
         }
         prop_assert_eq!(report.partitions, distinct.len() as u64);
-        prop_assert!(report.most_queries_in_a_step <= case.options.budget.max_queries);
+        prop_assert!(report.most_queries_in_a_step <= query_limit(&case.options));
         let fresh: Vec<String> = reader.log().into_iter().filter(|q| !q.ends_with("+cursor") && !q.ends_with(" busy")).collect();
         let unique: BTreeSet<&String> = fresh.iter().collect();
         let mut seen = BTreeSet::new();

@@ -23,14 +23,7 @@ pub fn scope_range(spec: &ScanSpec) -> (KeyRange, String) {
 /// How the scan engine reads for this spec; an error only for a spec whose stored filter
 /// cannot be read (written by a broken or later version).
 pub fn scan_options(spec: &ScanSpec, budget: Budget) -> Result<ScanOptions, String> {
-    let keys_only = matches!(
-        spec.action,
-        ActionSpec::PartitionKeys { .. }
-            | ActionSpec::Enqueue {
-                per: Per::Partition,
-                ..
-            }
-    );
+    let keys_only = spec.reads_partition_keys();
     let columns = match &spec.action {
         // Deleting, and an update that only sets properties, need the keys and the etag only;
         // an update that removes some writes the whole row back.

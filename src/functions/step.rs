@@ -496,7 +496,16 @@ impl TableReader for PacedReader<'_> {
         // A step reads page after page: the next one's share is earned while this one is on
         // its way, so a step alone is not held to a page per wait plus request.
         let next = self.pace.reserve_read(u64::from(top));
-        *self.next.lock().unwrap_or_else(|e| e.into_inner()) = Some(next);
+        // The pieces of a partition-keys step read side by side through one reader: a place
+        // another piece reserved and nobody took is given back, not dropped.
+        let replaced = self
+            .next
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(next);
+        if let Some(replaced) = replaced {
+            self.pace.release(replaced);
+        }
         let paced = PageRequest { top, ..*request };
         let page = self.table.read_page(&paced).await;
         // A refused or failed request took nothing from the account.

@@ -876,6 +876,20 @@ fn parse_queues(items: Vec<Value>) -> Result<Vec<String>, SpecError> {
     Ok(names)
 }
 
+impl ScanSpec {
+    /// Whether the scan wants one row per partition (and reads keys only).
+    pub fn reads_partition_keys(&self) -> bool {
+        matches!(
+            self.action,
+            ActionSpec::PartitionKeys { .. }
+                | ActionSpec::Enqueue {
+                    per: Per::Partition,
+                    ..
+                }
+        )
+    }
+}
+
 impl ActionSpec {
     /// The queues an enqueue or partition-keys action writes to, first to last.
     pub fn target_queues(&self) -> Vec<&str> {

@@ -158,6 +158,11 @@ pub struct Progress {
     /// Work items whose messages were sent again because nobody had touched them for a long
     /// time (a lost message); see `job::redrive`.
     pub steps_redriven: u64,
+    /// For scans that want one row per partition (partition-keys, enqueue per partition): rows
+    /// the service returned per partition found, what the account was charged for each
+    /// (`scan::seek` keeps it near 1 where partitions are large).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rows_read_per_partition: Option<f64>,
 }
 
 /// A work item that failed for good.
@@ -342,6 +347,8 @@ fn status_of(
             partitions: t.partitions,
         },
     );
+    let rows_read_per_partition = (record.spec.reads_partition_keys() && t.partitions > 0)
+        .then(|| (t.rows_read as f64 / t.partitions as f64 * 100.0).round() / 100.0);
     let export = match &record.spec.action {
         ActionSpec::Export {
             container, prefix, ..
@@ -379,6 +386,7 @@ fn status_of(
             longest_step_seconds: t.longest_step_ms as f64 / 1000.0,
             last_step_at: last_finished.map(format_time),
             steps_redriven: t.redriven,
+            rows_read_per_partition,
         },
         errors,
         failed_because,

@@ -11,6 +11,7 @@ pub mod keys;
 pub mod model;
 mod pending;
 pub mod reader;
+pub mod seek;
 pub mod step;
 
 pub use budget::{Budget, Clock, SystemClock};

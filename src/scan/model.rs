@@ -98,6 +98,9 @@ struct State {
     emptied: HashSet<(Vec<u16>, Vec<u16>)>,
     /// Which query each continuation belongs to.
     issued: HashMap<Continuation, String>,
+    /// Rows the requests looked at, matching or not: what the service counts against the
+    /// account's target.
+    scanned: u64,
 }
 
 impl<'a> MemoryReader<'a> {
@@ -121,6 +124,11 @@ impl<'a> MemoryReader<'a> {
     /// How many page requests were answered.
     pub fn queries(&self) -> usize {
         self.state.lock().expect("model state").log.len()
+    }
+
+    /// How many rows the requests looked at, matching or not.
+    pub fn scanned(&self) -> u64 {
+        self.state.lock().expect("model state").scanned
     }
 
     fn answer(&self, request: &PageRequest<'_>) -> Result<Page, String> {
@@ -203,6 +211,7 @@ impl<'a> MemoryReader<'a> {
                 entities.push(select(&row.entity, request.columns));
             }
         }
+        state.scanned += scanned as u64;
         let continuation = if scanned < in_range {
             let next = &rows[start + scanned].entity;
             Some(Continuation {

@@ -23,6 +23,7 @@ use super::item::{Task, WorkItem};
 use super::keys::{compare, extend_prefix, successor, KeyRange, Lower, Upper};
 use super::pending::PendingPage;
 use super::reader::{PageRequest, ReadScope, TableReader};
+use super::seek::{chain_pieces, query_cost, KeysPace, CHAINS};
 use crate::storage::table::entity::Entity;
 use crate::storage::table::filter::Filter;
 use crate::storage::table::query::{Continuation, Page, MAX_PAGE_SIZE};
@@ -91,6 +92,11 @@ pub struct ScanOptions {
     /// cuts at the continuation's position; `false` keeps the cursor and hands the rest on whole
     /// (the engine before it could, kept to compare the two in the scan-efficiency benchmark).
     pub split_at_positions: bool,
+    /// Whether a partition-keys scan sizes its queries to what the pages show, seeking from
+    /// partition to partition where partitions are large, and reads a fresh range as a few
+    /// pieces side by side (see `scan::seek`); `false` reads pages of `page_size` one after the
+    /// other (the engine before, kept to compare the two in the scan-efficiency benchmark).
+    pub seek_partitions: bool,
 }
 
 impl Default for ScanOptions {
@@ -106,6 +112,7 @@ impl Default for ScanOptions {
             first_step_queries: 4,
             filter: None,
             split_at_positions: true,
+            seek_partitions: true,
         }
     }
 }
@@ -188,7 +195,7 @@ pub async fn run_step<R, S, C>(
 ) -> Result<StepReport, StepError<S::Error>>
 where
     R: TableReader,
-    S: RowSink,
+    S: RowSink + Send,
     S::Error: std::fmt::Display,
     C: Clock,
 {
@@ -208,6 +215,116 @@ where
         ));
     }
     let max_queries = options.max_queries_at(item.depth);
+    let seeking = options.mode == ReadMode::PartitionKeys && options.seek_partitions;
+    let pieces = if seeking && options.strategy == Strategy::Prefix {
+        chain_pieces(&item.task, CHAINS)
+    } else {
+        vec![item.task.clone()]
+    };
+    if pieces.len() == 1 {
+        return run_chain(reader, item, item.task.clone(), options, max_queries, clock, sink).await;
+    }
+    // Pieces read side by side, each with its share of the query budget; the sink takes their
+    // pages one at a time.
+    let share = max_queries.div_ceil(pieces.len() as u32).max(1);
+    let shared = tokio::sync::Mutex::new(sink);
+    let chains: Vec<_> = pieces
+        .into_iter()
+        .map(|piece| {
+            let shared = &shared;
+            async move {
+                let mut sink = ChainSink { shared };
+                run_chain(reader, item, piece, options, share, clock, &mut sink).await
+            }
+        })
+        .collect();
+    let mut total = StepReport {
+        rows_read: 0,
+        rows_delivered: 0,
+        queries: 0,
+        partitions_started: 0,
+        follow_ups: Vec::new(),
+        stopped: StopReason::Finished,
+    };
+    for report in join_all(chains).await {
+        let report = report?;
+        total.rows_read += report.rows_read;
+        total.rows_delivered += report.rows_delivered;
+        total.queries += report.queries;
+        total.partitions_started += report.partitions_started;
+        total.follow_ups.extend(report.follow_ups);
+        if total.stopped == StopReason::Finished {
+            total.stopped = report.stopped;
+        }
+    }
+    Ok(total)
+}
+
+/// A sink shared by the chains of one step, one page at a time.
+struct ChainSink<'a, 'b, S> {
+    shared: &'a tokio::sync::Mutex<&'b mut S>,
+}
+
+impl<S> RowSink for ChainSink<'_, '_, S>
+where
+    S: RowSink + Send,
+{
+    type Error = S::Error;
+
+    fn accept(
+        &mut self,
+        rows: Vec<Entity>,
+        deadline: Duration,
+    ) -> impl std::future::Future<Output = Result<usize, Self::Error>> + Send {
+        async move { self.shared.lock().await.accept(rows, deadline).await }
+    }
+}
+
+/// Runs the futures side by side; their outputs in order.
+async fn join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut futures: Vec<std::pin::Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
+            if output.is_none() {
+                match future.as_mut().poll(cx) {
+                    std::task::Poll::Ready(value) => *output = Some(value),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
+}
+
+/// Reads `task` (the item's range, or a piece of it) until it ends or `max_queries` of the
+/// budget are spent (a seek counts as a fraction of a query: `scan::seek`).
+async fn run_chain<R, S, C>(
+    reader: &R,
+    item: &WorkItem,
+    task: Task,
+    options: &ScanOptions,
+    max_queries: u32,
+    clock: &C,
+    sink: &mut S,
+) -> Result<StepReport, StepError<S::Error>>
+where
+    R: TableReader,
+    S: RowSink,
+    S::Error: std::fmt::Display,
+    C: Clock,
+{
+    let seeking = options.mode == ReadMode::PartitionKeys && options.seek_partitions;
+    let mut keys_pace = KeysPace::new(options.page_size);
+    let budget_rows = max_queries.saturating_mul(u32::from(options.page_size));
+    let mut spent_rows = 0u32;
     let started = clock.now();
     let mut report = StepReport {
         rows_read: 0,
@@ -217,10 +334,10 @@ where
         follow_ups: Vec::new(),
         stopped: StopReason::Finished,
     };
-    let mut current = Some(item.task.clone());
+    let mut current = Some(task.clone());
     let columns = columns_for(options);
     // The PartitionKey of the row read just before the next one, when known.
-    let mut previous_partition = match &item.task {
+    let mut previous_partition = match &task {
         Task::Range { last_partition, .. } => last_partition.clone(),
         Task::Partition {
             partition_key,
@@ -241,11 +358,17 @@ where
             Some((page, rows)) => (Some(page), Some(rows)),
             None => (None, None),
         };
+        let top = if seeking {
+            keys_pace.top()
+        } else {
+            options.page_size
+        };
         let (page, accepted) = tokio::join!(
-            read(reader, &task, options, columns.as_deref()),
+            read(reader, &task, options, top, columns.as_deref()),
             accept(sink, rows, deadline)
         );
         report.queries += 1;
+        spent_rows = spent_rows.saturating_add(query_cost(top, options.page_size));
         if let Some(waiting) = waiting {
             let finished = accepted.map_err(StepError::Action)?;
             if settle(&mut report, item, waiting, finished, options.mode) {
@@ -276,10 +399,14 @@ where
             previous_partition.as_deref(),
             options.mode,
         );
+        let returned = page.entities.len();
         let rows = match options.mode {
             ReadMode::Rows => page.entities,
             ReadMode::PartitionKeys => distinct_partitions(page.entities),
         };
+        if seeking {
+            keys_pace.observe(top, returned, rows.len());
+        }
         if let Some((pk, _)) = &last_keys {
             previous_partition = Some(pk.clone());
         }
@@ -289,7 +416,7 @@ where
             break;
         };
         let elapsed = clock.now().saturating_sub(started);
-        let spent = if report.queries >= max_queries {
+        let spent = if spent_rows >= budget_rows {
             Some(StopReason::QueryBudget)
         } else if elapsed >= options.budget.max_duration {
             Some(StopReason::TimeBudget)
@@ -494,6 +621,7 @@ async fn read<R: TableReader>(
     reader: &R,
     task: &Task,
     options: &ScanOptions,
+    top: u16,
     columns: Option<&[String]>,
 ) -> Result<Page, StorageError> {
     let (scope, cursor) = match task {
@@ -526,7 +654,7 @@ async fn read<R: TableReader>(
     };
     let request = PageRequest {
         scope,
-        top: options.page_size,
+        top,
         columns,
         cursor,
         filter: options.filter.as_ref(),
