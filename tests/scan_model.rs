@@ -461,8 +461,76 @@ fn partitions_only_mode_skips_the_rest_of_each_partition() {
     };
     let report = run(&reader, KeyRange::all(), &options);
     assert_eq!(report.rows.len(), 50);
-    // Reading every row would take over 500 pages of 10; skipping partitions takes a few dozen.
-    assert!(report.queries < 40, "{} queries", report.queries);
+    // Reading every row would look at over 5,000 rows in over 500 pages of 10; skipping and
+    // seeking looks at about one row per partition, a query each.
+    assert!(
+        reader.scanned() < 100,
+        "{} rows looked at",
+        reader.scanned()
+    );
+    assert!(report.queries < 100, "{} queries", report.queries);
+}
+
+/// Runs a partition-keys scan of `table` with pages of 1,000 and the default budget; the rows
+/// looked at and the queries made per partition found, and the most queries of a step.
+fn keys_scan_costs(table: &MemoryTable, seek_partitions: bool) -> (f64, f64, u32) {
+    let reader = MemoryReader::new(table, Quirks::default());
+    let options = ScanOptions {
+        mode: ReadMode::PartitionKeys,
+        seek_partitions,
+        ..ScanOptions::default()
+    };
+    let report = run(&reader, KeyRange::all(), &options);
+    let partitions: BTreeSet<&str> = table.entities().map(|e| e.partition_key.as_str()).collect();
+    assert_eq!(report.rows.len(), partitions.len(), "every partition once");
+    assert_eq!(report.partitions, partitions.len() as u64);
+    let found = partitions.len() as f64;
+    (
+        reader.scanned() as f64 / found,
+        report.queries as f64 / found,
+        report.most_queries_in_a_step,
+    )
+}
+
+#[test]
+fn partition_keys_seek_through_large_partitions_and_page_through_small_ones() {
+    let shaped = |partitions: u64, rows: u64| {
+        MemoryTable::new((0..partitions * rows).map(|i| {
+            let p = (i / rows).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            tablescan::storage::table::entity::Entity::new(
+                format!("{p:016x}"),
+                format!("{:06}", i % rows),
+            )
+        }))
+    };
+    // 300-row partitions: about one row looked at per partition, where pages looked at all.
+    let large = shaped(200, 300);
+    let (scanned, queries, most) = keys_scan_costs(&large, true);
+    assert!(scanned <= 1.5, "{scanned} rows looked at per partition");
+    assert!(queries <= 1.5, "{queries} queries per partition");
+    assert!(most <= seek::query_limit(20, 1000));
+    let (old_scanned, _, _) = keys_scan_costs(&large, false);
+    assert!(old_scanned > 100.0, "{old_scanned}");
+    // One-row partitions: still about one query per 1,000 rows, as pages of 1,000.
+    let small = shaped(50_000, 1);
+    let (scanned, queries, _) = keys_scan_costs(&small, true);
+    assert!(scanned <= 1.01, "{scanned} rows looked at per partition");
+    assert!(
+        queries * 1000.0 <= 1.5,
+        "{} queries per 1,000 rows",
+        queries * 1000.0
+    );
+    // Mixed: runs of one-row partitions between large ones.
+    let mixed = MemoryTable::new((0..40_000u64).map(|i| {
+        let (p, r) = if (i / 10_000) % 2 == 0 {
+            (i, 0)
+        } else {
+            (i / 500 * 500, i % 500)
+        };
+        tablescan::storage::table::entity::Entity::new(format!("{p:08}"), format!("{r:04}"))
+    }));
+    let (scanned, _, _) = keys_scan_costs(&mixed, true);
+    assert!(scanned <= 1.5, "{scanned} rows looked at per partition");
 }
 
 #[test]

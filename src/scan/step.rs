@@ -215,39 +215,56 @@ where
         ));
     }
     let max_queries = options.max_queries_at(item.depth);
-    let seeking = options.mode == ReadMode::PartitionKeys && options.seek_partitions;
-    let pieces = if seeking && options.strategy == Strategy::Prefix {
-        chain_pieces(&item.task, CHAINS)
-    } else {
-        vec![item.task.clone()]
+    let budget = max_queries.saturating_mul(u32::from(options.page_size));
+    let fans_out = options.mode == ReadMode::PartitionKeys
+        && options.seek_partitions
+        && options.strategy == Strategy::Prefix;
+    // A partition-keys step reads alone until its pages show large partitions; then the rest of
+    // its range is read as a few pieces side by side, seeking (see `scan::seek`).
+    let first = run_chain(
+        reader,
+        item,
+        item.task.clone(),
+        options,
+        budget,
+        fans_out,
+        clock,
+        sink,
+    )
+    .await?;
+    let Some(rest) = first.rest else {
+        return Ok(first.report);
     };
-    if pieces.len() == 1 {
-        return run_chain(reader, item, item.task.clone(), options, max_queries, clock, sink).await;
-    }
-    // Pieces read side by side, each with its share of the query budget; the sink takes their
-    // pages one at a time.
-    let share = max_queries.div_ceil(pieces.len() as u32).max(1);
+    let mut total = first.report;
+    let left = budget.saturating_sub(first.spent);
+    let pieces = chain_pieces(&rest, CHAINS);
+    let share = left.div_ceil(pieces.len() as u32).max(1);
     let shared = tokio::sync::Mutex::new(sink);
     let chains: Vec<_> = pieces
-        .into_iter()
+        .iter()
+        .cloned()
         .map(|piece| {
             let shared = &shared;
             async move {
                 let mut sink = ChainSink { shared };
-                run_chain(reader, item, piece, options, share, clock, &mut sink).await
+                run_chain(reader, item, piece, options, share, false, clock, &mut sink).await
             }
         })
         .collect();
-    let mut total = StepReport {
-        rows_read: 0,
-        rows_delivered: 0,
-        queries: 0,
-        partitions_started: 0,
-        follow_ups: Vec::new(),
-        stopped: StopReason::Finished,
-    };
-    for report in join_all(chains).await {
-        let report = report?;
+    for (chain, piece) in join_all(chains).await.into_iter().zip(pieces.iter()) {
+        let report = match chain {
+            Ok(chain) => chain.report,
+            // A piece whose first read was refused for a while: handed on untouched (the queue
+            // is the back-off; the step has made progress, as a lone step that hands its rest
+            // on after a refused read).
+            Err(StepError::Read(e)) if e.is_transient() => {
+                total.queries += 1;
+                total.follow_ups.push(item.follow_up(piece.clone()));
+                total.stopped = StopReason::Throttled;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         total.rows_read += report.rows_read;
         total.rows_delivered += report.rows_delivered;
         total.queries += report.queries;
@@ -258,6 +275,16 @@ where
         }
     }
     Ok(total)
+}
+
+/// How a chain of reads ended.
+struct ChainEnd {
+    report: StepReport,
+    /// Budget spent, in rows (see [`query_cost`]).
+    spent: u32,
+    /// With `fan_out`: the rest of the range, unread and fresh, left for pieces read side by
+    /// side once the pages showed large partitions.
+    rest: Option<Task>,
 }
 
 /// A sink shared by the chains of one step, one page at a time.
@@ -271,12 +298,8 @@ where
 {
     type Error = S::Error;
 
-    fn accept(
-        &mut self,
-        rows: Vec<Entity>,
-        deadline: Duration,
-    ) -> impl std::future::Future<Output = Result<usize, Self::Error>> + Send {
-        async move { self.shared.lock().await.accept(rows, deadline).await }
+    async fn accept(&mut self, rows: Vec<Entity>, deadline: Duration) -> Result<usize, S::Error> {
+        self.shared.lock().await.accept(rows, deadline).await
     }
 }
 
@@ -304,17 +327,21 @@ async fn join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
     outputs.into_iter().flatten().collect()
 }
 
-/// Reads `task` (the item's range, or a piece of it) until it ends or `max_queries` of the
-/// budget are spent (a seek counts as a fraction of a query: `scan::seek`).
+/// Reads `task` (the item's range, or a piece of it) until it ends or `budget_rows` of the
+/// budget are spent (a page costs `page_size`, a seek a fraction of it: `scan::seek`). With
+/// `fan_out`, stops as soon as a partition-keys scan starts seeking and leaves the rest of the
+/// range in [`ChainEnd::rest`].
+#[allow(clippy::too_many_arguments)]
 async fn run_chain<R, S, C>(
     reader: &R,
     item: &WorkItem,
     task: Task,
     options: &ScanOptions,
-    max_queries: u32,
+    budget_rows: u32,
+    fan_out: bool,
     clock: &C,
     sink: &mut S,
-) -> Result<StepReport, StepError<S::Error>>
+) -> Result<ChainEnd, StepError<S::Error>>
 where
     R: TableReader,
     S: RowSink,
@@ -323,8 +350,8 @@ where
 {
     let seeking = options.mode == ReadMode::PartitionKeys && options.seek_partitions;
     let mut keys_pace = KeysPace::new(options.page_size);
-    let budget_rows = max_queries.saturating_mul(u32::from(options.page_size));
     let mut spent_rows = 0u32;
+    let mut rest = None;
     let started = clock.now();
     let mut report = StepReport {
         rows_read: 0,
@@ -460,6 +487,11 @@ where
             break;
         }
         pending = hand_to_sink(&mut report, item, waiting, rows, options.mode);
+        if fan_out && keys_pace.seeking() && matches!(next, Some(Task::Range { cursor: None, .. }))
+        {
+            rest = next;
+            break;
+        }
         current = next;
     }
     if let Some((waiting, rows)) = pending {
@@ -468,9 +500,16 @@ where
             .map_err(StepError::Action)?;
         if settle(&mut report, item, waiting, finished, options.mode) {
             report.stopped = StopReason::TimeBudget;
+            // The page was cut short: its follow-ups cover everything after the cut, the rest
+            // included.
+            rest = None;
         }
     }
-    Ok(report)
+    Ok(ChainEnd {
+        report,
+        spent: spent_rows,
+        rest,
+    })
 }
 
 /// Keeps a page for the sink, or settles it at once when the sink has nothing to do with it.

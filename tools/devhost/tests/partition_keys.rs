@@ -20,8 +20,10 @@ async fn the_demo_tables_partition_keys_cost_at_most_two_rows_each() {
     let host = Host::start(2, &[]);
     let queue = unique("keys").to_lowercase();
     let done = host
-        .run(json!({"table": source.name(), "maxRowsPerSecond": "unlimited",
-                    "action": {"type": "partition-keys", "queue": queue}}))
+        .run(
+            json!({"table": source.name(), "maxRowsPerSecond": "unlimited",
+                    "action": {"type": "partition-keys", "queue": queue}}),
+        )
         .await;
     assert_eq!(done["state"], "succeeded", "{done}\n{}", host.log());
     let progress = &done["progress"];
