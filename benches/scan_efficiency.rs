@@ -136,7 +136,7 @@ async fn partition_keys() -> String {
          pages of 1,000 one after the other, skipping the rest of each page's last partition. \
          New: pages sized to what they show, seeks (`$top=1`, a probe of 2 every 8th) where \
          partitions hold 2 rows or more, four pieces of each fresh range side by side.\n\n\
-         | partitions of | engine | partitions found | entities scanned | per partition | queries | per partition | steps | most queries in a step |\n\
+         | rows per partition | engine | partitions found | entities scanned | per partition | queries | per partition | steps | most queries in a step |\n\
          | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for rows_per_partition in [1u64, 100, 10_000] {
@@ -162,7 +162,7 @@ async fn partition_keys() -> String {
             assert_eq!(run.partitions, partitions, "every partition found once");
             let scanned = reader.scanned();
             out.push_str(&format!(
-                "| {rows_per_partition} rows | {engine} | {} | {scanned} | {:.2} | {} | {:.3} | {} | {} |\n",
+                "| {rows_per_partition} | {engine} | {} | {scanned} | {:.2} | {} | {:.3} | {} | {} |\n",
                 run.partitions,
                 scanned as f64 / partitions as f64,
                 run.queries,

@@ -32,6 +32,8 @@ pub const PROBE_EVERY: u32 = 8;
 pub const CHAINS: usize = 4;
 /// The rows per partition from which seeking costs fewer entities than reading pages.
 const SEEK_FROM_ROWS_PER_PARTITION: usize = 2;
+/// How much a page grows after a page of small partitions.
+const GROWTH: u16 = 8;
 
 /// The `$top` of a partition-keys scan's next query, adapted to what the pages show.
 #[derive(Debug, Clone)]
@@ -80,8 +82,10 @@ impl KeysPace {
                 1
             };
         } else if informative {
-            // Partitions of fewer than two rows: whole pages cost at most two rows each.
-            self.top = self.page_size;
+            // Partitions of fewer than two rows: pages cost less than two rows each. They grow
+            // a step at a time: a probe that met one small partition among large ones costs a
+            // page of 16 rows, not of 1,000.
+            self.top = self.top.max(2).saturating_mul(GROWTH).min(self.page_size);
         }
     }
 }
@@ -179,6 +183,10 @@ mod tests {
             pace.observe(1, 1, 1);
         }
         pace.observe(2, 2, 2);
+        assert_eq!(pace.top(), 16);
+        pace.observe(16, 16, 16);
+        assert_eq!(pace.top(), 128);
+        pace.observe(128, 128, 120);
         assert_eq!(pace.top(), 1000);
         pace.observe(1000, 1000, 990);
         assert_eq!(pace.top(), 1000);

@@ -147,7 +147,12 @@ pub fn summary(status: &Value) -> String {
             row(name, thousands(number(&p[field])));
         }
     }
-    row("partitions", thousands(number(&p["partitions"])));
+    if status["spec"]["import"].is_null() {
+        row("partitions", thousands(number(&p["partitions"])));
+    }
+    if let Some(per) = p["rowsReadPerPartition"].as_f64() {
+        row("read/partition", format!("{per:.2} rows"));
+    }
     row(
         "steps",
         format!(
