@@ -576,3 +576,69 @@ fn continuation_items_respect_lower_bounds_in_scope() {
         .collect();
     assert_eq!(got, ["abc"]);
 }
+
+/// The tables a partition-keys scan must find every partition of once: partitions of one row,
+/// of 10,000 rows, and a mix of both with partitions of 25 rows between.
+fn keys_table(shape: u8) -> MemoryTable {
+    let mut keys: Vec<(String, String)> = Vec::new();
+    let mut partition = |name: String, rows: u32| {
+        for r in 0..rows {
+            keys.push((name.clone(), format!("{r:05}")));
+        }
+    };
+    match shape {
+        0 => (0..3_000).for_each(|p| partition(format!("one{p:04}"), 1)),
+        1 => (0..3).for_each(|p| partition(format!("big{p}"), 10_000)),
+        _ => {
+            (0..500).for_each(|p| partition(format!("a{p:03}"), 1));
+            partition("b".into(), 10_000);
+            (0..200).for_each(|p| partition(format!("c{p:03}"), 25));
+            partition("d\u{FFFF}".into(), 10_000);
+            (0..500).for_each(|p| partition(format!("e{p:03}\u{1F600}"), 1));
+        }
+    }
+    MemoryTable::from_keys(keys.iter().map(|(p, r)| (p.as_str(), r.as_str())))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Partition keys by seeking: every partition found once and counted once, in tables of
+    /// one-row partitions, of 10,000-row partitions and of both, with the model's empty and
+    /// short pages, trailing tokens, refusals and pages the action cuts short; every step within
+    /// its budget.
+    #[test]
+    fn partition_keys_are_found_once_in_tables_of_every_shape(
+        shape in 0u8..3,
+        page_size in prop::sample::select(vec![1u16, 7, 100, 1000]),
+        max_queries in 1u32..=20,
+        tick_ms in prop::sample::select(vec![0u64, 7, 30]),
+        cut_percent in prop::sample::select(vec![0u8, 25]),
+        quirks in (0u8..40, 0u8..40, 0u8..40, 0u8..20, any::<u64>()),
+    ) {
+        let table = keys_table(shape);
+        let (empty_pages, short_pages, trailing_tokens, busy, seed) = quirks;
+        let quirks = Quirks { empty_pages, short_pages, trailing_tokens, busy, seed, max_scanned: None };
+        let reader = MemoryReader::new(&table, quirks);
+        let options = ScanOptions {
+            mode: ReadMode::PartitionKeys,
+            page_size,
+            budget: Budget { max_queries, max_duration: Duration::from_millis(50) },
+            ..ScanOptions::default()
+        };
+        let clock = TickingClock { nanos: AtomicU64::new(0), tick: Duration::from_millis(tick_ms) };
+        let root = WorkItem::root("keys", KeyRange::all(), "");
+        let report = block_on(run_cutting_pages(
+            &reader, root, &options, &clock, 1_000_000, cut_percent, seed,
+        ))
+        .unwrap();
+        let want: BTreeSet<&str> = table.entities().map(|e| e.partition_key.as_str()).collect();
+        let mut found: Vec<&str> = report.rows.iter().map(|e| e.partition_key.as_str()).collect();
+        found.sort();
+        let distinct: BTreeSet<&str> = found.iter().copied().collect();
+        prop_assert_eq!(found.len(), distinct.len(), "a partition found twice");
+        prop_assert_eq!(distinct, want.clone());
+        prop_assert_eq!(report.partitions, want.len() as u64);
+        prop_assert!(report.most_queries_in_a_step <= query_limit(&options));
+    }
+}

@@ -7,7 +7,7 @@ use axum::http::StatusCode;
 
 use super::app::AppState;
 use super::guard::Place;
-use super::http::{refusal, refused, within, HttpError};
+use super::http::{account_for, probe_for, refusal, refused, within, HttpError};
 use super::reach::{Check, Service};
 use crate::job::exports::{Layout, Manifest};
 use crate::job::spec::ManifestSummary;
@@ -29,10 +29,9 @@ fn container(
     container_field: &str,
 ) -> Result<(ContainerClient, StorageAccount), HttpError> {
     let bad = |field: &str, why: String| refusal(StatusCode::BAD_REQUEST, Some(field), why);
-    let account = state.account(setting).map_err(|e| bad(field, e))?;
-    let client = state
-        .probe_clients(setting)
-        .and_then(|clients| clients.blobs().cloned())
+    let account = account_for(state, setting, field)?;
+    let client = probe_for(state, setting, field)?
+        .blobs()
         .map_err(|e| bad(field, e))?
         .container(name)
         .map_err(|e| bad(container_field, e.to_string()))?;

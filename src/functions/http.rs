@@ -319,16 +319,8 @@ async fn prepare(state: &AppState, spec: &mut ScanSpec, id: &str) -> Result<(), 
         .create_table(ledger.table().name(), true)
         .await
         .map_err(|e| unavailable(format!("the scan ledger table could not be created: {e}")))?;
-    let account = |setting: &str, field: &str| {
-        state
-            .account(setting)
-            .map_err(|e| refusal(StatusCode::BAD_REQUEST, Some(field), e))
-    };
-    let probe = |setting: &str, field: &str| {
-        state
-            .probe_clients(setting)
-            .map_err(|e| refusal(StatusCode::BAD_REQUEST, Some(field), e))
-    };
+    let account = |setting: &str, field: &str| account_for(state, setting, field);
+    let probe = |setting: &str, field: &str| probe_for(state, setting, field);
     if spec.import.is_some() {
         let source = super::export_checks::prepare_import(state, spec).await?;
         guard(state, spec, source, ledger_tables, ledger.table().name())?;
@@ -370,16 +362,8 @@ async fn prepare(state: &AppState, spec: &mut ScanSpec, id: &str) -> Result<(), 
 
 /// Makes ready, or checks in a dry run, what the scan's action writes to.
 async fn prepare_target(state: &AppState, spec: &ScanSpec, id: &str) -> Result<(), HttpError> {
-    let account = |setting: &str, field: &str| {
-        state
-            .account(setting)
-            .map_err(|e| refusal(StatusCode::BAD_REQUEST, Some(field), e))
-    };
-    let probe = |setting: &str, field: &str| {
-        state
-            .probe_clients(setting)
-            .map_err(|e| refusal(StatusCode::BAD_REQUEST, Some(field), e))
-    };
+    let account = |setting: &str, field: &str| account_for(state, setting, field);
+    let probe = |setting: &str, field: &str| probe_for(state, setting, field);
     match &spec.action {
         ActionSpec::Copy {
             table, connection, ..
@@ -446,6 +430,28 @@ async fn prepare_target(state: &AppState, spec: &ScanSpec, id: &str) -> Result<(
         ActionSpec::Count | ActionSpec::Delete | ActionSpec::Update { .. } => {}
     }
     Ok(())
+}
+
+/// The account a connection names, or a refusal naming the request's `field`.
+pub(super) fn account_for(
+    state: &AppState,
+    setting: &str,
+    field: &str,
+) -> Result<crate::storage::StorageAccount, HttpError> {
+    state
+        .account(setting)
+        .map_err(|e| refusal(StatusCode::BAD_REQUEST, Some(field), e))
+}
+
+/// Clients for a start's quick checks of a connection, or a refusal naming `field`.
+pub(super) fn probe_for(
+    state: &AppState,
+    setting: &str,
+    field: &str,
+) -> Result<super::app::Clients, HttpError> {
+    state
+        .probe_clients(setting)
+        .map_err(|e| refusal(StatusCode::BAD_REQUEST, Some(field), e))
 }
 
 /// A query for one row's keys: the cheapest read that proves a table is there and readable.

@@ -248,6 +248,36 @@ fn min_upper(a: &Upper, b: &Upper) -> Upper {
     }
 }
 
+/// Characters at which a range may be cut into pieces: digits and ASCII letters, the usual
+/// material of keys. Pieces that turn out empty cost one query each.
+pub const CUT_POINTS: &str = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+
+/// `range` cut at up to `pieces - 1` of `candidates` (keys inside it, in order), chosen evenly:
+/// disjoint ranges that cover it, in order; `None` when there is nothing to cut at.
+pub fn cut_evenly(range: &KeyRange, candidates: &[String], pieces: usize) -> Option<Vec<KeyRange>> {
+    let cuts = pieces.saturating_sub(1).min(candidates.len());
+    if cuts == 0 {
+        return None;
+    }
+    let chosen: Vec<&String> = (1..=cuts)
+        .map(|i| &candidates[i * candidates.len() / (cuts + 1)])
+        .collect();
+    let mut lowers = vec![range.lower.clone()];
+    lowers.extend(chosen.iter().map(|k| Lower::Included((*k).clone())));
+    let mut uppers: Vec<Upper> = chosen
+        .iter()
+        .map(|k| Upper::Excluded((*k).clone()))
+        .collect();
+    uppers.push(range.upper.clone());
+    Some(
+        lowers
+            .into_iter()
+            .zip(uppers)
+            .map(|(lower, upper)| KeyRange { lower, upper })
+            .collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,7 +20,7 @@
 //! queries in flight.
 
 use super::item::Task;
-use super::keys::{compare, KeyRange, Lower, Upper};
+use super::keys::{cut_evenly, Lower, CUT_POINTS};
 
 /// How many seeks (queries asking for fewer rows than `page_size / SEEKS_PER_QUERY`) count as
 /// one query of the step's query budget: a step of a partition-keys scan that seeks makes up
@@ -105,9 +105,6 @@ pub fn query_limit(max_queries: u32, page_size: u16) -> u32 {
     (max_queries * u32::from(page_size)).div_ceil(floor) + 2 * CHAINS as u32
 }
 
-/// Characters a fresh range is cut at for side-by-side chains: digits and ASCII letters.
-const CUT_POINTS: &str = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-
 /// Up to `pieces` disjoint ranges that together cover a fresh range item (no cursor), cut at
 /// PartitionKeys `prefix + c` for evenly chosen characters `c` inside it: a partition lies in
 /// one piece whole. Anything else, or a range no cut point falls inside, stays whole.
@@ -129,28 +126,13 @@ pub fn chain_pieces(task: &Task, pieces: usize) -> Vec<Task> {
                 && !matches!(&partition_keys.lower, Lower::Included(low) if low == key)
         })
         .collect();
-    let cuts = pieces.saturating_sub(1).min(candidates.len());
-    if cuts == 0 {
+    let Some(ranges) = cut_evenly(partition_keys, &candidates, pieces) else {
         return vec![task.clone()];
-    }
-    let chosen: Vec<&String> = (1..=cuts)
-        .map(|i| &candidates[i * candidates.len() / (cuts + 1)])
-        .collect();
-    let mut lowers = vec![partition_keys.lower.clone()];
-    lowers.extend(chosen.iter().map(|k| Lower::Included((*k).clone())));
-    let mut uppers: Vec<Upper> = chosen
-        .iter()
-        .map(|k| Upper::Excluded((*k).clone()))
-        .collect();
-    uppers.push(partition_keys.upper.clone());
-    debug_assert!(chosen
-        .windows(2)
-        .all(|w| compare(w[0], w[1]) == std::cmp::Ordering::Less));
-    lowers
+    };
+    ranges
         .into_iter()
-        .zip(uppers)
-        .map(|(lower, upper)| Task::Range {
-            partition_keys: KeyRange { lower, upper },
+        .map(|partition_keys| Task::Range {
+            partition_keys,
             prefix: prefix.clone(),
             cursor: None,
             last_partition: None,
@@ -161,6 +143,7 @@ pub fn chain_pieces(task: &Task, pieces: usize) -> Vec<Task> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scan::keys::KeyRange;
 
     #[test]
     fn large_partitions_are_sought_with_a_probe_every_eighth_query() {

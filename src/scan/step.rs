@@ -20,7 +20,9 @@
 
 use super::budget::{Budget, Clock};
 use super::item::{Task, WorkItem};
-use super::keys::{compare, extend_prefix, successor, KeyRange, Lower, Upper};
+use super::keys::{
+    compare, cut_evenly, extend_prefix, successor, KeyRange, Lower, Upper, CUT_POINTS,
+};
 use super::pending::PendingPage;
 use super::reader::{PageRequest, ReadScope, TableReader};
 use super::seek::{chain_pieces, query_cost, KeysPace, CHAINS};
@@ -559,10 +561,6 @@ async fn accept<S: RowSink>(
     }
 }
 
-/// Characters at which a range's remainder may be cut: digits and ASCII letters, the usual
-/// material of keys. Pieces that turn out empty cost one query each.
-const CUT_POINTS: &str = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-
 /// Cuts a fresh range (no cursor) whose keys share `prefix` and which starts at `prefix + c`
 /// into up to `pieces` ranges at `prefix + d` for evenly chosen cut points `d` above `c`. The
 /// remainder of a range is usually most of it (the published scanner walked it one next
@@ -599,42 +597,27 @@ fn subdivide(task: Task, pieces: usize) -> Vec<Task> {
         .map(|c| format!("{prefix}{c}"))
         .filter(|key| range.below_upper(key))
         .collect();
-    let cuts = pieces.saturating_sub(1).min(candidates.len());
-    if cuts == 0 {
+    let Some(ranges) = cut_evenly(&range, &candidates, pieces) else {
         return vec![task];
-    }
-    let chosen: Vec<&String> = (1..=cuts)
-        .map(|i| &candidates[i * candidates.len() / (cuts + 1)])
-        .collect();
-    let mut lowers = vec![range.lower.clone()];
-    lowers.extend(chosen.iter().map(|k| Lower::Included((*k).clone())));
-    let mut uppers: Vec<Upper> = chosen
-        .iter()
-        .map(|k| Upper::Excluded((*k).clone()))
-        .collect();
-    uppers.push(range.upper.clone());
-    lowers
+    };
+    ranges
         .into_iter()
-        .zip(uppers)
-        .map(|(lower, upper)| {
-            let keys = KeyRange { lower, upper };
-            match &task {
-                Task::Range { .. } => Task::Range {
-                    partition_keys: keys,
-                    prefix: prefix.clone(),
-                    cursor: None,
-                    last_partition: None,
-                },
-                Task::Partition { partition_key, .. } => Task::Partition {
-                    partition_key: partition_key.clone(),
-                    row_keys: keys,
-                    prefix: prefix.clone(),
-                    cursor: None,
-                    unstarted: false,
-                },
-                // Never reached: `run_step` refuses an import's items.
-                other @ (Task::ExportPart { .. } | Task::ExportBlob { .. }) => other.clone(),
-            }
+        .map(|keys| match &task {
+            Task::Range { .. } => Task::Range {
+                partition_keys: keys,
+                prefix: prefix.clone(),
+                cursor: None,
+                last_partition: None,
+            },
+            Task::Partition { partition_key, .. } => Task::Partition {
+                partition_key: partition_key.clone(),
+                row_keys: keys,
+                prefix: prefix.clone(),
+                cursor: None,
+                unstarted: false,
+            },
+            // Never reached: `run_step` refuses an import's items.
+            other @ (Task::ExportPart { .. } | Task::ExportBlob { .. }) => other.clone(),
         })
         .collect()
 }

@@ -368,19 +368,24 @@ impl Host {
     }
 }
 
+/// Keys that break naive scanners: empty, spaces and quotes, non-ASCII, a supplementary
+/// character, U+FFFF (the published sentinel) alone and inside, U+E000 (sorts after
+/// supplementary characters in UTF-16).
+pub const DIFFICULT_KEYS: [&str; 9] = [
+    "",
+    "a b",
+    "it's",
+    "é中",
+    "😀",
+    "a\u{FFFF}b",
+    "\u{FFFF}",
+    "\u{E000}",
+    "z",
+];
+
 /// Rows with difficult keys, two large partitions and many small ones.
 pub fn rows() -> Vec<Entity> {
-    let keys = [
-        "",
-        "a b",
-        "it's",
-        "é中",
-        "😀",
-        "a\u{FFFF}b",
-        "\u{FFFF}",
-        "\u{E000}",
-        "z",
-    ];
+    let keys = DIFFICULT_KEYS;
     let mut rows = Vec::new();
     for big in ["big1", "big\u{FFFF}"] {
         for r in 0..300 {
