@@ -341,6 +341,42 @@ mod tests {
     }
 
     #[test]
+    fn exports_and_imports_say_where_their_blobs_are() {
+        let mut status = running();
+        status["state"] = json!("succeeded");
+        status["spec"]["action"] =
+            json!({"type": "export", "container": "backups", "prefix": "logs/"});
+        status["export"] = json!({"container": "backups", "prefix": "logs/", "blobs": 12,
+            "bytes": 1234567, "manifest": "logs/manifest.json"});
+        let text = summary(&status);
+        assert!(
+            text.starts_with("scan s1: export logs -> backups/logs/ — succeeded\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("blobs           12 (1,234,567 bytes)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("manifest        backups/logs/manifest.json"),
+            "{text}"
+        );
+        status["spec"] = json!({"table": "logs", "import": {"container": "backups",
+            "prefix": "logs/", "manifest": {"rows": 25000}},
+            "action": {"type": "copy", "table": "restored"}});
+        status["export"] = Value::Null;
+        let text = summary(&status);
+        assert!(
+            text.starts_with("scan s1: import backups/logs/: copy -> restored — succeeded\n"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("partitions"),
+            "an import counts no partitions: {text}"
+        );
+    }
+
+    #[test]
     fn a_list_is_one_line_per_scan() {
         let page = json!({"scans": [
             {"id": "a", "state": "running", "action": "count", "table": "t",
