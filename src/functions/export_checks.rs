@@ -85,8 +85,15 @@ pub(super) async fn prepare_export(
         Err(e) if spec.dry_run && e.is_not_found() => Vec::new(),
         Err(e) => return Err(refused(&check, &what, &e)),
     };
-    let ours = Layout { prefix }.data_of(scan);
-    if let Some(first) = listed.iter().find(|b| !b.name.starts_with(&ours)) {
+    let layout = Layout { prefix };
+    let ours = layout.data_of(scan);
+    let foreign = listed.iter().find(|b| !b.name.starts_with(&ours));
+    if foreign.is_some() && written_by(&container, &layout, scan).await {
+        // A start retried with the same idempotency key after its export finished: the scan
+        // it started answers.
+        return Ok(());
+    }
+    if let Some(first) = foreign {
         return Err(refusal(
             StatusCode::BAD_REQUEST,
             Some("action.prefix"),
@@ -99,6 +106,14 @@ pub(super) async fn prepare_export(
         ));
     }
     Ok(())
+}
+
+/// Whether the manifest under `layout` was written by scan `scan`.
+async fn written_by(container: &ContainerClient, layout: &Layout<'_>, scan: &str) -> bool {
+    match container.get(&layout.manifest()).await {
+        Ok(bytes) => Manifest::parse(&bytes).is_ok_and(|manifest| manifest.scan == scan),
+        Err(_) => false,
+    }
 }
 
 /// Reads an import's manifest and records what it says in the spec; where the import reads

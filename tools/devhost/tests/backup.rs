@@ -500,3 +500,52 @@ async fn an_import_that_runs_out_of_time_resumes_mid_blob_with_a_range_read() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_export_started_again_with_its_idempotency_key_answers_the_same_scan() {
+    // An empty table: its export is a manifest alone (no data blob of the scan's own under the
+    // prefix to recognise it by).
+    let source = table_with(&[]).await;
+    let host = Host::start(1, &[]);
+    let name = unique("again").to_lowercase();
+    let request = json!({"table": source.name(),
+        "action": {"type": "export", "container": name, "prefix": "a/"}});
+    let key = unique("key");
+    let start = || {
+        reqwest::Client::new()
+            .post(format!("http://127.0.0.1:{}/api/scans", host.port))
+            .header("Idempotency-Key", &key)
+            .json(&request)
+            .send()
+    };
+    let first = start().await.unwrap();
+    assert_eq!(first.status(), 202);
+    let id = first.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let done = host.wait(&id, Duration::from_secs(120)).await;
+    assert_eq!(done["state"], "succeeded", "{done}");
+    assert_eq!(done["export"]["blobs"], 0, "{done}");
+    let manifest =
+        Manifest::parse(&container(&name).get("a/manifest.json").await.unwrap()).unwrap();
+    assert_eq!((manifest.rows, manifest.parts.len()), (0, 0));
+    // The prefix now holds the export's manifest: the same start answers the scan.
+    let again = start().await.unwrap();
+    assert_eq!(again.status(), 202);
+    assert_eq!(again.json::<Value>().await.unwrap()["id"], id.as_str());
+    // Another export into that prefix is refused.
+    let (status, answer) = host.post_scan(&request).await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["error"]["field"], "action.prefix", "{answer}");
+    // The empty export imports as an empty table.
+    let restored = unique("restored");
+    let import = run_ok(
+        &host,
+        json!({"import": {"container": name, "prefix": "a/"},
+               "action": {"type": "copy", "table": restored}}),
+    )
+    .await;
+    assert_eq!(import["progress"]["rowsActed"], 0, "{import}");
+    assert_same_rows(&tables().table(&restored).unwrap(), &source, "empty").await;
+}
