@@ -65,7 +65,7 @@ pub(super) async fn run(
                 scan,
                 lost,
                 container: &container,
-                compression: manifest.compression,
+                compression: super::plan::compression(manifest.compression),
             };
             read.run().await?
         }
@@ -216,7 +216,8 @@ impl BlobRead<'_> {
             &pace,
         );
         let deadline = budget.action_deadline();
-        let storage_deadline = tokio::time::Instant::now() + budget.max_duration * 3;
+        let storage_deadline = tokio::time::Instant::now()
+            + budget.max_duration * super::step::STORAGE_DEADLINE_BUDGETS;
         let mut rows_read = 0u64;
         let mut at = 0usize;
         let mut skip = *skip as usize;

@@ -17,7 +17,7 @@ use crate::job::exports::{
 };
 use crate::job::ledger::format_time;
 use crate::job::status::awaits_manifest;
-use crate::job::{ActionSpec, Ledger};
+use crate::job::{ActionSpec, Ledger, ScanRecord};
 
 /// What [`seal`] found or did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,7 +35,16 @@ pub enum Sealed {
 /// [`seal`], logging what went wrong rather than failing its caller (whose own work is done;
 /// the next redelivery or sweep tries again).
 pub async fn seal_if_done(state: &AppState, ledger: &Ledger, scan: &str) {
-    match seal(state, ledger, scan).await {
+    log_sealed(scan, seal(state, ledger, scan).await);
+}
+
+/// [`seal_if_done`] for a scan whose record the caller has read (a step's claim holds it).
+pub async fn seal_record_if_done(state: &AppState, ledger: &Ledger, record: &ScanRecord) {
+    log_sealed(&record.id, seal_record(state, ledger, record).await);
+}
+
+fn log_sealed(scan: &str, sealed: Result<Sealed, String>) {
+    match sealed {
         Ok(Sealed::Written { blobs, rows }) => {
             tracing::info!(scan, blobs, rows, "the export's manifest is written")
         }
@@ -49,12 +58,21 @@ pub async fn seal_if_done(state: &AppState, ledger: &Ledger, scan: &str) {
 
 /// Writes scan `scan`'s manifest if it is an export whose every step is done.
 pub async fn seal(state: &AppState, ledger: &Ledger, scan: &str) -> Result<Sealed, String> {
-    let record = match ledger.scan(scan).await {
-        Ok(Some(record)) => record,
-        Ok(None) => return Ok(Sealed::NotWaiting),
-        Err(e) => return Err(format!("the scan could not be read: {e}")),
-    };
-    if !awaits_manifest(&record) {
+    match ledger.scan(scan).await {
+        Ok(Some(record)) => seal_record(state, ledger, &record).await,
+        Ok(None) => Ok(Sealed::NotWaiting),
+        Err(e) => Err(format!("the scan could not be read: {e}")),
+    }
+}
+
+/// [`seal`] for a scan whose record the caller has read.
+pub async fn seal_record(
+    state: &AppState,
+    ledger: &Ledger,
+    record: &ScanRecord,
+) -> Result<Sealed, String> {
+    let scan = record.id.as_str();
+    if !awaits_manifest(record) {
         return Ok(Sealed::NotWaiting);
     }
     if record.cancelled_at.is_some() {

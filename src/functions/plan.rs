@@ -4,7 +4,7 @@ use super::app::AppState;
 use crate::actions::{
     self, Action, Change, CopyRows, DeleteRows, EnqueueRows, ExportRows, MessageBody, UpdateRows,
 };
-use crate::job::spec::{ActionSpec, CopyMode, Encoding, Per, ScanSpec};
+use crate::job::spec::{ActionSpec, Compression, CopyMode, Encoding, Per, ScanSpec};
 use crate::scan::keys::KeyRange;
 use crate::scan::{Budget, ReadMode, ScanOptions};
 use crate::storage::queue::MessageEncoding;
@@ -55,6 +55,14 @@ fn copy_mode(mode: CopyMode) -> actions::CopyMode {
         CopyMode::Replace => actions::CopyMode::Replace,
         CopyMode::Merge => actions::CopyMode::Merge,
         CopyMode::Insert => actions::CopyMode::Insert,
+    }
+}
+
+/// The export format's compression for the one a spec names.
+pub fn compression(compression: Compression) -> actions::export::format::Compression {
+    match compression {
+        Compression::Gzip => actions::export::format::Compression::Gzip,
+        Compression::None => actions::export::format::Compression::None,
     }
 }
 
@@ -145,7 +153,7 @@ pub fn action_for(state: &AppState, spec: &ScanSpec) -> Result<Action, String> {
                 .blobs()?
                 .container(container)
                 .map_err(|e| e.to_string())?;
-            Action::Export(ExportRows::new(container, *compression))
+            Action::Export(ExportRows::new(container, self::compression(*compression)))
         }
         ActionSpec::PartitionKeys {
             queue,

@@ -28,7 +28,7 @@ use crate::storage::StorageError;
 
 /// How many of its budgets (15 s by default) a step's storage requests may retry for: past the
 /// action's deadline (1.5 budgets) with room for the writes started before it.
-const STORAGE_DEADLINE_BUDGETS: u32 = 3;
+pub(super) const STORAGE_DEADLINE_BUDGETS: u32 = 3;
 
 /// Which queue (and so which kind of work item) a function serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,7 +184,7 @@ async fn run_item(
             if follow_ups.is_empty() && matches!(claim.scan.spec.action, ActionSpec::Export { .. })
             {
                 // Perhaps the export's last step: then its manifest is written now.
-                super::manifest::seal_if_done(state, ledger, &item.scan).await;
+                super::manifest::seal_record_if_done(state, ledger, &claim.scan).await;
             }
             with_items(
                 Outcome::default(),
@@ -720,13 +720,18 @@ async fn run(
     // An export's rows counted as done are those in its blob: written before the finish.
     let blob = match &sink.action {
         Action::Export(export) if !spec.dry_run => {
-            let ActionSpec::Export { prefix, .. } = &spec.action else {
+            let ActionSpec::Export {
+                prefix,
+                compression,
+                ..
+            } = &spec.action
+            else {
                 return Err(StepFailure::permanent(
                     "an export action without an export spec".into(),
                 ));
             };
             let layout = Layout { prefix };
-            let name = layout.data(&item.scan, &item.id(), attempt, export.compression());
+            let name = layout.data(&item.scan, &item.id(), attempt, *compression);
             crate::storage::deadline::within(deadline, export.write(&name))
                 .await
                 .map_err(|e| StepFailure::from(StepError::<StorageError>::Action(e)))?

@@ -196,7 +196,30 @@ fn is_gzip(compression: &Compression) -> bool {
     compression.is_gzip()
 }
 
-pub use crate::actions::export::format::Compression;
+/// How an export's data blobs are compressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Compression {
+    /// gzip, a member per page (the default: table rows compress five to ten times).
+    #[default]
+    Gzip,
+    /// Plain newline-delimited JSON.
+    None,
+}
+
+impl Compression {
+    /// The data blobs' name ending.
+    pub fn extension(self) -> &'static str {
+        match self {
+            Compression::Gzip => "ndjson.gz",
+            Compression::None => "ndjson",
+        }
+    }
+
+    pub fn is_gzip(&self) -> bool {
+        *self == Compression::Gzip
+    }
+}
 
 /// Where an import reads from: an export written by the export action, as its manifest
 /// describes it (read when the import starts).

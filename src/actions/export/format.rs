@@ -11,40 +11,25 @@
 use std::io::{Read, Write};
 
 use base64::Engine;
-use serde::{Deserialize, Serialize};
 
 use crate::storage::table::entity::Entity;
 
-/// How a data blob is compressed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+/// How a data blob is compressed (the scan's `compression`, mapped by `functions::plan`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Compression {
-    /// gzip, a member per chunk (the default: table rows compress five to ten times).
-    #[default]
+    /// gzip, a member per chunk.
     Gzip,
     /// Plain newline-delimited JSON.
     None,
 }
 
 impl Compression {
-    /// The data blobs' name ending.
-    pub fn extension(self) -> &'static str {
-        match self {
-            Compression::Gzip => "ndjson.gz",
-            Compression::None => "ndjson",
-        }
-    }
-
     /// The data blobs' content type.
     pub fn content_type(self) -> &'static str {
         match self {
             Compression::Gzip => "application/gzip",
             Compression::None => "application/x-ndjson",
         }
-    }
-
-    pub fn is_gzip(&self) -> bool {
-        *self == Compression::Gzip
     }
 }
 

@@ -53,10 +53,6 @@ impl ExportRows {
         }
     }
 
-    pub fn compression(&self) -> Compression {
-        self.compression
-    }
-
     /// Gathers a page of rows (as one chunk of the step's blob).
     pub fn apply(&self, rows: Vec<Entity>) -> Applied {
         if rows.is_empty() {

@@ -15,8 +15,10 @@ use std::time::Duration;
 use common::*;
 use fault_proxy::{FaultProxy, Moment};
 use serde_json::{json, Value};
-use tablescan::actions::export::format::{next_chunk, parse_line, Compression};
+use tablescan::actions::export::format::{next_chunk, parse_line};
+use tablescan::functions::plan::compression;
 use tablescan::job::exports::{parse_part, Manifest};
+use tablescan::job::spec::Compression;
 use tablescan::storage::blob::BlobServiceClient;
 use tablescan::storage::table::entity::{EdmDateTime, Entity, Value as Edm};
 use tablescan::storage::{ClientOptions, ContainerClient, StorageAccount};
@@ -82,7 +84,7 @@ async fn exported_rows(container: &ContainerClient, prefix: &str) -> (Manifest, 
             let mut at = 0;
             let mut in_blob = 0;
             while let Some(chunk) =
-                next_chunk(&data[at..], at as u64, manifest.compression).unwrap()
+                next_chunk(&data[at..], at as u64, compression(manifest.compression)).unwrap()
             {
                 for line in chunk.text.lines() {
                     rows.push(parse_line(line).unwrap());
