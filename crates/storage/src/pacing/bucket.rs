@@ -63,8 +63,13 @@ impl State {
         if owed <= 1e-3 {
             return None;
         }
-        self.rate
-            .map(|rate| Duration::from_secs_f64(owed / rate).max(Duration::from_millis(1)))
+        // A rate of (nearly) nothing owes for ever: an hour stands for that (no float
+        // overflow), and waiting takers look again long before it ends.
+        self.rate.map(|rate| {
+            Duration::try_from_secs_f64(owed / rate)
+                .unwrap_or(Duration::from_secs(3600))
+                .clamp(Duration::from_millis(1), Duration::from_secs(3600))
+        })
     }
 }
 
@@ -247,6 +252,26 @@ mod tests {
         assert_eq!(start.elapsed(), Duration::from_secs(5));
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_rate_of_nothing_holds_takers_until_it_rises() {
+        // A process whose share of a cap falls to nothing: its takers wait (they used to panic
+        // on the infinite wait) and go once a share comes back.
+        let bucket = std::sync::Arc::new(TokenBucket::new(Some(0.0)));
+        let start = tokio::time::Instant::now();
+        let waiting = {
+            let bucket = bucket.clone();
+            tokio::spawn(async move { bucket.take(100).await })
+        };
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(!waiting.is_finished());
+        bucket.set_rate(Some(100.0));
+        waiting.await.unwrap();
+        assert!(
+            start.elapsed() <= Duration::from_millis(4_300),
+            "{:?}",
+            start.elapsed()
+        );
+    }
     #[tokio::test(start_paused = true)]
     async fn unlimited_never_waits_and_a_new_rate_applies_to_later_takers() {
         let bucket = TokenBucket::new(None);

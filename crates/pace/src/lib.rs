@@ -1,0 +1,38 @@
+//! A scan's rate cap, shared by every process that runs the scan, at a cost and an accuracy that
+//! do not depend on how many processes there are.
+//!
+//! The cap is cut into [`SLICES`] equal slices. Each slice is one row in a store (the scan's
+//! ledger partition, in the handler), leased by at most one process at a time for [`LEASE`]:
+//! the row names its holder and the wall-clock time its lease ends. A process may use, per
+//! second, the cap's share of the slices it holds, and nothing more; since leases are
+//! exclusive (every write is conditional on the row's etag) the shares in use never add up to
+//! more than the cap, whether 1 or 1,000 processes run the scan. Clocks of different machines
+//! may disagree a little: a holder stops using a slice [`CLOCK_MARGIN_MS`] before its lease
+//! ends by its own clock, and another process takes it only that long after, by its own.
+//!
+//! What it costs the store, per scan, whatever the number of processes:
+//! - holders renew all their slices in one write a [`RENEW_EVERY`] (at most [`SLICES`] entities
+//!   per renewal period in all, about 4 a second);
+//! - a process that wants more than it holds looks at one slice at a time (a point read of one
+//!   entity), no more often than [`PROBE_MIN`] and backing off to [`PROBE_MAX`] while every slice
+//!   it looks at is taken: at 100 processes all wanting more, about 12 entities a second;
+//! - joining reads every slice once ([`SLICES`] entities); leaving writes the held ones free.
+//!
+//! A process that holds more than it uses gives the surplus back after [`SURPLUS_AFTER`], so a
+//! slice sits where the work is; one that crashes holds its slices until their leases end.
+//!
+//! The other designs considered (presence rows with shares worked out by every process, a
+//! share handed down the work-item tree, a budget handed out per step by one row) are compared
+//! in the project's docs/scan.md.
+
+mod clock;
+mod share;
+mod slice;
+mod store;
+
+pub use clock::{Clock, SystemClock, TokioClock};
+pub use share::{Demand, ScanShare};
+pub use slice::{
+    SliceRow, CLOCK_MARGIN_MS, LEASE, PROBE_MAX, PROBE_MIN, RENEW_EVERY, SLICES, SURPLUS_AFTER,
+};
+pub use store::{Counts, InMemorySlices, SliceStore, StoreError};

@@ -1,0 +1,102 @@
+//! One slice of a scan's cap as stored, and the protocol's timings.
+
+use std::time::Duration;
+
+/// How many slices a cap is cut into. Enough that a few processes can share a cap finely and
+/// one can take it whole, few enough that reading them all is cheap (the status reads them).
+pub const SLICES: u16 = 16;
+/// How long a lease lasts from its last write. A process that dies holding slices keeps them
+/// unusable this long (plus the margin).
+pub const LEASE: Duration = Duration::from_secs(10);
+/// How often a holder renews its slices: a third of the lease, so that two renewals in a row
+/// may fail (the store unreachable for a moment) before a slice is lost.
+pub const RENEW_EVERY: Duration = Duration::from_millis(3_300);
+/// How far apart two machines' clocks may be: a holder stops using a slice this long before
+/// its lease ends, another takes it only this long after.
+pub const CLOCK_MARGIN_MS: u64 = 500;
+/// The shortest time between two looks at a slice by a process that wants more.
+pub const PROBE_MIN: Duration = Duration::from_millis(500);
+/// The longest: looks that find every slice taken double the time to the next up to this.
+pub const PROBE_MAX: Duration = Duration::from_secs(8);
+/// How long a process keeps slices it does not use before giving them back.
+pub const SURPLUS_AFTER: Duration = Duration::from_secs(3);
+
+/// A slice's row: who holds it, until when, and what the holder used of it lately.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SliceRow {
+    pub index: u16,
+    /// The holding process, empty when free.
+    pub holder: String,
+    /// When the lease ends, in epoch milliseconds; 0 when free.
+    pub until_ms: u64,
+    /// Entities per second its holder used of it at its last renewal (for the status).
+    pub used: f64,
+    /// The row's version as last read or written; `None` for a row not stored yet.
+    pub etag: Option<String>,
+}
+
+impl SliceRow {
+    /// A slice nobody has held yet.
+    pub fn unwritten(index: u16) -> Self {
+        SliceRow {
+            index,
+            holder: String::new(),
+            until_ms: 0,
+            used: 0.0,
+            etag: None,
+        }
+    }
+
+    /// Whether another process may take it at `now_ms`: free, or its lease over by more than
+    /// the clocks' margin.
+    pub fn is_free(&self, now_ms: u64) -> bool {
+        self.holder.is_empty() || self.until_ms.saturating_add(CLOCK_MARGIN_MS) < now_ms
+    }
+
+    /// Whether `process` holds it and may still use it at `now_ms` (its lease has more than the
+    /// margin left).
+    pub fn usable_by(&self, process: &str, now_ms: u64) -> bool {
+        self.holder == process && self.until_ms > now_ms.saturating_add(CLOCK_MARGIN_MS)
+    }
+
+    /// The same slice held by `process` until `until_ms`, reporting `used`.
+    pub fn held(&self, process: &str, until_ms: u64, used: f64) -> Self {
+        SliceRow {
+            holder: process.to_string(),
+            until_ms,
+            used,
+            ..self.clone()
+        }
+    }
+
+    /// The same slice given back.
+    pub fn freed(&self) -> Self {
+        SliceRow {
+            holder: String::new(),
+            until_ms: 0,
+            used: 0.0,
+            ..self.clone()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_is_usable_to_its_margin_and_free_past_it() {
+        let row = SliceRow::unwritten(3).held("p", 10_000, 0.0);
+        assert!(row.usable_by("p", 9_000));
+        assert!(
+            !row.usable_by("p", 9_500),
+            "the holder stops a margin early"
+        );
+        assert!(!row.usable_by("q", 9_000));
+        assert!(!row.is_free(10_000));
+        assert!(!row.is_free(10_500), "others wait a margin past the end");
+        assert!(row.is_free(10_501));
+        assert!(row.freed().is_free(0));
+        assert!(SliceRow::unwritten(0).is_free(0));
+    }
+}
