@@ -16,7 +16,7 @@ use crate::job::ledger::DEFAULT_LEDGER_TABLE;
 use crate::job::spec::{
     parse_rate_cap, SettingLookup, DEFAULT_MAX_ROWS_PER_SECOND, MAX_ROWS_PER_SECOND_SETTING,
 };
-use crate::job::Ledger;
+use crate::job::{Ledger, ScanRecord};
 use crate::scan::Budget;
 use crate::storage::{
     BlobServiceClient, ClientOptions, QueueServiceClient, StorageAccount, StorageError,
@@ -102,8 +102,10 @@ fn no_endpoint(
 /// of the account that holds the ledger; the app's own account when absent.
 pub const LEDGER_CONNECTION_SETTING: &str = "TABLESCAN_LEDGER_CONNECTION";
 
-/// How stale a step's knowledge of its scan's cancellation may be.
-pub const CANCEL_CHECK_EVERY: Duration = Duration::from_secs(1);
+/// How stale a process's knowledge of a scan (its cap, whether it was cancelled) may be: a
+/// cancel stops the steps of other processes within this long. One read of the scan row per
+/// scan per process this often: 20 entities a second at 100 processes.
+pub const CANCEL_CHECK_EVERY: Duration = Duration::from_secs(5);
 
 /// Everything the functions share.
 pub struct AppState {
@@ -132,8 +134,18 @@ pub struct AppState {
     /// This process's share of each running scan's cap, and the slots of its steps.
     pub pacing: super::pacing::Pacing,
     clients: Mutex<HashMap<String, Clients>>,
-    /// Per scan, whether it was cancelled and when that was last read (see [`AppState::cancelled`]).
-    cancels: Mutex<HashMap<String, (std::time::Instant, bool)>>,
+    /// Per scan, its record as last read and when (see [`AppState::scan_record`]), and
+    /// whether it was cancelled through this process.
+    cancels: Mutex<HashMap<String, Known>>,
+}
+
+/// What a process knows of a scan (see [`AppState::scan_record`]).
+#[derive(Clone)]
+struct Known {
+    read_at: std::time::Instant,
+    record: Option<Arc<ScanRecord>>,
+    /// Cancelled through this process: known at once, whatever the last read said.
+    noted_cancelled: bool,
 }
 
 /// The queues the two queue-triggered functions listen on.
@@ -285,7 +297,7 @@ impl AppState {
             .unwrap_or(STORAGE_CONNECTION)
             .to_string();
         let default_cap = match settings.get(MAX_ROWS_PER_SECOND_SETTING) {
-            None => Ok(Some(DEFAULT_MAX_ROWS_PER_SECOND)),
+            None => Ok(DEFAULT_MAX_ROWS_PER_SECOND),
             Some(text) => parse_rate_cap(text)
                 .map_err(|why| format!("the app setting {MAX_ROWS_PER_SECOND_SETTING} {why}")),
         };
@@ -318,35 +330,66 @@ impl AppState {
         Arc::new(AppState { ledger, ..state })
     }
 
-    /// Whether scan `id` was cancelled, as read from the ledger at most [`CANCEL_CHECK_EVERY`]
-    /// ago: the steps of one process running for the same scan share one read, so checking
-    /// between pages costs the ledger a read per second per process, not per page. A read
-    /// that fails counts as not cancelled (the next check tries again).
-    pub async fn cancelled(&self, id: &str) -> bool {
-        let known = self.cancels.lock().ok().and_then(|c| c.get(id).copied());
-        if let Some((read_at, cancelled)) = known {
-            if cancelled || read_at.elapsed() < CANCEL_CHECK_EVERY {
-                return cancelled;
-            }
+    /// Scan `id`'s record as read from the ledger at most [`CANCEL_CHECK_EVERY`] ago: the steps
+    /// of one process running for the same scan share one read, so checking between pages
+    /// (and admitting steps by the scan's cap) costs the ledger a read per scan per process
+    /// every few seconds, not per page. `None` for a scan not found or a read that failed (the
+    /// next call tries again).
+    pub async fn scan_record(&self, id: &str) -> Option<Arc<ScanRecord>> {
+        let known = self.cancels.lock().ok().and_then(|c| c.get(id).cloned());
+        if let Some(known) = known.filter(|k| k.read_at.elapsed() < CANCEL_CHECK_EVERY) {
+            return known.record;
         }
-        let Ok(ledger) = self.ledger() else {
-            return false;
-        };
-        let cancelled = matches!(ledger.scan(id).await, Ok(Some(r)) if r.cancelled_at.is_some());
+        let record = self
+            .ledger()
+            .ok()?
+            .scan(id)
+            .await
+            .ok()
+            .flatten()
+            .map(Arc::new);
         if let Ok(mut cancels) = self.cancels.lock() {
             if cancels.len() > 10_000 {
                 cancels.clear();
             }
-            cancels.insert(id.to_string(), (std::time::Instant::now(), cancelled));
+            let noted = cancels.get(id).is_some_and(|k| k.noted_cancelled);
+            cancels.insert(
+                id.to_string(),
+                Known {
+                    read_at: std::time::Instant::now(),
+                    record: record.clone(),
+                    noted_cancelled: noted,
+                },
+            );
         }
-        cancelled
+        record
+    }
+
+    /// Whether scan `id` was cancelled, as far as this process knows (see
+    /// [`AppState::scan_record`]). A read that fails counts as not cancelled.
+    pub async fn cancelled(&self, id: &str) -> bool {
+        let noted = self
+            .cancels
+            .lock()
+            .ok()
+            .is_some_and(|c| c.get(id).is_some_and(|k| k.noted_cancelled));
+        noted
+            || self
+                .scan_record(id)
+                .await
+                .is_some_and(|r| r.cancelled_at.is_some())
     }
 
     /// Remembers that scan `id` was cancelled through this process, so that its own steps stop
     /// at their next page without waiting for the next read.
     pub fn note_cancelled(&self, id: &str) {
         if let Ok(mut cancels) = self.cancels.lock() {
-            cancels.insert(id.to_string(), (std::time::Instant::now(), true));
+            let known = cancels.entry(id.to_string()).or_insert(Known {
+                read_at: std::time::Instant::now(),
+                record: None,
+                noted_cancelled: true,
+            });
+            known.noted_cancelled = true;
         }
     }
 

@@ -17,7 +17,7 @@ use crate::actions::{ActionCounts, RowFailure};
 use crate::job::exports::{parse_part, Layout};
 use crate::job::notes::{NotedRow, RowNotes};
 use crate::job::spec::ImportSource;
-use crate::job::{Ledger, ScanRecord, StepCounts};
+use crate::job::{ScanRecord, StepCounts};
 use crate::scan::item::{Task, WorkItem};
 use crate::scan::{Clock, RowSink, SystemClock};
 use crate::storage::{ContainerClient, StorageError};
@@ -28,10 +28,10 @@ pub const BLOBS_PER_STEP: usize = 250;
 /// Runs a step of an import's work item.
 pub(super) async fn run(
     state: &AppState,
-    ledger: &Ledger,
     item: &WorkItem,
     scan: &ScanRecord,
     lost: &std::sync::atomic::AtomicBool,
+    pace: &StepPace,
 ) -> Result<StepDone, StepFailure> {
     let Some(import) = &scan.spec.import else {
         return Err(StepFailure::permanent(
@@ -60,10 +60,10 @@ pub(super) async fn run(
         Task::ExportBlob { .. } => {
             let read = BlobRead {
                 state,
-                ledger,
                 item,
                 scan,
                 lost,
+                pace,
                 container: &container,
                 compression: super::plan::compression(manifest.compression),
             };
@@ -165,10 +165,11 @@ async fn run_part(
 /// One step over a data blob.
 struct BlobRead<'a> {
     state: &'a AppState,
-    ledger: &'a Ledger,
     item: &'a WorkItem,
     scan: &'a ScanRecord,
     lost: &'a std::sync::atomic::AtomicBool,
+    /// The step's place in its scan's pace (admitted before the item was claimed).
+    pace: &'a StepPace,
     container: &'a ContainerClient,
     compression: Compression,
 }
@@ -189,21 +190,6 @@ impl BlobRead<'_> {
         let data = self.read(&what, name, *bytes, sha256, *offset).await?;
         let spec = &self.scan.spec;
         let action = action_for(self.state, spec).map_err(StepFailure::permanent)?;
-        let governor = match &action {
-            crate::actions::Action::Copy(copy) => copy.target().governor(),
-            _ => self.container.governor(),
-        };
-        let pace: StepPace = self
-            .state
-            .pacing
-            .step(
-                self.ledger,
-                &self.item.scan,
-                spec.max_rows_per_second,
-                governor,
-                false,
-            )
-            .await;
         let clock = SystemClock::default();
         let budget = self.state.budget;
         let mut sink = ActionSink::new(
@@ -213,7 +199,7 @@ impl BlobRead<'_> {
             self.state,
             &self.item.scan,
             self.lost,
-            &pace,
+            self.pace,
         );
         let deadline = budget.action_deadline();
         let storage_deadline = tokio::time::Instant::now()

@@ -13,7 +13,7 @@ pub mod plan;
 pub mod protocol;
 pub mod reach;
 pub mod redrive;
-pub mod shares;
+
 pub mod step;
 
 pub use app::{router, AppState, Settings};

@@ -10,7 +10,7 @@ use super::app::AppState;
 use super::names::{
     EXPORT_OUTPUT, ITEM_BINDING, PARTITION_OUTPUT, RANGE_OUTPUT, STORAGE_CONNECTION,
 };
-use super::pacing::{Reservation, StepPace};
+use super::pacing::{NotAdmitted, Reservation, StepPace, ADMIT_WAIT};
 use super::plan::{action_for, scan_options};
 use super::protocol::{Failure, Invocation, Outcome};
 use crate::actions::{Action, ActionCounts, Applied, RowFailure, FAILURES_KEPT};
@@ -20,6 +20,7 @@ use crate::job::{ActionSpec, Begin, Claim, FailureRecord, Finish, StepCounts};
 use crate::scan::item::{Task, WorkItem};
 use crate::scan::reader::{PageRequest, TableReader};
 use crate::scan::{run_step, Clock, RowSink, StepError, SystemClock};
+use crate::storage::pacing::Governor;
 use crate::storage::queue::{MessageEncoding, PutOptions};
 use crate::storage::table::entity::Entity;
 use crate::storage::table::query::Page;
@@ -78,6 +79,13 @@ async fn run_item(
     text: &str,
 ) -> Response {
     let id = item.id();
+    // Admitted by its scan's pace before the item is claimed: a step that cannot run here
+    // soon is given back to the queue for later, without a ledger write.
+    let admitted = match admit_before_claim(state, ledger, &item).await {
+        Admission::Admitted(pace) => Some(pace),
+        Admission::NotNow(why) => return give_back(state, queue, &item, &why).await,
+        Admission::Undecided => None,
+    };
     let begin = match begin_when_free(state, ledger, &item).await {
         Ok(begin) => begin,
         Err(e) => {
@@ -138,7 +146,7 @@ async fn run_item(
         }
     };
     let mut claim = *claim;
-    let outcome = run_claimed(state, ledger, &item, &mut claim).await;
+    let outcome = run_claimed(state, ledger, &item, &mut claim, admitted).await;
     match outcome {
         Ok(StepDone {
             counts,
@@ -268,6 +276,17 @@ async fn on_failure(
 /// Puts `item`'s message in its queue again, invisible for twice the host's own pause between
 /// two deliveries (a minute with this project's host.json).
 async fn send_again_later(state: &AppState, queue: Queue, item: &WorkItem) -> Result<(), String> {
+    let delay = state.host_queues.visibility_timeout * 2;
+    send_later(state, queue, item, delay).await
+}
+
+/// Puts `item`'s message in its queue again, invisible for `delay` (1 s to 10 min).
+async fn send_later(
+    state: &AppState,
+    queue: Queue,
+    item: &WorkItem,
+    delay: Duration,
+) -> Result<(), String> {
     let queues = state.clients(STORAGE_CONNECTION)?.queues()?.clone();
     let name = match queue {
         Queue::Range => &state.item_queues.range,
@@ -276,8 +295,7 @@ async fn send_again_later(state: &AppState, queue: Queue, item: &WorkItem) -> Re
     };
     let options = PutOptions {
         encoding: MessageEncoding::Base64,
-        visibility_timeout: (state.host_queues.visibility_timeout * 2)
-            .clamp(Duration::from_secs(1), Duration::from_secs(600)),
+        visibility_timeout: delay.clamp(Duration::from_secs(1), Duration::from_secs(600)),
         at_least_once: true,
         ..PutOptions::default()
     };
@@ -290,6 +308,82 @@ async fn send_again_later(state: &AppState, queue: Queue, item: &WorkItem) -> Re
         .map_err(|e| e.to_string())
 }
 
+/// Whether a step may run now, decided before its item is claimed.
+enum Admission {
+    Admitted(StepPace),
+    /// The scan's pace has no room for it in this process soon.
+    NotNow(NotAdmitted),
+    /// Decided after the claim: the scan is unknown, cancelled or unreadable (the claim says
+    /// what to do), or the step is admitted then.
+    Undecided,
+}
+
+/// Admits `item`'s step by its scan's pace, from the scan as this process last read it.
+async fn admit_before_claim(
+    state: &AppState,
+    ledger: &crate::job::Ledger,
+    item: &WorkItem,
+) -> Admission {
+    let Some(record) = state.scan_record(&item.scan).await else {
+        return Admission::Undecided;
+    };
+    if record.cancelled_at.is_some() {
+        return Admission::Undecided;
+    }
+    let Ok(source) = pace_source(state, item, &record.spec) else {
+        return Admission::Undecided;
+    };
+    let cap = record.spec.max_rows_per_second;
+    match state
+        .pacing
+        .admit(ledger, &item.scan, cap, source, ADMIT_WAIT)
+        .await
+    {
+        Ok(pace) => Admission::Admitted(pace),
+        Err(why) => Admission::NotNow(why),
+    }
+}
+
+/// The back-off of the account a step reads: the scan's source table's; an import reads blobs,
+/// and its writes wait on their target's own.
+fn pace_source(
+    state: &AppState,
+    item: &WorkItem,
+    spec: &crate::job::ScanSpec,
+) -> Result<std::sync::Arc<Governor>, String> {
+    if item.task.is_import() {
+        return Ok(std::sync::Arc::new(Governor::default()));
+    }
+    Ok(state.scan_source(&spec.connection, &spec.table)?.governor())
+}
+
+/// How long a work item given back stays out of sight: a few seconds, spread so that items
+/// given back together do not all come back together.
+fn give_back_delay() -> Duration {
+    let spread = (uuid::Uuid::new_v4().as_u128() % 5_000) as u64;
+    Duration::from_millis(5_000 + spread)
+}
+
+/// Gives a step not admitted back to its queue for later and answers the host that the
+/// message is done with; if the message cannot be sent, the host's own retry brings it back.
+async fn give_back(state: &AppState, queue: Queue, item: &WorkItem, why: &NotAdmitted) -> Response {
+    let delay = give_back_delay();
+    match send_later(state, queue, item, delay).await {
+        Ok(()) => {
+            tracing::info!(
+                delay_ms = delay.as_millis() as u64,
+                "not run here now ({why}); given back to the queue"
+            );
+            Outcome::default().into_response()
+        }
+        Err(e) => Failure::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not run here now ({why}), and could not be given back: {e}"),
+        )
+        .into_response(),
+    }
+}
+
 /// Runs the step while keeping its claim: the claim is renewed every third of the lease for as
 /// long as the step runs, so a step that takes longer than one lease (storage retries, a slow
 /// target) is never run a second time by another delivery meanwhile. If the claim is lost all
@@ -300,6 +394,7 @@ async fn run_claimed(
     ledger: &crate::job::Ledger,
     item: &WorkItem,
     claim: &mut Claim,
+    admitted: Option<StepPace>,
 ) -> Result<StepDone, StepFailure> {
     let lease = time::Duration::try_from(state.lease).unwrap_or(time::Duration::MINUTE);
     let period = (state.lease / 3).max(Duration::from_millis(100));
@@ -308,7 +403,7 @@ async fn run_claimed(
     let scan = claim.scan.clone();
     let attempt = claim.attempt;
     let work = async {
-        let run = run(state, ledger, item, &scan, attempt, &lost);
+        let run = run(state, ledger, item, &scan, attempt, &lost, admitted);
         let (outcome, throttled) = counting_throttled(run).await;
         let _ = stop.send(true);
         match outcome {
@@ -654,7 +749,8 @@ pub(super) struct StepDone {
     pub follow_ups: Vec<WorkItem>,
 }
 
-/// Runs the step: waits for a slot in its scan's pacing, then reads and acts, paced.
+/// Runs the step: reads and acts, paced by its place in the scan's pace (`admitted` before
+/// the claim, or admitted now).
 async fn run(
     state: &AppState,
     ledger: &crate::job::Ledger,
@@ -662,25 +758,33 @@ async fn run(
     scan: &crate::job::ScanRecord,
     attempt: u32,
     lost: &std::sync::atomic::AtomicBool,
+    admitted: Option<StepPace>,
 ) -> Result<StepDone, StepFailure> {
     let spec = &scan.spec;
+    let pace = match admitted {
+        Some(pace) => pace,
+        None => {
+            let source = pace_source(state, item, spec).map_err(StepFailure::permanent)?;
+            let cap = spec.max_rows_per_second;
+            state
+                .pacing
+                .admit(ledger, &item.scan, cap, source, ADMIT_WAIT)
+                .await
+                .map_err(|why| {
+                    StepFailure::new(
+                        FailureKind::Transient,
+                        format!("no room in the scan's pace: {why}"),
+                    )
+                })?
+        }
+    };
     if item.task.is_import() {
-        return super::import::run(state, ledger, item, scan, lost).await;
+        return super::import::run(state, item, scan, lost, &pace).await;
     }
     let source = state
         .scan_source(&spec.connection, &spec.table)
         .map_err(StepFailure::permanent)?;
     let action = action_for(state, spec).map_err(StepFailure::permanent)?;
-    let pace = state
-        .pacing
-        .step(
-            ledger,
-            &item.scan,
-            spec.max_rows_per_second,
-            source.governor(),
-            item.depth == 0,
-        )
-        .await;
     // The step's budget starts once it has its slot.
     let started = std::time::Instant::now();
     let options = scan_options(spec, state.budget).map_err(StepFailure::permanent)?;

@@ -8,11 +8,11 @@ pub mod exports;
 pub mod housekeeping;
 pub mod ledger;
 pub mod notes;
-pub mod presence;
 #[cfg(test)]
 mod races;
 pub mod redrive;
 pub mod rows;
+pub mod slices;
 pub mod spec;
 pub mod status;
 pub mod store;

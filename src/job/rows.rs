@@ -9,8 +9,8 @@
 //! - `done:<item>`: a finished item, with its counts and its children's ids ([`DoneRow`]);
 //! - `failed:<item>`: an item that failed for good, with the cause ([`FailedRow`]).
 //! - `rows:<item>`: rows a step could not act on, and a dry run's sample (`job::notes`);
-//! - `pace:<process>`: a handler process running steps of the scan, with its rate (see
-//!   `job::presence`).
+//! - `pace:00` to `pace:15`: the slices of a capped scan's cap, each leased by one handler
+//!   process at a time, with what it used of it lately (see `job::slices`).
 
 use time::OffsetDateTime;
 
@@ -77,13 +77,13 @@ pub fn blob_key(item: &str) -> String {
     format!("{BLOB}{item}")
 }
 
-/// The row key of a process's presence in a scan.
-pub fn pace_key(process: &str) -> String {
-    format!("{PACE}{process}")
+/// The row key of one slice of a scan's cap (see `job::slices`).
+pub fn pace_key(slice: u16) -> String {
+    format!("{PACE}{slice:02}")
 }
 
 /// The key range of the counter shards, of the pending rows, of the failed rows and of the
-/// processes' presence rows.
+/// slices of the scan's cap.
 pub fn counter_range() -> (String, String) {
     key_range(COUNTER)
 }

@@ -72,10 +72,10 @@ pub struct OlderThan {
 }
 
 /// The cap of a scan whose request names none, unless the app setting
-/// [`MAX_ROWS_PER_SECOND_SETTING`] says otherwise: a quarter of the 20,000 entities per second
-/// an account is documented to take, so a scan leaves most of a live account to its
-/// application.
-pub const DEFAULT_MAX_ROWS_PER_SECOND: u32 = 5_000;
+/// [`MAX_ROWS_PER_SECOND_SETTING`] says otherwise: none. A scan goes as fast as its accounts
+/// take, backing off to just under where an account starts refusing (the storage client's
+/// per-account back-off), as other bulk tools do; a cap is for those who want a hard limit.
+pub const DEFAULT_MAX_ROWS_PER_SECOND: Option<u32> = None;
 /// The app setting with the default cap: a whole number, or `unlimited`.
 pub const MAX_ROWS_PER_SECOND_SETTING: &str = "TABLESCAN_MAX_ROWS_PER_SECOND";
 /// The highest cap a request may name (far above what one account takes).
@@ -429,7 +429,7 @@ impl ScanSpec {
     /// Parses and validates a request body; a request that names no cap gets
     /// [`DEFAULT_MAX_ROWS_PER_SECOND`].
     pub fn parse(body: &str, settings: &dyn SettingLookup) -> Result<ScanSpec, SpecError> {
-        Self::parse_with(body, settings, Some(DEFAULT_MAX_ROWS_PER_SECOND))
+        Self::parse_with(body, settings, DEFAULT_MAX_ROWS_PER_SECOND)
     }
 
     /// Parses and validates a request body; a request that names no cap gets `default_cap`.
@@ -1480,8 +1480,9 @@ mod tests {
         };
         assert_eq!(
             with("").unwrap().max_rows_per_second,
-            Some(DEFAULT_MAX_ROWS_PER_SECOND)
+            DEFAULT_MAX_ROWS_PER_SECOND
         );
+        assert_eq!(DEFAULT_MAX_ROWS_PER_SECOND, None, "unlimited unless asked");
         assert_eq!(
             with(r#","maxRowsPerSecond":2000"#)
                 .unwrap()
@@ -1500,16 +1501,17 @@ mod tests {
         }
         let settings =
             |name: &str| (name == DEFAULT_CONNECTION).then(|| "UseDevelopmentStorage=true".into());
+        // The app's own default (TABLESCAN_MAX_ROWS_PER_SECOND) applies to requests naming none.
         let spec = ScanSpec::parse_with(
             r#"{"table":"things","action":{"type":"count"}}"#,
             &settings,
-            None,
+            Some(4_000),
         )
         .unwrap();
-        assert_eq!(spec.max_rows_per_second, None);
+        assert_eq!(spec.max_rows_per_second, Some(4_000));
         // Shown in the stored spec when set; a spec stored without it reads as uncapped.
-        let stored = serde_json::to_value(with("").unwrap()).unwrap();
-        assert_eq!(stored["maxRowsPerSecond"], DEFAULT_MAX_ROWS_PER_SECOND);
+        let stored = serde_json::to_value(with(r#","maxRowsPerSecond":2000"#).unwrap()).unwrap();
+        assert_eq!(stored["maxRowsPerSecond"], 2000);
         let mut old = stored.clone();
         old.as_object_mut().unwrap().remove("maxRowsPerSecond");
         let old: ScanSpec = serde_json::from_value(old).unwrap();

@@ -62,7 +62,7 @@ pub struct ScanStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub activity: Option<Activity>,
     /// For scans in flight, read by `GET /api/scans/{id}`: how fast it goes now, against its
-    /// cap (see `job::presence`).
+    /// cap (see `job::slices`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pace: Option<Pace>,
     /// For exports: where the blobs are, how many are written, and the manifest once it is.

@@ -59,10 +59,13 @@ impl Counts {
     }
 }
 
+/// Stored rows by scan and index, each with its version.
+type Rows = HashMap<(String, u16), (SliceRow, u64)>;
+
 /// Slice rows in memory, counting what is asked of them; clones share the rows.
 #[derive(Debug, Clone, Default)]
 pub struct InMemorySlices {
-    rows: Arc<Mutex<HashMap<(String, u16), (SliceRow, u64)>>>,
+    rows: Arc<Mutex<Rows>>,
     versions: Arc<AtomicU64>,
     pub counts: Arc<Counts>,
 }
@@ -74,7 +77,7 @@ impl InMemorySlices {
         self.counts.written.fetch_add(written, Ordering::Relaxed);
     }
 
-    fn rows(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u16), (SliceRow, u64)>> {
+    fn rows(&self) -> std::sync::MutexGuard<'_, Rows> {
         self.rows.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -143,7 +146,7 @@ mod tests {
         let etags = store.write("s", &[a.clone(), b.clone()]).await.unwrap();
         // Inserting again: the rows exist.
         assert_eq!(
-            store.write("s", &[a.clone()]).await,
+            store.write("s", std::slice::from_ref(&a)).await,
             Err(StoreError::Conflict)
         );
         // One stale etag stops the whole write.

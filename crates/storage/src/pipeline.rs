@@ -230,8 +230,16 @@ impl Pipeline {
         loop {
             let token = self.token(&request).await?;
             let prepared = self.prepared(&request, &url, token.as_ref())?;
+            let sent_at = tokio::time::Instant::now();
             let (outcome, error, retry_after) = match self.attempt(prepared).await {
-                Ok(response) if (200..300).contains(&response.status) => return Ok(response),
+                Ok(response) if (200..300).contains(&response.status) => {
+                    // Latency is a sign of a busy target before it refuses (see `Governor`).
+                    if request.entities > 0 {
+                        super::pacing::governor(&self.pacing_target(&request.path))
+                            .answered_in(sent_at.elapsed());
+                    }
+                    return Ok(response);
+                }
                 Ok(response) => {
                     let retry_after = response.header("retry-after").and_then(parse_retry_after);
                     let error = service_error(&response);
