@@ -4,6 +4,7 @@
 mod common;
 
 use common::{tables, unique_name};
+use tablescan::job::activity::CLAIMS_WINDOW;
 use tablescan::job::spec::ScanSpec;
 use tablescan::job::{Begin, FailureRecord, Finish, Ledger, State, StepCounts};
 use tablescan::scan::item::{Task, WorkItem};
@@ -355,7 +356,10 @@ async fn claims_are_counted_as_running_or_abandoned() {
     let now = OffsetDateTime::now_utc();
     let children: Vec<WorkItem> = (0..3).map(|n| partition_child(&root, n)).collect();
     run_to_done(&ledger, &root, &children).await;
-    let none = ledger.claims(&root.scan, 3, now).await.unwrap();
+    let none = ledger
+        .claims(&root.scan, 3, CLAIMS_WINDOW, now)
+        .await
+        .unwrap();
     assert_eq!((none.running, none.abandoned), (0, 0));
     let _running = claim(
         ledger
@@ -370,7 +374,10 @@ async fn claims_are_counted_as_running_or_abandoned() {
             .await
             .unwrap(),
     );
-    let claims = ledger.claims(&root.scan, 3, now).await.unwrap();
+    let claims = ledger
+        .claims(&root.scan, 3, CLAIMS_WINDOW, now)
+        .await
+        .unwrap();
     assert_eq!((claims.running, claims.abandoned), (1, 1));
     assert!(!claims.estimated, "three pending items are seen whole");
     // Both written moments ago (by the service's clock).

@@ -13,8 +13,9 @@ use super::plan::scope_range;
 use super::protocol::{Failure, HttpRequest, Invocation, Outcome};
 use super::reach::{self, Check, Service};
 use crate::job::ledger::{is_scan_id, new_scan_id};
+use crate::job::read_budget::{ReadBudget, ReadCost, STATUS_READ};
 use crate::job::spec::{ActionSpec, ScanSpec, SpecError};
-use crate::job::{Created, State};
+use crate::job::{Created, State, StatusRead};
 use crate::scan::item::WorkItem;
 use crate::storage::table::query::Query;
 use crate::storage::{Missing, Reason, TableServiceClient};
@@ -502,38 +503,28 @@ fn scan_target<'a>(
     Ok((ledger, id))
 }
 
-/// `GET /api/scans/{id}`.
+/// `GET /api/scans/{id}`. A scan in flight costs at most `job::read_budget::STATUS_READ` (5
+/// requests, 60 entities) however many items are pending and processes run it, plus, at most
+/// once a minute per scan, the re-drive look (`job::redrive`).
 pub async fn get_scan(state: &AppState, body: &[u8]) -> Response {
     let (ledger, id) = match scan_target(state, body) {
         Ok(target) => target,
         Err(response) => return *response,
     };
     let id = id.as_str();
-    let after = super::redrive::redrive_after(state);
-    match ledger
-        .status_and_stranded(id, OffsetDateTime::now_utc(), after)
-        .await
-    {
-        Ok(Some((mut status, stranded))) => {
+    match ledger.read_status(id, OffsetDateTime::now_utc()).await {
+        Ok(Some(read)) => {
+            let mut status = read.status.clone();
             if matches!(
                 status.state,
                 State::Pending | State::Running | State::Cancelling
             ) {
-                status.activity = activity(state, ledger, &status).await;
-                let now = OffsetDateTime::now_utc();
-                match ledger.pace(id, status.spec.max_rows_per_second, now).await {
-                    Ok(pace) => status.pace = Some(pace),
-                    Err(e) => tracing::warn!(scan = id, "could not read the scan's pace: {e}"),
-                }
+                let mut budget = ReadBudget::after(STATUS_READ, read.cost);
+                status.activity = activity(state, ledger, &status, &mut budget).await;
+                status.pace = pace(ledger, &status, &mut budget).await;
             }
-            // Items found stranded in this read are sent again; the next read counts them.
             if super::redrive::wants_redrive(status.state) {
-                let deadline = std::time::Instant::now() + super::redrive::STATUS_READ_REDRIVE_TIME;
-                if let Err(why) =
-                    super::redrive::redrive_stranded(state, ledger, id, stranded, deadline).await
-                {
-                    tracing::warn!(scan = id, "could not re-drive stranded work items: {why}");
-                }
+                redrive_look(state, ledger, &read).await;
             }
             answer(
                 StatusCode::OK,
@@ -555,37 +546,148 @@ pub async fn get_scan(state: &AppState, body: &[u8]) -> Response {
     }
 }
 
-/// Why a scan in flight is or is not moving; `None` if the ledger could not say.
+/// What a capped scan's pace read may cost: one query of its lease rows (16 per capped scan).
+const PACE_READ: ReadCost = ReadCost::new(1, 16);
+
+/// How fast a capped scan goes now, if `budget` still holds a pace read; `None` for a scan
+/// without a cap (nothing shares one out, so nothing is read) or when the read failed.
+async fn pace(
+    ledger: &crate::job::Ledger,
+    status: &crate::job::ScanStatus,
+    budget: &mut ReadBudget,
+) -> Option<crate::job::Pace> {
+    let cap = status.spec.max_rows_per_second?;
+    if !budget.spend(PACE_READ) {
+        return None;
+    }
+    match ledger
+        .pace(&status.id, Some(cap), OffsetDateTime::now_utc())
+        .await
+    {
+        Ok(pace) => Some(pace),
+        Err(e) => {
+            tracing::warn!(scan = %status.id, "could not read the scan's pace: {e}");
+            None
+        }
+    }
+}
+
+/// The status read's re-drive look (`job::redrive`): when it is due and this reader wins the
+/// scan's turn, items found stranded are sent again (the next read counts them). Failures
+/// never fail the read: they are logged, and the next turn or sweep tries again.
+async fn redrive_look(state: &AppState, ledger: &crate::job::Ledger, read: &StatusRead) {
+    let id = read.status.id.as_str();
+    let now = OffsetDateTime::now_utc();
+    let after = super::redrive::redrive_after(state);
+    let every = super::redrive::status_look_every(state);
+    if !crate::job::redrive::look_due(read.created_at, read.redrive_looked_at, now, after, every) {
+        return;
+    }
+    let looked = async {
+        if !ledger.take_look_turn(id, &read.scan_etag, now).await? {
+            return Ok(Vec::new());
+        }
+        ledger.stranded(id, now, after).await
+    };
+    let stranded = match looked.await {
+        Ok(stranded) => stranded,
+        Err(why) => {
+            tracing::warn!(scan = id, "could not look for stranded work items: {why}");
+            return;
+        }
+    };
+    let deadline = std::time::Instant::now() + super::redrive::STATUS_READ_REDRIVE_TIME;
+    if let Err(why) = super::redrive::redrive_stranded(state, ledger, id, stranded, deadline).await
+    {
+        tracing::warn!(scan = id, "could not re-drive stranded work items: {why}");
+    }
+}
+
+/// The most entities a claims window may read: `job::activity::CLAIMS_WINDOW`, less what a
+/// capped scan's pace read needs after it.
+fn claims_window(status: &crate::job::ScanStatus, budget: &ReadBudget) -> u16 {
+    let reserved = match status.spec.max_rows_per_second {
+        Some(_) => PACE_READ.entities,
+        None => 0,
+    };
+    let room = budget.left().entities.saturating_sub(reserved);
+    u16::try_from(room)
+        .unwrap_or(u16::MAX)
+        .min(crate::job::activity::CLAIMS_WINDOW)
+}
+
+/// The claims among the scan's pending items: none without reading when nothing is pending,
+/// else one window if `budget` holds a request and a few entities; `None` if not or if the
+/// window could not be read.
+async fn claims_within(
+    ledger: &crate::job::Ledger,
+    status: &crate::job::ScanStatus,
+    budget: &mut ReadBudget,
+) -> Option<crate::job::activity::Claims> {
+    let pending = status.progress.steps_pending;
+    if pending == 0 {
+        return Some(crate::job::activity::Claims::default());
+    }
+    let window = claims_window(status, budget);
+    if window < MIN_CLAIMS_WINDOW || !budget.spend(ReadCost::new(1, u32::from(window))) {
+        return None;
+    }
+    let now = OffsetDateTime::now_utc();
+    match ledger.claims(&status.id, pending, window, now).await {
+        Ok(claims) => Some(claims),
+        Err(e) => {
+            tracing::warn!(scan = %status.id, "could not count the scan's claims: {e}");
+            None
+        }
+    }
+}
+
+/// A claims window smaller than this says too little to be worth its request.
+const MIN_CLAIMS_WINDOW: u16 = 5;
+
+/// Messages waiting in the queues scan `status`'s items travel on (an import's one queue, a
+/// table scan's two), if `budget` holds a request for each; `None` if not or if a count could
+/// not be read.
+async fn queued_messages(
+    state: &AppState,
+    status: &crate::job::ScanStatus,
+    budget: &mut ReadBudget,
+) -> Option<u64> {
+    let queues = scan_queues(&state.item_queues, &status.spec);
+    if !budget.spend(ReadCost::new(queues.len() as u32, 0)) {
+        return None;
+    }
+    let clients = state.clients(super::names::STORAGE_CONNECTION).ok()?;
+    let mut total = 0u64;
+    for name in queues {
+        let queue = clients.queues().ok()?.queue(name).ok()?;
+        total += queue.approximate_count().await.ok()?;
+    }
+    Some(total)
+}
+
+/// The queues a scan's work items travel on: an import's items on the export queue, a table
+/// scan's on the range and partition queues (`ItemQueues::of`).
+fn scan_queues<'a>(
+    queues: &'a super::app::ItemQueues,
+    spec: &crate::job::ScanSpec,
+) -> Vec<&'a str> {
+    match spec.import {
+        Some(_) => vec![queues.export.as_str()],
+        None => vec![queues.range.as_str(), queues.partition.as_str()],
+    }
+}
+
+/// Why a scan in flight is or is not moving; `None` if the ledger could not say (or could not
+/// within the read's `budget`).
 async fn activity(
     state: &AppState,
     ledger: &crate::job::Ledger,
     status: &crate::job::ScanStatus,
+    budget: &mut ReadBudget,
 ) -> Option<crate::job::Activity> {
     let now = OffsetDateTime::now_utc();
-    let claims = match ledger
-        .claims(&status.id, status.progress.steps_pending, now)
-        .await
-    {
-        Ok(claims) => claims,
-        Err(e) => {
-            tracing::warn!(scan = %status.id, "could not count the scan's claims: {e}");
-            return None;
-        }
-    };
-    let queued_messages = match state.clients(super::names::STORAGE_CONNECTION) {
-        Ok(clients) => {
-            let mut total = Some(0u64);
-            for name in state.item_queues.all() {
-                let count = match clients.queues().map(|q| q.queue(name)) {
-                    Ok(Ok(queue)) => queue.approximate_count().await.ok(),
-                    _ => None,
-                };
-                total = total.zip(count).map(|(a, b)| a + b);
-            }
-            total
-        }
-        Err(_) => None,
-    };
+    let claims = claims_within(ledger, status, budget).await?;
     let last = status
         .progress
         .last_step_at
@@ -603,6 +705,12 @@ async fn activity(
     let abandoned_return_by_ms = claims.abandoned_touched_ms.map(|t| t + HOST_HOLD_MS);
     let awaits_manifest = status.export.as_ref().is_some_and(|e| e.manifest.is_none())
         && status.progress.steps_pending == 0;
+    // Only a stall with nothing running and nothing abandoned is explained by the queues.
+    let stalled = !awaits_manifest && claims.abandoned == 0 && claims.running == 0 && since >= 60;
+    let queued_messages = match stalled {
+        true => queued_messages(state, status, budget).await,
+        false => None,
+    };
     let note = if awaits_manifest {
         Some(
             "every step is done; the export's manifest is being written (if the step that \

@@ -1,5 +1,5 @@
 //! Sends again the messages of a scan's stranded work items (see `job::redrive`): when someone
-//! reads the scan's status, and on a schedule for every scan in flight (`RedriveScans`, a timer
+//! reads the scan's status (at most once a minute per scan), and on a schedule for every scan in flight (`RedriveScans`, a timer
 //! function), so that a scan nobody watches still finishes. Failures of the status read's
 //! re-drive never fail the read: they are logged, and the next read or sweep tries again.
 
@@ -20,6 +20,14 @@ use crate::storage::queue::{MessageEncoding, PutOptions};
 /// How long a pending item may go untouched before it counts as stranded.
 pub fn redrive_after(state: &AppState) -> time::Duration {
     time::Duration::try_from(state.redrive_after).unwrap_or(time::Duration::MAX)
+}
+
+/// How often, at most, status reads of one scan take the re-drive look: once a minute
+/// (`job::redrive::LOOK_EVERY`), or as often as items become stranded when the app says that
+/// happens sooner (tests and drills set `TABLESCAN_REDRIVE_AFTER_SECONDS` to a few seconds, and
+/// expect a lost item back within about that).
+pub fn status_look_every(state: &AppState) -> time::Duration {
+    redrive_after(state).min(crate::job::redrive::LOOK_EVERY)
 }
 
 /// How long a status read may spend sending stranded items again: the read must stay quick

@@ -69,6 +69,8 @@ pub struct ScanRecord {
     pub cancelled_at: Option<OffsetDateTime>,
     /// An export's: when its manifest was written (its scan succeeds then, not before).
     pub manifest_at: Option<OffsetDateTime>,
+    /// When a status read last took its turn at the re-drive look (`job::redrive`).
+    pub redrive_looked_at: Option<OffsetDateTime>,
 }
 
 /// What `create_scan` did.
@@ -243,11 +245,22 @@ impl Ledger {
 
     /// Reads a scan record.
     pub async fn scan(&self, id: &str) -> Result<Option<ScanRecord>, LedgerError> {
+        Ok(self.scan_and_etag(id).await?.map(|(record, _)| record))
+    }
+
+    /// Reads a scan record with its row's etag (for a write that must not cross another).
+    pub(crate) async fn scan_and_etag(
+        &self,
+        id: &str,
+    ) -> Result<Option<(ScanRecord, String)>, LedgerError> {
         if !is_scan_id(id) {
             return Ok(None);
         }
         match self.table.get_entity(id, rows::SCAN_ROW).await? {
-            Some(entity) => record_from(id, &entity).map(Some),
+            Some(entity) => {
+                let etag = entity.etag.clone().unwrap_or_default();
+                record_from(id, &entity).map(|record| Some((record, etag)))
+            }
             None => Ok(None),
         }
     }
@@ -893,6 +906,7 @@ fn record_from(id: &str, entity: &Entity) -> Result<ScanRecord, LedgerError> {
         started_at: row.started_at,
         cancelled_at: row.cancelled_at,
         manifest_at: row.manifest_at,
+        redrive_looked_at: row.redrive_looked_at,
     })
 }
 

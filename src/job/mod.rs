@@ -10,6 +10,7 @@ pub mod ledger;
 pub mod notes;
 #[cfg(test)]
 mod races;
+pub mod read_budget;
 pub mod redrive;
 pub mod rows;
 pub mod slices;
@@ -22,5 +23,5 @@ pub use ledger::{
     Begin, Claim, Created, FailureRecord, Finish, Ledger, LedgerError, ScanRecord, StepCounts,
 };
 pub use spec::{ActionSpec, ScanSpec, SpecError};
-pub use status::{Activity, Pace, ScanStatus, State};
+pub use status::{Activity, Pace, ScanStatus, State, StatusRead};
 pub use store::LedgerTable;

@@ -14,7 +14,7 @@ use crate::storage::table::query::Query;
 /// How many rows of each kind a status lists.
 pub const ROWS_LISTED: usize = 20;
 /// How many steps' notes a status reads to list them (each holds up to 10 of each kind).
-const STEPS_READ: u16 = 4;
+pub(crate) const STEPS_READ: u16 = 4;
 /// The longest JSON text stored per kind, in UTF-16 code units: a string property holds
 /// 64 KiB, that is 32,768 of them.
 const MAX_STORED_UNITS: usize = 30_000;

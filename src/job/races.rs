@@ -452,3 +452,98 @@ proptest! {
         });
     }
 }
+
+/// Status readers of one scan in several processes race for the re-drive look: of those that
+/// read the same scan row, one takes the turn; the next turn comes a minute later.
+#[tokio::test]
+async fn one_status_reader_a_minute_takes_the_re_drive_look() {
+    use super::redrive::{look_due, LOOK_EVERY};
+    let table = InMemoryTable::new("ledger");
+    let ledger = Ledger::in_memory(table.clone());
+    ledger.ensure().await.unwrap();
+    let root = WorkItem::root(super::ledger::new_scan_id(), KeyRange::all(), "");
+    ledger.create_scan(&spec(), &root, t0()).await.unwrap();
+    let after = Duration::minutes(15);
+    let now = at(20 * 60);
+    let readers = join_all((0..4).map(|_| ledger.read_status(&root.scan, now))).await;
+    let mut won = 0;
+    for read in readers {
+        let read = read.unwrap().unwrap();
+        assert!(look_due(
+            read.created_at,
+            read.redrive_looked_at,
+            now,
+            after,
+            LOOK_EVERY
+        ));
+        let before = table.requests();
+        won += usize::from(
+            ledger
+                .take_look_turn(&root.scan, &read.scan_etag, now)
+                .await
+                .unwrap(),
+        );
+        assert_eq!(table.requests() - before, 1, "a turn costs one request");
+    }
+    assert_eq!(won, 1, "one reader of the same row takes the turn");
+    // A second later the turn is taken; a minute later it is due again.
+    let read = ledger.read_status(&root.scan, now).await.unwrap().unwrap();
+    let second = now + Duration::SECOND;
+    assert!(!look_due(
+        read.created_at,
+        read.redrive_looked_at,
+        second,
+        after,
+        LOOK_EVERY
+    ));
+    let minute = now + LOOK_EVERY;
+    assert!(look_due(
+        read.created_at,
+        read.redrive_looked_at,
+        minute,
+        after,
+        LOOK_EVERY
+    ));
+    assert!(ledger
+        .take_look_turn(&root.scan, &read.scan_etag, minute)
+        .await
+        .unwrap());
+}
+
+/// What a status read says it cost is at least what it cost: the scan row and one read of the
+/// shards while items are unsettled, a second read to settle once none is.
+#[tokio::test]
+async fn a_status_read_costs_no_more_than_it_reports() {
+    let table = InMemoryTable::new("ledger");
+    let ledger = Ledger::in_memory(table.clone());
+    ledger.ensure().await.unwrap();
+    let root = WorkItem::root(super::ledger::new_scan_id(), KeyRange::all(), "");
+    ledger.create_scan(&spec(), &root, t0()).await.unwrap();
+    let read_costing = |expected_requests: u32, state: State| {
+        let (ledger, table, id) = (ledger.clone(), table.clone(), root.scan.clone());
+        async move {
+            let before = (table.requests(), table.entities());
+            let read = ledger.read_status(&id, at(2)).await.unwrap().unwrap();
+            let spent = (table.requests() - before.0, table.entities() - before.1);
+            assert_eq!(read.status.state, state);
+            assert_eq!(read.cost.requests, expected_requests);
+            assert!(
+                spent.0 <= u64::from(read.cost.requests),
+                "{spent:?} {:?}",
+                read.cost
+            );
+            assert!(
+                spent.1 <= u64::from(read.cost.entities),
+                "{spent:?} {:?}",
+                read.cost
+            );
+        }
+    };
+    read_costing(2, State::Pending).await;
+    let claim = claim(&ledger, &root, at(1)).await;
+    ledger
+        .finish(&root, &claim, reading(1), &[], at(1))
+        .await
+        .unwrap();
+    read_costing(3, State::Succeeded).await;
+}

@@ -11,17 +11,40 @@
 //! service scan every pending row). The window is random, so a look sees a sample while many
 //! items are pending, and all of them once few are: a stranded item is found at the latest
 //! when the scan's other work has drained, which is when it would hold up completion.
+//!
+//! A status read looks at most once per [`LOOK_EVERY`] per scan, however many processes serve
+//! reads (the `RedriveScans` sweep looks at every run, every 5 minutes): the reader records
+//! its turn on the scan row with the etag it read it with, so of the readers that saw the
+//! same row one wins and the others skip the look. Nor does any reader look while the scan is
+//! younger than the time an item takes to become stranded (its items are younger still).
 
 use time::{Duration, OffsetDateTime};
 
 use super::ledger::{Ledger, LedgerError};
-use super::rows::{self, millis, PendingRow, Tallies};
+use super::rows::{self, millis, PendingRow, ScanRow, Tallies};
 use crate::storage::table::batch::IfMatch;
 use crate::storage::table::entity::Entity;
 use crate::storage::table::WriteMode;
 
 /// How many pending rows one look judges.
 pub const STRANDED_WINDOW: u16 = 200;
+/// How often, at most, status reads of one scan take the re-drive look: an item is stranded
+/// after 15 minutes untouched by default, so a minute more before it is found costs little,
+/// and the look's window (200 entities) is paid once a minute instead of on every poll.
+pub const LOOK_EVERY: Duration = Duration::minutes(1);
+
+/// Whether a status read at `now` should try for the scan's turn at the re-drive look: the
+/// last turn was at least `every` ago (`looked_at`, none yet) and the scan, created at
+/// `created_at`, is old enough for an item untouched for `after` to exist.
+pub fn look_due(
+    created_at: OffsetDateTime,
+    looked_at: Option<OffsetDateTime>,
+    now: OffsetDateTime,
+    after: Duration,
+    every: Duration,
+) -> bool {
+    now - created_at >= after && looked_at.is_none_or(|at| now - at >= every)
+}
 
 /// A pending work item that nobody has touched for a while.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,6 +91,30 @@ impl Ledger {
                 })
             })
             .collect())
+    }
+
+    /// Takes scan `id`'s turn at the status read's re-drive look: records `now` on the scan row
+    /// if it is still as read (`scan_etag`). `false` when another reader (or any writer of the
+    /// row) came first: this reader skips the look. One request, one entity.
+    pub async fn take_look_turn(
+        &self,
+        id: &str,
+        scan_etag: &str,
+        now: OffsetDateTime,
+    ) -> Result<bool, LedgerError> {
+        match self
+            .table()
+            .update(
+                &ScanRow::redrive_looked(id, now),
+                WriteMode::Merge,
+                &IfMatch::Etag(scan_etag.to_string()),
+            )
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if e.reason().is_gone_or_changed() => Ok(false),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Records that `item` is being sent again, unless it changed since it was read (claimed,
@@ -118,6 +165,21 @@ mod tests {
         row.lease_until = lease_until_ms;
         row.redriven_at = redriven_ms;
         row
+    }
+
+    #[test]
+    fn the_look_is_due_once_a_minute_and_only_for_scans_old_enough() {
+        let created = OffsetDateTime::from_unix_timestamp(1_000_000).unwrap();
+        let after = Duration::minutes(15);
+        let due = |now: OffsetDateTime, looked: Option<OffsetDateTime>| {
+            look_due(created, looked, now, after, LOOK_EVERY)
+        };
+        assert!(!due(created + Duration::minutes(14), None), "too young");
+        let now = created + Duration::minutes(20);
+        assert!(due(now, None));
+        assert!(!due(now, Some(now - Duration::seconds(1))));
+        assert!(!due(now, Some(now - Duration::seconds(59))));
+        assert!(due(now, Some(now - Duration::seconds(60))));
     }
 
     #[test]

@@ -25,6 +25,8 @@ pub const LEDGER_FORMAT: u64 = 2;
 pub const SHARDS: u8 = 16;
 
 pub const SCAN_ROW: &str = "scan";
+/// The scan row's property of the last status read's re-drive look.
+const REDRIVE_LOOKED_AT: &str = "redriveLookedAt";
 const PENDING: &str = "pending:";
 const DONE: &str = "done:";
 const FAILED: &str = "failed:";
@@ -165,6 +167,8 @@ pub struct ScanRow {
     pub cancelled_at: Option<OffsetDateTime>,
     /// An export's: when its manifest was written.
     pub manifest_at: Option<OffsetDateTime>,
+    /// When a status read last took its turn at the re-drive look (see `job::redrive`).
+    pub redrive_looked_at: Option<OffsetDateTime>,
 }
 
 impl ScanRow {
@@ -176,6 +180,7 @@ impl ScanRow {
             started_at: None,
             cancelled_at: None,
             manifest_at: None,
+            redrive_looked_at: None,
         }
     }
 
@@ -188,6 +193,7 @@ impl ScanRow {
             ("startedAt", self.started_at),
             ("cancelledAt", self.cancelled_at),
             ("manifestWrittenAt", self.manifest_at),
+            (REDRIVE_LOOKED_AT, self.redrive_looked_at),
         ] {
             if let Some(time) = time {
                 e.properties.insert(name.into(), date_value(time));
@@ -204,12 +210,18 @@ impl ScanRow {
             started_at: date(e, "startedAt"),
             cancelled_at: date(e, "cancelledAt"),
             manifest_at: date(e, "manifestWrittenAt"),
+            redrive_looked_at: date(e, REDRIVE_LOOKED_AT),
         })
     }
 
     /// The merge that records the first step's start.
     pub fn started(scan: &str, at: OffsetDateTime) -> Entity {
         Entity::new(scan, SCAN_ROW).with("startedAt", date_value(at))
+    }
+
+    /// The merge that records a status read's turn at the re-drive look.
+    pub fn redrive_looked(scan: &str, at: OffsetDateTime) -> Entity {
+        Entity::new(scan, SCAN_ROW).with(REDRIVE_LOOKED_AT, date_value(at))
     }
 
     /// The merge that records a cancel.

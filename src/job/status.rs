@@ -4,17 +4,23 @@
 use serde::Serialize;
 use time::OffsetDateTime;
 
+use super::activity::CLAIMS_WINDOW;
 use super::ledger::{format_time, Ledger, LedgerError, ScanRecord};
-use super::notes::{NotedRow, RowNotes};
+use super::notes::{NotedRow, RowNotes, STEPS_READ as NOTED_STEPS_READ};
+use super::read_budget::ReadCost;
 use super::redrive::Stranded;
-use super::rows::Tallies;
+use super::rows::{Tallies, SHARDS};
 use super::spec::{ActionSpec, ScanSpec};
 
 /// How many items that failed for good a status lists (the count is always exact).
 pub const ERRORS_LISTED: u16 = 20;
-/// How many times a status read tries to see the shards twice unchanged before it settles for
-/// `running`: finishes landing between the reads only delay the verdict to the next read.
-const CONSISTENT_READ_TRIES: usize = 3;
+/// How many times the finishing step tries to see the shards twice unchanged before it settles
+/// for `running`: finishes landing between the reads only delay the verdict.
+const CONSISTENT_READ_TRIES: u32 = 3;
+/// A status read reads the shards at most twice (the second only when the first shows nothing
+/// unsettled): a finish landing between the reads delays the verdict to the next status read,
+/// and the read stays within its allowance (`job::read_budget`).
+const STATUS_SHARD_READS: u32 = 2;
 
 /// Where a scan stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -106,21 +112,23 @@ pub struct Activity {
     /// Items whose step stopped without finishing: their messages come back when the host's
     /// hold on them ends.
     pub steps_abandoned: u64,
-    /// Whether the two figures above are estimates: exact up to 100 pending items, scaled up
-    /// from a random 100 of them above that (`job::activity`).
+    /// Whether the two figures above are estimates: exact up to 25 pending items, scaled up
+    /// from 25 of them (chosen by their hashed ids) above that (`job::activity`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub estimated: bool,
-    /// How long the oldest pending item has waited since it was written or last sent (of a
-    /// random 100 when the scan has more pending items): a large figure with nothing running
-    /// means its message is stuck or lost.
+    /// How long the oldest pending item has waited since it was written or last sent (of 25 of
+    /// them when the scan has more pending items): a large figure with nothing running means its
+    /// message is stuck or lost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub oldest_pending_seconds: Option<u64>,
     /// When, at the latest, the messages of abandoned steps come back (the host's hold on a
     /// delivered message ends at most 10 minutes after the delivery).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub abandoned_return_by: Option<String>,
-    /// Messages in the work-item queues, of every scan of this app, visible or not (the
-    /// service's approximate counts); `None` when they could not be read.
+    /// Messages in the queues this scan's work items travel on (of every scan using them,
+    /// visible or not: the service's approximate counts). Read only when they could explain a
+    /// stall (no step running, none abandoned, none finished for a minute); `None` otherwise,
+    /// or when they could not be read.
     pub queued_messages: Option<u64>,
     /// Seconds since a step last finished, or since the scan was created if none has.
     pub seconds_since_last_step: u64,
@@ -181,6 +189,20 @@ pub struct CountResult {
     pub partitions: u64,
 }
 
+/// A status as one read saw it: what the read cost, and what the status read's re-drive look
+/// needs (see `job::redrive`).
+#[derive(Debug, Clone)]
+pub struct StatusRead {
+    pub status: ScanStatus,
+    /// At most what the read spent in the ledger's account.
+    pub cost: ReadCost,
+    /// The scan row's etag as read: a turn at the re-drive look is taken on it.
+    pub scan_etag: String,
+    pub created_at: OffsetDateTime,
+    /// When a status read last took its turn at the re-drive look.
+    pub redrive_looked_at: Option<OffsetDateTime>,
+}
+
 impl Ledger {
     /// The status of a scan; `None` if there is no such scan.
     pub async fn status(
@@ -188,15 +210,32 @@ impl Ledger {
         id: &str,
         now: OffsetDateTime,
     ) -> Result<Option<ScanStatus>, LedgerError> {
-        let Some(record) = self.scan(id).await? else {
+        Ok(self.read_status(id, now).await?.map(|read| read.status))
+    }
+
+    /// The status of a scan with what reading it cost; `None` if there is no such scan. A scan
+    /// in flight costs the scan row and one read of the shards, or two when the first shows
+    /// nothing unsettled; a list of failed items or noted rows one query more each.
+    pub async fn read_status(
+        &self,
+        id: &str,
+        now: OffsetDateTime,
+    ) -> Result<Option<StatusRead>, LedgerError> {
+        let Some((record, scan_etag)) = self.scan_and_etag(id).await? else {
             return Ok(None);
         };
-        let (totals, settled) = self.consistent_totals(id).await?;
+        let mut cost = ReadCost::new(1, 1);
+        let (totals, settled, reads) = self.totals_within(id, STATUS_SHARD_READS).await?;
+        cost = cost.plus(ReadCost::new(reads, reads * u32::from(SHARDS)));
         let running = match record.cancelled_at {
-            Some(_) => self.any_claimed(id, now).await?,
+            Some(_) => {
+                cost = cost.plus(ReadCost::new(1, u32::from(CLAIMS_WINDOW)));
+                self.any_claimed(id, now).await?
+            }
             None => false,
         };
         let errors = if totals.failed_now() > 0 {
+            cost = cost.plus(ReadCost::new(1, u32::from(ERRORS_LISTED)));
             self.failures(id, ERRORS_LISTED).await?
         } else {
             Vec::new()
@@ -210,14 +249,23 @@ impl Ledger {
             })
             .collect();
         let notes = if totals.rows_failed > 0 || record.spec.dry_run {
+            cost = cost.plus(ReadCost::new(1, u32::from(NOTED_STEPS_READ)));
             self.row_notes(id).await?
         } else {
             RowNotes::default()
         };
+        let created_at = record.created_at;
+        let redrive_looked_at = record.redrive_looked_at;
         let mut status = status_of(record, totals, settled, running, errors, now);
         status.row_failures = notes.failed;
         status.dry_run_rows = notes.sample;
-        Ok(Some(status))
+        Ok(Some(StatusRead {
+            status,
+            cost,
+            scan_etag,
+            created_at,
+            redrive_looked_at,
+        }))
     }
 
     /// The status of a scan and up to a page of its work items stranded for `after` (see
@@ -245,18 +293,31 @@ impl Ledger {
     /// the child), summing to zero unsettled items while the child's own children run. Two
     /// reads with equal etags saw every shard unchanged over a moment they share.
     pub async fn consistent_totals(&self, id: &str) -> Result<(Tallies, bool), LedgerError> {
+        let (totals, settled, _) = self.totals_within(id, 1 + CONSISTENT_READ_TRIES).await?;
+        Ok((totals, settled))
+    }
+
+    /// As [`Ledger::consistent_totals`], in at most `reads` reads of the shards (at least
+    /// one), and how many it made: not settled if the reads ran out first.
+    async fn totals_within(
+        &self,
+        id: &str,
+        reads: u32,
+    ) -> Result<(Tallies, bool, u32), LedgerError> {
         let (mut totals, mut etags) = self.totals(id).await?;
-        for _ in 0..CONSISTENT_READ_TRIES {
+        let mut made = 1;
+        while made < reads {
             if totals.unsettled() > 0 {
-                return Ok((totals, false));
+                return Ok((totals, false, made));
             }
             let (again, again_etags) = self.totals(id).await?;
+            made += 1;
             if again_etags == etags {
-                return Ok((again, true));
+                return Ok((again, true, made));
             }
             (totals, etags) = (again, again_etags);
         }
-        Ok((totals, false))
+        Ok((totals, false, made))
     }
 }
 

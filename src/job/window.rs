@@ -71,6 +71,31 @@ impl Ledger {
     }
 }
 
+impl Ledger {
+    /// The first `size` of scan `id`'s pending rows in item-id order (with the properties in
+    /// `select`), in one request of at most `size` entities. Item ids are hashes, so these are
+    /// a uniform sample of the pending items as well, though the same ones from one read to
+    /// the next while they stay pending: right for estimating how many items are claimed
+    /// (what a status read needs, within one request), not for finding stranded ones (which
+    /// must see different items each time: [`Ledger::pending_window`]).
+    pub(crate) async fn first_pending(
+        &self,
+        id: &str,
+        size: u16,
+        select: &[&str],
+    ) -> Result<Window, LedgerError> {
+        let query = Query::filtered(rows::rows_of(id, rows::pending_range()))
+            .top(size)
+            .select(select.iter().copied());
+        let page = self.table().query_page(&query, None).await?;
+        let complete = page.entities.len() < usize::from(size) && page.continuation.is_none();
+        Ok(Window {
+            rows: page.entities,
+            complete,
+        })
+    }
+}
+
 /// Three random id characters: where a window starts.
 fn random_id_start() -> String {
     uuid::Uuid::new_v4().as_bytes()[..3]

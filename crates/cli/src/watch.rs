@@ -10,7 +10,11 @@ use serde_json::Value;
 use crate::api::{Api, ApiError};
 use crate::show;
 
-/// How often the status is read while watching.
+/// How often the status is read while watching: once a second, so the live line's rate and
+/// counts move as the scan does. A read of a scan in flight costs at most 5 storage requests
+/// and 60 entities (its re-drive look runs at most once a minute per scan, whoever reads), so a
+/// watcher spends at most 60 entities a second of the ledger's account, 0.3% of its documented
+/// 20,000: polling every 2 s would save little and make the line lag.
 const POLL: Duration = Duration::from_secs(1);
 /// How often a plain line is printed when the output is not a terminal.
 const PLAIN_EVERY: Duration = Duration::from_secs(5);
