@@ -20,6 +20,10 @@
 //! operation of a transaction, one for anything else), that answers 503 Server Busy while it is
 //! empty, as the service answers a client above an account's or a partition's target.
 //!
+//! Requests to one table can be counted apart (`mark_table`): an application that shares the
+//! account with a scan (tools/devhost/tests/common/app_load.rs) uses a table of its own, so a
+//! test can tell the application's refusals from the scan's while both meet the same rate limit.
+//!
 //! And one for a target that refuses some rows (`refuse_rows_marked`): in a transaction, an
 //! operation whose JSON holds a given string value gets that value swapped for one longer than
 //! a property may be, so Azurite itself refuses that operation (400 PropertyValueTooLarge, at
@@ -83,6 +87,12 @@ pub struct Injected {
     pub empty_page: AtomicU64,
     /// Requests answered 503 by the rate limit (counted apart from the faults).
     pub throttled: AtomicU64,
+    /// Of the counts above, those of requests to the table named by [`FaultProxy::mark_table`]
+    /// (the totals include them; subtract these for everybody else's): forwarded, the entities
+    /// they touched, and refused by the rate limit.
+    pub marked_forwarded: AtomicU64,
+    pub marked_entities: AtomicU64,
+    pub marked_throttled: AtomicU64,
 }
 
 impl Injected {
@@ -116,8 +126,9 @@ impl Injected {
     pub fn summary(&self) -> String {
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
         format!(
-            "forwarded {}, 503 {}, 500 {}, 408 {}, slow {}, reset {}, dropped {}, short page {}, empty page {}",
+            "forwarded {} ({} marked), 503 {}, 500 {}, 408 {}, slow {}, reset {}, dropped {}, short page {}, empty page {}, throttled {} ({} marked)",
             load(&self.forwarded),
+            load(&self.marked_forwarded),
             load(&self.busy),
             load(&self.internal),
             load(&self.other_status),
@@ -126,6 +137,8 @@ impl Injected {
             load(&self.dropped),
             load(&self.short_page),
             load(&self.empty_page),
+            load(&self.throttled),
+            load(&self.marked_throttled),
         )
     }
 }
@@ -145,6 +158,8 @@ struct Plan {
     refused_marker: Option<String>,
     /// While set, transactions holding this string value are answered 400 as a whole.
     refused_transactions: Option<String>,
+    /// While set, requests to this table are also counted in the `marked_` counters.
+    marked_table: Option<String>,
 }
 
 /// A token bucket of entities: refilled at `rate` per second up to one second's worth, charged
@@ -266,6 +281,15 @@ impl FaultProxy {
         self.shared.plan.lock().unwrap().refused_transactions = marker.map(str::to_string);
     }
 
+    /// Counts the requests to table `name` apart as well (`None` ends it): in the `marked_`
+    /// counters of [`Injected`], besides the totals. A request is to the table when its path
+    /// names it (`/account/name`, `/account/name()` or `/account/name(PartitionKey=...)`), so
+    /// single-entity requests and queries are matched, and a scan that never addresses the table
+    /// is never counted; transactions (`/account/$batch`) and table creation are not matched.
+    pub fn mark_table(&self, name: Option<&str>) {
+        self.shared.plan.lock().unwrap().marked_table = name.map(str::to_string);
+    }
+
     /// The method and path of every request seen so far.
     pub fn seen(&self) -> Vec<String> {
         self.shared.plan.lock().unwrap().seen.clone()
@@ -329,8 +353,12 @@ async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Respons
     // A table query (not a single entity): a GET with a page size.
     let is_query = parts.method == axum::http::Method::GET
         && (query.contains("$top=") || query.contains("%24top="));
-    let (fault, over_limit, refused_marker, refused_transactions) = {
+    let (fault, over_limit, refused_marker, refused_transactions, marked) = {
         let mut plan = shared.plan.lock().unwrap();
+        let marked = plan
+            .marked_table
+            .as_deref()
+            .is_some_and(|table| names_table(parts.uri.path(), table));
         plan.seen
             .push(format!("{} {}", parts.method, parts.uri.path()));
         let over_limit = plan.bucket.as_mut().is_some_and(|bucket| {
@@ -342,10 +370,17 @@ async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Respons
             over_limit,
             plan.refused_marker.clone(),
             plan.refused_transactions.clone(),
+            marked,
         )
     };
     if over_limit {
         shared.injected.throttled.fetch_add(1, Ordering::Relaxed);
+        if marked {
+            shared
+                .injected
+                .marked_throttled
+                .fetch_add(1, Ordering::Relaxed);
+        }
         return error(503, "ServerBusy", None);
     }
     if let Some(fault) = &fault {
@@ -415,6 +450,13 @@ async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Respons
         .injected
         .entities
         .fetch_add(touched, Ordering::Relaxed);
+    if marked {
+        let injected = &shared.injected;
+        injected.marked_forwarded.fetch_add(1, Ordering::Relaxed);
+        injected
+            .marked_entities
+            .fetch_add(touched, Ordering::Relaxed);
+    }
     shared
         .injected
         .arrivals
@@ -459,6 +501,19 @@ fn entities_touched(path: &str, request: &[u8], answer: &[u8]) -> u64 {
         },
         _ => 1,
     }
+}
+
+/// Whether a request path addresses table `table`: its first or second segment (after the
+/// account, in path-style URLs such as Azurite's) is the table's name, alone or followed by
+/// `(`. Table names are case-insensitive.
+fn names_table(path: &str, table: &str) -> bool {
+    path.split('/')
+        .filter(|segment| !segment.is_empty())
+        .take(2)
+        .any(|segment| {
+            let name = segment.split('(').next().unwrap_or("");
+            name.eq_ignore_ascii_case(table)
+        })
 }
 
 /// An answer that breaks off before its body: the nearest an HTTP server gets to dropping the

@@ -6,6 +6,7 @@
 #[path = "../../src/stop.rs"]
 pub mod stop;
 
+pub mod app_load;
 pub mod identity;
 
 use std::collections::{BTreeMap, BTreeSet};
