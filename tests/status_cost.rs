@@ -97,8 +97,8 @@ impl Counted {
     }
 
     /// Starts a copy of a one-row table (its root item stays undelivered), then makes it a
-    /// scan in flight of `PENDING` items, `running` of them claimed now, with `processes`
-    /// presence rows; created `age` ago.
+    /// scan in flight of `PENDING` items, `running` of them claimed now, capped scans' slices
+    /// leased by `processes` processes; created `age` ago.
     async fn scan(
         &self,
         cap: Option<u32>,
@@ -108,11 +108,11 @@ impl Counted {
     ) -> String {
         let source = fresh_table("costsource").await;
         source.insert(&Entity::new("p", "r")).await.unwrap();
-        let cap = cap.map_or(json!("unlimited"), |n| json!(n));
+        let cap_field = cap.map_or(json!("unlimited"), |n| json!(n));
         let (_, id) = self
             .host
             .start_scan(&json!({
-                "table": source.name(), "maxRowsPerSecond": cap,
+                "table": source.name(), "maxRowsPerSecond": cap_field,
                 "action": {"type": "copy", "table": unique_name("costcopy")}
             }))
             .await;
@@ -142,17 +142,24 @@ impl Counted {
             shards.push(Operation::UpsertReplace(empty));
         }
         self.ledger.submit_transaction(&shards).await.unwrap();
+        // A capped scan's 16 slices, leased by `processes` processes (all 16 rows whatever
+        // their number: the pace's cost does not grow with processes).
         let until = Edm::Int64(now_ms as i64 + 60_000);
-        let presence: Vec<Operation> = (0..processes)
+        let slices: Vec<Operation> = (0..16)
+            .filter(|_| cap.is_some())
             .map(|n| {
-                let row = Entity::new(&id, format!("pace:process{n}"))
+                let row = Entity::new(&id, format!("pace:{n:02}"))
+                    .with(
+                        "holder",
+                        Edm::String(format!("process{}", n % processes.max(1))),
+                    )
                     .with("until", until.clone())
-                    .with("rate", Edm::Double(100.0));
+                    .with("used", Edm::Double(100.0));
                 Operation::Insert(row)
             })
             .collect();
-        for chunk in presence.chunks(100) {
-            self.ledger.submit_transaction(chunk).await.unwrap();
+        if !slices.is_empty() {
+            self.ledger.submit_transaction(&slices).await.unwrap();
         }
         // Created (and its first step started) `age` ago.
         let dates = Entity::new(&id, "scan")
@@ -184,7 +191,7 @@ async fn a_running_scans_status_costs_at_most_5_requests_and_60_entities() {
     assert!(activity["stepsRunning"].as_u64().unwrap() > 0, "{status}");
     within_budget(cost, &status);
 
-    // Capped, with the 16 processes a capped scan's pace rows stand for: the pace is read too.
+    // Capped, its 16 slices held by 16 processes: the pace is read too.
     let capped = counted.scan(Some(2000), 60, 16, time::Duration::ZERO).await;
     let (status, cost) = counted.status(&capped).await;
     assert_eq!(status["pace"]["instances"], 16, "{status}");

@@ -549,19 +549,28 @@ pub async fn get_scan(state: &AppState, body: &[u8]) -> Response {
 /// What a capped scan's pace read may cost: one query of its lease rows (16 per capped scan).
 const PACE_READ: ReadCost = ReadCost::new(1, 16);
 
-/// How fast a capped scan goes now, if `budget` still holds a pace read; `None` for a scan
-/// without a cap (nothing shares one out, so nothing is read) or when the read failed.
+/// Whether the scan shares out a cap (set or learned): then its slices say how fast it goes.
+fn paced(status: &crate::job::ScanStatus) -> Option<()> {
+    let capped =
+        status.spec.max_rows_per_second.is_some() || status.learned_max_rows_per_second.is_some();
+    capped.then_some(())
+}
+
+/// How fast a capped scan (its cap set or learned) goes now, if `budget` still holds a pace
+/// read; `None` for a scan without a cap (nothing shares one out, so nothing is read) or when
+/// the read failed.
 async fn pace(
     ledger: &crate::job::Ledger,
     status: &crate::job::ScanStatus,
     budget: &mut ReadBudget,
 ) -> Option<crate::job::Pace> {
-    let cap = status.spec.max_rows_per_second?;
+    paced(status)?;
+    let cap = status.spec.max_rows_per_second;
     if !budget.spend(PACE_READ) {
         return None;
     }
     match ledger
-        .pace(&status.id, Some(cap), OffsetDateTime::now_utc())
+        .pace(&status.id, cap, OffsetDateTime::now_utc())
         .await
     {
         Ok(pace) => Some(pace),
@@ -606,8 +615,8 @@ async fn redrive_look(state: &AppState, ledger: &crate::job::Ledger, read: &Stat
 /// The most entities a claims window may read: `job::activity::CLAIMS_WINDOW`, less what a
 /// capped scan's pace read needs after it.
 fn claims_window(status: &crate::job::ScanStatus, budget: &ReadBudget) -> u16 {
-    let reserved = match status.spec.max_rows_per_second {
-        Some(_) => PACE_READ.entities,
+    let reserved = match paced(status) {
+        Some(()) => PACE_READ.entities,
         None => 0,
     };
     let room = budget.left().entities.saturating_sub(reserved);

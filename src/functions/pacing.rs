@@ -24,9 +24,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::job::Ledger;
+use crate::job::{Ledger, ScanRecord};
 use crate::storage::pacing::{Governor, RecentUse, Ticket, TokenBucket};
-use tablescan_pace::{Demand, ScanShare};
+use tablescan_pace::ScanShare;
 
 /// The wall clock leases are written in; in tests, one that moves with tokio's paused clock.
 #[cfg(not(test))]
@@ -34,11 +34,6 @@ type LeaseClock = tablescan_pace::SystemClock;
 #[cfg(test)]
 type LeaseClock = tablescan_pace::TokioClock;
 
-/// How often a capped scan's refresher runs the slice protocol and sets the bucket's rate.
-const TICK: Duration = Duration::from_millis(100);
-/// How long a process stays in a scan after its last step of it ended: the next work item may
-/// be a moment away in the queue, and a capped scan's slices are kept meanwhile.
-const GRACE: Duration = Duration::from_secs(5);
 /// How long a step waits to be admitted before its work item is given back.
 pub const ADMIT_WAIT: Duration = Duration::from_secs(3);
 /// The rate one step of a paced scan is given at least (entities per second).
@@ -73,10 +68,19 @@ impl Default for Pacing {
 /// One scan's pacing in this process.
 pub struct ScanPace {
     scan: String,
-    /// The scan's cap in entities per second, if it has one.
-    cap: Option<f64>,
-    /// This process's part of the cap, for a capped scan.
-    slices: Option<ScanShare<Ledger, LeaseClock>>,
+    /// The cap the scan's request set, entities per second, if any.
+    set: Option<f64>,
+    /// The cap it is paced at now: the set one, or one learned from the accounts' refusals
+    /// (see [`cap_of`]).
+    cap: Mutex<Option<f64>>,
+    /// This process's part of the cap, once the scan has one.
+    slices: Mutex<Option<Arc<ScanShare<Ledger, LeaseClock>>>>,
+    ledger: Ledger,
+    /// Names this process in the slices it leases.
+    process: String,
+    /// The back-off of the account the scan reads, as its first step here found it, and how
+    /// many cuts it had made then (those were not this scan's).
+    source: Mutex<Option<(Arc<Governor>, u64)>>,
     /// What the process may use of the scan's rate: its slices' worth for a capped scan,
     /// unlimited otherwise.
     share: TokenBucket,
@@ -84,9 +88,18 @@ pub struct ScanPace {
     /// tenth over what the share earned in it (the bucket alone lets give-backs spend capacity
     /// earned earlier).
     recent: RecentUse,
-    /// Entities this process moved for the scan, for the use its slices report.
+    /// When the scan's last learning round opened, as this process last read the scan: its
+    /// refresher reports into it (`job::learning`).
+    round_ms: AtomicU64,
+    /// Entities this process moved for the scan (rows the account returned, rows written): what
+    /// its slices report, and what it reports when an account refuses it.
     moved: AtomicU64,
     state: Mutex<PaceState>,
+}
+
+/// Locks plain data: a panic elsewhere cannot leave it half-written.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[derive(Debug, Default)]
@@ -133,17 +146,16 @@ impl std::fmt::Display for NotAdmitted {
 }
 
 impl Pacing {
-    /// Admits a step of `scan` (capped at `cap` entities per second, if any) reading from the
-    /// account behind `source`, waiting at most `wait` for room.
+    /// Admits a step of `scan` (as this process last read it: its cap, set or learned) reading
+    /// from the account behind `source`, waiting at most `wait` for room.
     pub async fn admit(
         &self,
         ledger: &Ledger,
-        scan: &str,
-        cap: Option<u32>,
+        scan: &ScanRecord,
         source: Arc<Governor>,
         wait: Duration,
     ) -> Result<StepPace, NotAdmitted> {
-        let pace = self.join(ledger, scan, cap).await;
+        let pace = self.join(ledger, scan, &source).await;
         let give_up_at = Instant::now() + wait;
         loop {
             {
@@ -171,42 +183,100 @@ impl Pacing {
         Ok(StepPace { pace, source })
     }
 
-    /// The scan's pace in this process, counting one more step waiting for it; started (with
-    /// its refresher) if the process had none.
-    async fn join(&self, ledger: &Ledger, scan: &str, cap: Option<u32>) -> Arc<ScanPace> {
+    /// The scan's pace in this process, counting one more step waiting for it, its cap brought
+    /// up to date; started (with its refresher) if the process had none.
+    async fn join(
+        &self,
+        ledger: &Ledger,
+        scan: &ScanRecord,
+        source: &Arc<Governor>,
+    ) -> Arc<ScanPace> {
         let mut scans = self.scans.lock().await;
         let pace = scans
-            .entry(scan.to_string())
+            .entry(scan.id.clone())
             .or_insert_with(|| {
-                let pace = Arc::new(ScanPace::new(ledger, &self.process, scan, cap));
-                let refresher = Refresher {
-                    pace: pace.clone(),
-                    scans: self.scans.clone(),
-                };
+                let pace = Arc::new(ScanPace::new(ledger, &self.process, scan));
+                let refresher = refresher::Refresher::new(pace.clone(), self.scans.clone());
                 tokio::spawn(refresher.run());
                 pace
             })
             .clone();
+        pace.learned(scan.learned_cap);
+        pace.round_ms
+            .fetch_max(scan.learn_round_ms, Ordering::Relaxed);
+        pace.watch(source);
         pace.lock().waiting += 1;
         pace
     }
 }
 
+/// The cap a scan is paced at: the one its request set, or the one learned from the accounts'
+/// refusals (`job::learning`), whichever is lower.
+pub fn cap_of(set: Option<f64>, learned: Option<f64>) -> Option<f64> {
+    match (set, learned) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 impl ScanPace {
-    fn new(ledger: &Ledger, process: &str, scan: &str, cap: Option<u32>) -> Self {
-        let cap = cap.map(f64::from);
-        ScanPace {
-            scan: scan.to_string(),
-            cap,
-            slices: cap.map(|cap| {
-                ScanShare::new(ledger.clone(), LeaseClock::default(), scan, process, cap)
-            }),
-            // A capped scan uses nothing before it holds a slice.
-            share: TokenBucket::new(cap.map(|_| 0.0)),
-            recent: RecentUse::new(cap.map(|_| 0.0)),
+    fn new(ledger: &Ledger, process: &str, scan: &ScanRecord) -> Self {
+        let set = scan.spec.max_rows_per_second.map(f64::from);
+        let pace = ScanPace {
+            scan: scan.id.clone(),
+            set,
+            cap: Mutex::new(None),
+            slices: Mutex::new(None),
+            ledger: ledger.clone(),
+            process: process.to_string(),
+            source: Mutex::new(None),
+            share: TokenBucket::new(None),
+            recent: RecentUse::new(None),
             moved: AtomicU64::new(0),
+            round_ms: AtomicU64::new(scan.learn_round_ms),
             state: Mutex::new(PaceState::default()),
+        };
+        pace.learned(scan.learned_cap);
+        pace
+    }
+
+    /// Takes `learned` (the scan's learned cap as last read) into the cap: a scan paced by
+    /// neither has no slices; one that gets a cap takes slices from then on, and uses nothing
+    /// until it holds one.
+    pub(super) fn learned(&self, learned: Option<f64>) {
+        let Some(cap) = cap_of(self.set, learned) else {
+            return;
+        };
+        let mut current = lock(&self.cap);
+        if *current == Some(cap) {
+            return;
         }
+        *current = Some(cap);
+        let mut slices = lock(&self.slices);
+        match slices.as_ref() {
+            Some(share) => share.set_cap(cap),
+            None => {
+                *slices = Some(Arc::new(ScanShare::new(
+                    self.ledger.clone(),
+                    LeaseClock::default(),
+                    &self.scan,
+                    &self.process,
+                    cap,
+                )));
+                self.share.set_rate(Some(0.0));
+                self.recent.set_rate(Some(0.0));
+            }
+        }
+    }
+
+    /// Remembers the account back-off the scan's steps read through, to learn from its cuts.
+    fn watch(&self, source: &Arc<Governor>) {
+        lock(&self.source).get_or_insert_with(|| (source.clone(), source.cuts()));
+    }
+
+    /// The scan's share of its cap in this process, once it has a cap.
+    pub(super) fn slices(&self) -> Option<Arc<ScanShare<Ledger, LeaseClock>>> {
+        lock(&self.slices).clone()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, PaceState> {
@@ -216,10 +286,8 @@ impl ScanPace {
 
     /// The rate this process's steps of the scan may use now, if anything limits it.
     fn rate(&self, source: &Governor) -> Option<f64> {
-        match (
-            self.share.rate().filter(|_| self.cap.is_some()),
-            source.rate(),
-        ) {
+        let capped = lock(&self.cap).is_some();
+        match (self.share.rate().filter(|_| capped), source.rate()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -300,7 +368,6 @@ impl StepPace {
     /// the waits and the request's time overlap. Unused, it must be
     /// [`release`](Self::release)d.
     pub fn reserve_read(&self, entities: u64) -> Reservation {
-        self.pace.moved.fetch_add(entities, Ordering::Relaxed);
         let share_place = self.pace.share.reserve(entities as f64);
         Reservation {
             source_place: self.source.reserve(entities),
@@ -312,12 +379,6 @@ impl StepPace {
 
     /// Gives a reservation up unused: what of it is not yet earned goes back to the line.
     pub fn release(&self, reserved: Reservation) {
-        let _ = self
-            .pace
-            .moved
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                Some(n.saturating_sub(reserved.entities))
-            });
         self.pace
             .share
             .release(reserved.share_place, reserved.entities);
@@ -325,8 +386,10 @@ impl StepPace {
             .release(reserved.source_place, reserved.entities);
     }
 
-    /// Returns entities paid for and not read (a short page, a failed request).
-    pub fn after_read(&self, ticket: Ticket, unused: u64) {
+    /// Returns entities paid for and not read (a short page, a failed request), and counts
+    /// `used` as moved: what the account served.
+    pub fn after_read(&self, ticket: Ticket, used: u64, unused: u64) {
+        self.pace.moved.fetch_add(used, Ordering::Relaxed);
         self.give_back_share(unused);
         self.pace.recent.give_back(ticket, unused);
         self.source.give_back(unused);
@@ -337,6 +400,7 @@ impl StepPace {
     pub async fn before_write(&self, entities: u64, target: &Governor) {
         target.take(entities).await;
         self.take_share(entities).await;
+        self.pace.moved.fetch_add(entities, Ordering::Relaxed);
     }
 
     async fn take_share(&self, entities: u64) -> Ticket {
@@ -344,9 +408,8 @@ impl StepPace {
         self.within_the_last_second(entities).await
     }
 
-    /// Pays `entities` into the share's bucket, counted as moved.
+    /// Pays `entities` into the share's bucket.
     async fn pay_share(&self, entities: u64) {
-        self.pace.moved.fetch_add(entities, Ordering::Relaxed);
         self.pace.share.take(entities).await;
     }
 
@@ -357,12 +420,6 @@ impl StepPace {
     }
 
     fn give_back_share(&self, entities: u64) {
-        let _ = self
-            .pace
-            .moved
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                Some(n.saturating_sub(entities))
-            });
         self.pace.share.give_back(entities);
     }
 }
@@ -377,80 +434,7 @@ impl Drop for StepPace {
     }
 }
 
-/// Keeps a scan's pace in this process up to date until the process has had no step of the
-/// scan for [`GRACE`]: for a capped scan, runs the slice protocol every [`TICK`] and sets the
-/// share's rate to what the process holds; then gives the slices back and removes the scan.
-struct Refresher {
-    pace: Arc<ScanPace>,
-    scans: Scans,
-}
-
-/// How long giving the slices back may hold up the steps that join meanwhile; past it their
-/// leases run out by themselves.
-const LEAVE_TIME: Duration = Duration::from_secs(2);
-
-impl Refresher {
-    async fn run(self) {
-        let pace = &self.pace;
-        let mut last = (Instant::now(), 0u64);
-        let mut used = 0.0;
-        loop {
-            if self.removed().await {
-                return;
-            }
-            let Some(slices) = &pace.slices else {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            };
-            let now = Instant::now();
-            let moved = pace.moved.load(Ordering::Relaxed);
-            let elapsed = now.saturating_duration_since(last.0);
-            if elapsed >= Duration::from_secs(1) {
-                used = moved.saturating_sub(last.1) as f64 / elapsed.as_secs_f64();
-                last = (now, moved);
-            }
-            let waiting = pace.lock().waiting;
-            let held_back = pace
-                .share
-                .held_since(now.checked_sub(Duration::from_secs(1)).unwrap_or(now));
-            let demand = Demand {
-                wants_more: waiting > 0 || held_back,
-                used,
-            };
-            slices.tick(demand).await;
-            let granted = slices.granted();
-            pace.share.set_rate(Some(granted));
-            pace.recent.set_rate(Some(granted));
-            tokio::time::sleep(TICK).await;
-        }
-    }
-
-    /// Removes the scan from this process if it has had no step of it for [`GRACE`], giving
-    /// its slices back first; whether it did. Holds the scans' lock throughout, so no step
-    /// joins a scan being removed (a step joining afterwards starts afresh).
-    async fn removed(&self) -> bool {
-        let mut scans = self.scans.lock().await;
-        let idle = self
-            .pace
-            .lock()
-            .idle_since
-            .is_some_and(|at| at.elapsed() >= GRACE);
-        if !idle {
-            return false;
-        }
-        if let Some(slices) = &self.pace.slices {
-            self.pace.share.set_rate(Some(0.0));
-            if tokio::time::timeout(LEAVE_TIME, slices.leave())
-                .await
-                .is_err()
-            {
-                tracing::debug!(scan = %self.pace.scan, "giving the scan's slices back took too long");
-            }
-        }
-        scans.remove(&self.pace.scan);
-        true
-    }
-}
+mod refresher;
 
 #[cfg(test)]
 mod tests;

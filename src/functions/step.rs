@@ -333,10 +333,9 @@ async fn admit_before_claim(
     let Ok(source) = pace_source(state, item, &record.spec) else {
         return Admission::Undecided;
     };
-    let cap = record.spec.max_rows_per_second;
     match state
         .pacing
-        .admit(ledger, &item.scan, cap, source, ADMIT_WAIT)
+        .admit(ledger, &record, source, ADMIT_WAIT)
         .await
     {
         Ok(pace) => Admission::Admitted(pace),
@@ -357,11 +356,13 @@ fn pace_source(
     Ok(state.scan_source(&spec.connection, &spec.table)?.governor())
 }
 
-/// How long a work item given back stays out of sight: a few seconds, spread so that items
-/// given back together do not all come back together.
+/// How long a work item given back stays out of sight: a second or two, spread so that items
+/// given back together do not all come back together. Short, because the share it waited for
+/// may come free a moment later (the last steps of a scan); each return costs a queue message
+/// and an invocation, never a ledger write.
 fn give_back_delay() -> Duration {
-    let spread = (uuid::Uuid::new_v4().as_u128() % 5_000) as u64;
-    Duration::from_millis(5_000 + spread)
+    let spread = (uuid::Uuid::new_v4().as_u128() % 2_000) as u64;
+    Duration::from_millis(1_000 + spread)
 }
 
 /// Gives a step not admitted back to its queue for later and answers the host that the
@@ -606,7 +607,7 @@ impl TableReader for PacedReader<'_> {
         // A refused or failed request took nothing from the account.
         let used = page.as_ref().map_or(0, |page| page.entities.len() as u64);
         self.pace
-            .after_read(ticket, u64::from(top).saturating_sub(used));
+            .after_read(ticket, used, u64::from(top).saturating_sub(used));
         page
     }
 }
@@ -765,10 +766,9 @@ async fn run(
         Some(pace) => pace,
         None => {
             let source = pace_source(state, item, spec).map_err(StepFailure::permanent)?;
-            let cap = spec.max_rows_per_second;
             state
                 .pacing
-                .admit(ledger, &item.scan, cap, source, ADMIT_WAIT)
+                .admit(ledger, scan, source, ADMIT_WAIT)
                 .await
                 .map_err(|why| {
                     StepFailure::new(

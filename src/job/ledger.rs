@@ -71,6 +71,10 @@ pub struct ScanRecord {
     pub manifest_at: Option<OffsetDateTime>,
     /// When a status read last took its turn at the re-drive look (`job::redrive`).
     pub redrive_looked_at: Option<OffsetDateTime>,
+    /// The cap learned from the accounts' refusals, if any (see `job::learning`).
+    pub learned_cap: Option<f64>,
+    /// When the scan's last learning round opened (epoch ms; 0 before any).
+    pub learn_round_ms: u64,
 }
 
 /// What `create_scan` did.
@@ -907,6 +911,8 @@ fn record_from(id: &str, entity: &Entity) -> Result<ScanRecord, LedgerError> {
         cancelled_at: row.cancelled_at,
         manifest_at: row.manifest_at,
         redrive_looked_at: row.redrive_looked_at,
+        learned_cap: row.learned_cap,
+        learn_round_ms: row.learn_round_ms,
     })
 }
 

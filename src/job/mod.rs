@@ -6,6 +6,7 @@ pub mod activity;
 mod duplicate_keys;
 pub mod exports;
 pub mod housekeeping;
+pub mod learning;
 pub mod ledger;
 pub mod notes;
 #[cfg(test)]

@@ -27,6 +27,11 @@ pub const SHARDS: u8 = 16;
 pub const SCAN_ROW: &str = "scan";
 /// The scan row's property of the last status read's re-drive look.
 const REDRIVE_LOOKED_AT: &str = "redriveLookedAt";
+const LEARNED_CAP: &str = "learnedCap";
+const LEARN_ROUND_AT: &str = "learnRoundAt";
+/// The row of a scan's rounds of learning its cap (see `job::learning`); in the pace range,
+/// where the slices' reader skips it.
+pub const LEARN_ROW: &str = "pace:learn";
 const PENDING: &str = "pending:";
 const DONE: &str = "done:";
 const FAILED: &str = "failed:";
@@ -169,6 +174,11 @@ pub struct ScanRow {
     pub manifest_at: Option<OffsetDateTime>,
     /// When a status read last took its turn at the re-drive look (see `job::redrive`).
     pub redrive_looked_at: Option<OffsetDateTime>,
+    /// The cap learned from the accounts' refusals, entities per second (see `job::learning`).
+    pub learned_cap: Option<f64>,
+    /// When the scan's last learning round opened (epoch ms; 0 before any): every process
+    /// running the scan reads it with the scan and reports into the round.
+    pub learn_round_ms: u64,
 }
 
 impl ScanRow {
@@ -181,6 +191,8 @@ impl ScanRow {
             cancelled_at: None,
             manifest_at: None,
             redrive_looked_at: None,
+            learned_cap: None,
+            learn_round_ms: 0,
         }
     }
 
@@ -199,6 +211,13 @@ impl ScanRow {
                 e.properties.insert(name.into(), date_value(time));
             }
         }
+        if let Some(cap) = self.learned_cap {
+            e.properties.insert(LEARNED_CAP.into(), Value::Double(cap));
+        }
+        if self.learn_round_ms > 0 {
+            e.properties
+                .insert(LEARN_ROUND_AT.into(), int(self.learn_round_ms));
+        }
         e
     }
 
@@ -211,7 +230,22 @@ impl ScanRow {
             cancelled_at: date(e, "cancelledAt"),
             manifest_at: date(e, "manifestWrittenAt"),
             redrive_looked_at: date(e, REDRIVE_LOOKED_AT),
+            learned_cap: match e.properties.get(LEARNED_CAP) {
+                Some(Value::Double(cap)) if cap.is_finite() && *cap >= 1.0 => Some(*cap),
+                _ => None,
+            },
+            learn_round_ms: number(e, LEARN_ROUND_AT),
         })
+    }
+
+    /// The merge that tells every process running the scan that a learning round opened.
+    pub fn learn_round(scan: &str, at_ms: u64) -> Entity {
+        Entity::new(scan, SCAN_ROW).with(LEARN_ROUND_AT, int(at_ms))
+    }
+
+    /// The merge that records a cap learned from the accounts' refusals.
+    pub fn learned(scan: &str, cap: f64) -> Entity {
+        Entity::new(scan, SCAN_ROW).with(LEARNED_CAP, Value::Double(cap))
     }
 
     /// The merge that records the first step's start.

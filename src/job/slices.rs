@@ -26,6 +26,10 @@ fn to_entity(scan: &str, row: &SliceRow) -> Entity {
             Value::Int64(row.until_ms.min(i64::MAX as u64) as i64),
         )
         .with("used", Value::Double(finite(row.used)))
+        .with(
+            "wanted",
+            Value::Int64(row.wanted_ms.min(i64::MAX as u64) as i64),
+        )
 }
 
 fn finite(x: f64) -> f64 {
@@ -51,6 +55,11 @@ fn from_entity(e: &Entity) -> Option<SliceRow> {
         holder,
         until_ms: number(e, "until"),
         used,
+        wanted_ms: number(e, "wanted"),
+        wanted_by: match e.properties.get("wantedBy") {
+            Some(Value::String(by)) => by.clone(),
+            _ => String::new(),
+        },
         etag: e.etag.clone(),
     })
 }

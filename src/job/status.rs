@@ -46,6 +46,10 @@ pub struct ScanStatus {
     pub id: String,
     pub state: State,
     pub spec: ScanSpec,
+    /// The cap the scan learned from its accounts' refusals (entities per second), which it is
+    /// paced at when lower than its own (see `job::learning`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub learned_max_rows_per_second: Option<u32>,
     pub progress: Progress,
     pub errors: Vec<StepFailure>,
     /// Why a failed scan failed, in a sentence.
@@ -429,6 +433,7 @@ fn status_of(
         export,
         id: record.id,
         state,
+        learned_max_rows_per_second: record.learned_cap.map(|cap| cap.round() as u32),
         spec: record.spec,
         progress: Progress {
             rows_read: t.rows_read,

@@ -37,6 +37,12 @@ struct State {
     next_renew_ms: u64,
     /// Since when the process has held more than it uses.
     surplus_since_ms: Option<u64>,
+    /// Whether the last tick's demand wanted more: a process that starts wanting more looks
+    /// at once, whatever its looks found before.
+    wanted: bool,
+    /// The slice this process asked another for, and when: looked at first, every
+    /// [`PROBE_MIN`], until its holder has had a renewal's time to give it up.
+    asked: Option<(u16, u64)>,
     random: u64,
 }
 
@@ -44,7 +50,8 @@ struct State {
 pub struct ScanShare<S, C> {
     scan: String,
     process: String,
-    cap: f64,
+    /// The cap in entities per second (its bits: it may change while the scan runs).
+    cap: std::sync::atomic::AtomicU64,
     store: S,
     clock: C,
     state: Mutex<State>,
@@ -63,7 +70,7 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
         ScanShare {
             scan: scan.to_string(),
             process: process.to_string(),
-            cap,
+            cap: std::sync::atomic::AtomicU64::new(cap.to_bits()),
             store,
             clock,
             state: Mutex::new(State {
@@ -73,6 +80,8 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
                 probe_gap_ms: ms(PROBE_MIN),
                 next_renew_ms: 0,
                 surplus_since_ms: None,
+                wanted: false,
+                asked: None,
                 random: hasher.finish() | 1,
             }),
         }
@@ -83,9 +92,24 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The cap now, in entities per second.
+    pub fn cap(&self) -> f64 {
+        f64::from_bits(self.cap.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Changes the cap (a scan whose cap is learned from the account's refusals): every slice
+    /// is then worth a sixteenth of the new cap. Each process learns of the change on its own
+    /// (the handler, within its few seconds' view of the scan), so while a cap falls the sum may
+    /// stand on the old one for that long: for a cap learned from refusals, a soft limit, that
+    /// is what a process's own back-off covers meanwhile.
+    pub fn set_cap(&self, cap: f64) {
+        self.cap
+            .store(cap.to_bits(), std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Entities per second one slice allows.
     pub fn slice_rate(&self) -> f64 {
-        self.cap / f64::from(SLICES)
+        self.cap() / f64::from(SLICES)
     }
 
     /// How many slices the process may use now.
@@ -111,7 +135,12 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
         let now = self.clock.now_ms();
         self.drop_lapsed(now);
         let (joined, renew_due, probe_due) = {
-            let state = self.lock();
+            let mut state = self.lock();
+            if demand.wants_more && !state.wanted {
+                state.probe_gap_ms = ms(PROBE_MIN);
+                state.next_probe_ms = now;
+            }
+            state.wanted = demand.wants_more;
             (
                 state.joined,
                 !state.held.is_empty() && now >= state.next_renew_ms,
@@ -137,7 +166,25 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
     /// Gives every slice back (the process has no more steps of the scan).
     pub async fn leave(&self) {
         let held: Vec<(u16, Held)> = std::mem::take(&mut self.lock().held).into_iter().collect();
-        self.free(held).await;
+        if held.is_empty() {
+            return;
+        }
+        // Slices another process asked for go to it; a read tells which (and their etags, if
+        // an ask changed them).
+        let rows = self.store.read_all(&self.scan).await.unwrap_or_default();
+        let held = held
+            .into_iter()
+            .map(|(index, mut held)| {
+                let stored = rows
+                    .iter()
+                    .find(|r| r.index == index && r.holder == self.process);
+                if let Some(etag) = stored.and_then(|r| r.etag.clone()) {
+                    held.etag = etag;
+                }
+                (index, held)
+            })
+            .collect();
+        self.free_as(held, &rows).await;
     }
 
     /// Forgets slices whose lease is too near its end to use.
@@ -166,6 +213,21 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
             self.take(free, now).await;
         }
         self.lock().next_probe_ms = now + ms(PROBE_MIN);
+    }
+
+    /// Reads every slice and takes those free.
+    async fn take_all_free(&self, now: u64) {
+        let Ok(stored) = self.store.read_all(&self.scan).await else {
+            return;
+        };
+        let free: Vec<SliceRow> = self
+            .adopt(stored, now)
+            .into_iter()
+            .filter(|row| row.is_free(now))
+            .collect();
+        if !free.is_empty() {
+            self.take(free, now).await;
+        }
     }
 
     /// Every slice, stored or not, after taking as held those the store says this process
@@ -245,6 +307,8 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
                 holder: self.process.clone(),
                 until_ms: until,
                 used: per_slice,
+                wanted_ms: 0,
+                wanted_by: String::new(),
                 etag: Some(held.etag.clone()),
             })
             .collect();
@@ -263,11 +327,13 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
                 state.next_renew_ms = now + ms(RENEW_EVERY);
             }
             Err(StoreError::Conflict) => {
-                // Some slice changed: a lease that ran out was taken, or an earlier write
-                // applied though its answer was lost. The store says which are ours.
+                // Some slice changed: another process asked for it, a lease that ran out was
+                // taken, or an earlier write applied though its answer was lost. The store says
+                // which are ours and which are wanted.
                 match self.store.read_all(&self.scan).await {
                     Ok(rows) => {
-                        self.adopt(rows, now);
+                        let rows = self.adopt(rows, now);
+                        self.give_up_wanted(&rows).await;
                         self.lock().next_renew_ms = now;
                     }
                     Err(_) => self.lock().next_renew_ms = now + 1_000,
@@ -311,36 +377,82 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
         self.free(surplus).await;
     }
 
-    /// Writes `held` slices free (already out of this process's use).
-    async fn free(&self, held: Vec<(u16, Held)>) {
+    /// Writes `held` slices free (already out of this process's use), or handed over to the
+    /// processes that asked for them as `rows` (read a moment ago) say.
+    async fn free_as(&self, held: Vec<(u16, Held)>, rows: &[SliceRow]) {
         if held.is_empty() {
             return;
         }
-        let rows: Vec<SliceRow> = held
+        let now = self.clock.now_ms();
+        let given: Vec<SliceRow> = held
             .into_iter()
-            .map(|(index, held)| SliceRow {
-                index,
-                holder: String::new(),
-                until_ms: 0,
-                used: 0.0,
-                etag: Some(held.etag),
+            .map(|(index, held)| {
+                let row = rows
+                    .iter()
+                    .find(|row| row.index == index)
+                    .cloned()
+                    .unwrap_or_else(|| SliceRow::unwritten(index));
+                SliceRow {
+                    etag: Some(held.etag),
+                    ..row.given_up(now)
+                }
             })
             .collect();
-        if let Err(e) = self.store.write(&self.scan, &rows).await {
+        if let Err(e) = self.store.write(&self.scan, &given).await {
             // Their leases run out by themselves.
             tracing::debug!(scan = %self.scan, "could not give slices back: {e}");
         }
     }
 
-    /// Looks at one slice this process does not hold, and takes it if free.
-    async fn probe(&self, now: u64) {
-        let index = {
+    /// Writes `held` slices free (already out of this process's use).
+    async fn free(&self, held: Vec<(u16, Held)>) {
+        self.free_as(held, &[]).await;
+    }
+
+    /// Gives up the slices another process asked for, keeping one: a process that wants more
+    /// and holds nothing gets a share within a renewal, and the cap spreads over the processes
+    /// that have work instead of staying with the first.
+    async fn give_up_wanted(&self, rows: &[SliceRow]) {
+        let wanted: Vec<(u16, Held)> = {
             let mut state = self.lock();
-            let others: Vec<u16> = (0..SLICES)
-                .filter(|i| !state.held.contains_key(i))
+            let asked: Vec<u16> = rows
+                .iter()
+                .filter(|row| row.wanted_ms > 0 && state.held.contains_key(&row.index))
+                .map(|row| row.index)
                 .collect();
-            state.random = splitmix(state.random);
-            others[(state.random % others.len() as u64) as usize]
+            let keep = 1.min(state.held.len());
+            let room = state.held.len().saturating_sub(keep);
+            asked
+                .into_iter()
+                .take(room)
+                .filter_map(|index| state.held.remove(&index).map(|held| (index, held)))
+                .collect()
+        };
+        if !wanted.is_empty() {
+            tracing::debug!(scan = %self.scan, given = wanted.len(), "gave slices to processes that asked");
+        }
+        self.free_as(wanted, rows).await;
+    }
+
+    /// Looks at one slice this process does not hold (the one it asked for last, if any), and
+    /// takes it if free; if another process holds it, asks for it.
+    async fn probe(&self, now: u64) {
+        let (index, asked_before) = {
+            let mut state = self.lock();
+            let waiting_for = state.asked.filter(|(i, at)| {
+                !state.held.contains_key(i) && now <= at + ms(RENEW_EVERY) * 3 / 2
+            });
+            state.asked = waiting_for;
+            match waiting_for {
+                Some((index, _)) => (index, true),
+                None => {
+                    let others: Vec<u16> = (0..SLICES)
+                        .filter(|i| !state.held.contains_key(i))
+                        .collect();
+                    state.random = splitmix(state.random);
+                    (others[(state.random % others.len() as u64) as usize], false)
+                }
+            }
         };
         let found = match self.store.read_one(&self.scan, index).await {
             Ok(row) => row.unwrap_or_else(|| SliceRow::unwritten(index)),
@@ -349,12 +461,64 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
                 return;
             }
         };
-        if found.is_free(now) && self.take(vec![found], now).await {
+        if found.is_free(now) {
+            if self.take(vec![found], now).await {
+                {
+                    let mut state = self.lock();
+                    state.asked = None;
+                    state.probe_gap_ms = ms(PROBE_MIN);
+                    state.next_probe_ms = now + ms(PROBE_MIN);
+                }
+                // One free slice is often one of many (a holder left, or went idle): take the
+                // others at once rather than one look at a time.
+                self.take_all_free(now).await;
+            } else {
+                self.back_off(now);
+            }
+            return;
+        }
+        if found.usable_by(&self.process, now) {
+            // Handed over by its holder, as asked.
             let mut state = self.lock();
+            let etag = found.etag.clone().unwrap_or_default();
+            state.held.insert(
+                index,
+                Held {
+                    until_ms: found.until_ms,
+                    etag,
+                },
+            );
+            state.asked = None;
             state.probe_gap_ms = ms(PROBE_MIN);
             state.next_probe_ms = now + ms(PROBE_MIN);
-        } else {
+            if state.held.len() == 1 {
+                state.next_renew_ms = now + ms(RENEW_EVERY);
+            }
+            return;
+        }
+        if asked_before {
+            // Its holder has not given it up yet: look again shortly.
+            self.lock().next_probe_ms = now + ms(PROBE_MIN);
+            return;
+        }
+        // Held: ask for it, unless somebody asked lately (its holder is giving it up, or keeps
+        // it as its last).
+        let asked_lately = found.wanted_ms + ms(RENEW_EVERY) * 2 > now;
+        if asked_lately || found.holder == self.process {
             self.back_off(now);
+            return;
+        }
+        match self
+            .store
+            .write(&self.scan, &[found.wanted(&self.process, now)])
+            .await
+        {
+            Ok(_) => {
+                let mut state = self.lock();
+                state.asked = Some((index, now));
+                state.next_probe_ms = now + ms(PROBE_MIN);
+            }
+            Err(_) => self.back_off(now),
         }
     }
 

@@ -31,6 +31,11 @@ pub struct SliceRow {
     pub until_ms: u64,
     /// Entities per second its holder used of it at its last renewal (for the status).
     pub used: f64,
+    /// When another process that wants more asked for it (epoch ms; 0 when nobody did): its
+    /// holder gives it up at its next renewal unless it is the only slice it holds.
+    pub wanted_ms: u64,
+    /// The process that asked for it: its holder hands it over when it gives it up.
+    pub wanted_by: String,
     /// The row's version as last read or written; `None` for a row not stored yet.
     pub etag: Option<String>,
 }
@@ -43,6 +48,8 @@ impl SliceRow {
             holder: String::new(),
             until_ms: 0,
             used: 0.0,
+            wanted_ms: 0,
+            wanted_by: String::new(),
             etag: None,
         }
     }
@@ -65,7 +72,29 @@ impl SliceRow {
             holder: process.to_string(),
             until_ms,
             used,
+            wanted_ms: 0,
+            wanted_by: String::new(),
             ..self.clone()
+        }
+    }
+
+    /// The same slice, asked for at `now_ms` by `process`, which wants more.
+    pub fn wanted(&self, process: &str, now_ms: u64) -> Self {
+        SliceRow {
+            wanted_ms: now_ms.max(1),
+            wanted_by: process.to_string(),
+            ..self.clone()
+        }
+    }
+
+    /// What its holder writes when it gives it up: handed over to the process that asked for
+    /// it (leased to it from `now_ms`), or free.
+    pub fn given_up(&self, now_ms: u64) -> Self {
+        if self.wanted_ms > 0 && !self.wanted_by.is_empty() {
+            let asker = self.wanted_by.clone();
+            self.held(&asker, now_ms + LEASE.as_millis() as u64, 0.0)
+        } else {
+            self.freed()
         }
     }
 
@@ -75,6 +104,8 @@ impl SliceRow {
             holder: String::new(),
             until_ms: 0,
             used: 0.0,
+            wanted_ms: 0,
+            wanted_by: String::new(),
             ..self.clone()
         }
     }

@@ -209,6 +209,13 @@ async fn a_hundred_processes_joining_and_leaving_hold_the_cap_and_use_it() {
         store.counts.read.load(Ordering::Relaxed),
         store.counts.written.load(Ordering::Relaxed),
     );
+    let per_5: Vec<String> = (0..(elapsed / 5.0) as usize)
+        .map(|w| {
+            let from = w as f64 * 5.0;
+            format!("{:.0}", within(&log, start, from, from + 5.0) as f64 / 5.0)
+        })
+        .collect();
+    println!("entities/s in each 5 s: {}", per_5.join(" "));
     assert!(
         fullest.1 as f64 <= CAP * 5.0 * 1.1,
         "over the cap by more than 10% in the 5 s from {:.1} s",

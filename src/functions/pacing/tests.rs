@@ -4,6 +4,27 @@
 use super::*;
 use crate::storage::table::in_memory::InMemoryTable;
 
+/// A scan record as a process reads it: id, and cap if any.
+fn record(id: &str, cap: Option<u32>) -> ScanRecord {
+    let settings = |name: &str| {
+        (name == crate::job::spec::DEFAULT_CONNECTION).then(|| "UseDevelopmentStorage=true".into())
+    };
+    let body = r#"{"table":"things","action":{"type":"count"}}"#;
+    let mut spec = crate::job::ScanSpec::parse_with(body, &settings, None).unwrap();
+    spec.max_rows_per_second = cap;
+    ScanRecord {
+        id: id.to_string(),
+        spec,
+        created_at: time::OffsetDateTime::now_utc(),
+        started_at: None,
+        cancelled_at: None,
+        manifest_at: None,
+        redrive_looked_at: None,
+        learned_cap: None,
+        learn_round_ms: 0,
+    }
+}
+
 async fn ledger() -> Ledger {
     let table = InMemoryTable::new("ledger");
     table.create_if_missing().await.unwrap();
@@ -17,7 +38,7 @@ async fn a_capped_scans_first_step_runs_at_once_at_the_whole_cap() {
     let source = Arc::new(Governor::default());
     let start = Instant::now();
     let step = pacing
-        .admit(&ledger, "scan1", Some(1_000), source, ADMIT_WAIT)
+        .admit(&ledger, &record("scan1", Some(1_000)), source, ADMIT_WAIT)
         .await
         .unwrap();
     // Joined and took every slice within a tick or two.
@@ -50,8 +71,7 @@ async fn an_uncapped_step_is_admitted_at_once_and_reads_whole_pages() {
     let step = pacing
         .admit(
             &ledger,
-            "scan2",
-            None,
+            &record("scan2", None),
             Arc::new(Governor::default()),
             Duration::ZERO,
         )
@@ -72,14 +92,24 @@ async fn a_process_without_a_share_gives_the_step_back_and_gets_one_when_the_hol
     let source = Arc::new(Governor::default());
     // The first process takes the whole cap and keeps it while its step runs.
     let held = first
-        .admit(&ledger, "scan3", Some(3_000), source.clone(), ADMIT_WAIT)
+        .admit(
+            &ledger,
+            &record("scan3", Some(3_000)),
+            source.clone(),
+            ADMIT_WAIT,
+        )
         .await
         .unwrap();
     held.before_read(100).await;
     let second = Pacing::default();
     let start = Instant::now();
     let refused = second
-        .admit(&ledger, "scan3", Some(3_000), source.clone(), ADMIT_WAIT)
+        .admit(
+            &ledger,
+            &record("scan3", Some(3_000)),
+            source.clone(),
+            ADMIT_WAIT,
+        )
         .await
         .err()
         .expect("no share while another process holds the whole cap");
@@ -88,12 +118,11 @@ async fn a_process_without_a_share_gives_the_step_back_and_gets_one_when_the_hol
     assert!(start.elapsed() <= ADMIT_WAIT + Duration::from_millis(100));
     // The first process's step ends; after its grace it gives the slices back.
     drop(held);
-    tokio::time::sleep(GRACE + Duration::from_secs(1)).await;
+    tokio::time::sleep(refresher::GRACE + Duration::from_secs(1)).await;
     let step = second
         .admit(
             &ledger,
-            "scan3",
-            Some(3_000),
+            &record("scan3", Some(3_000)),
             source,
             Duration::from_secs(20),
         )
@@ -118,7 +147,12 @@ async fn two_busy_processes_never_use_more_than_the_cap_together() {
                 let source = Arc::new(Governor::default());
                 while Instant::now() < end {
                     let Ok(step) = pacing
-                        .admit(&ledger, "scan4", Some(2_000), source.clone(), ADMIT_WAIT)
+                        .admit(
+                            &ledger,
+                            &record("scan4", Some(2_000)),
+                            source.clone(),
+                            ADMIT_WAIT,
+                        )
                         .await
                     else {
                         continue;
@@ -159,5 +193,75 @@ async fn two_busy_processes_never_use_more_than_the_cap_together() {
     assert!(
         used >= 54_000,
         "{used} entities in 30 s: under 90% of the cap"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_uncapped_scan_learns_a_cap_from_a_refusal_and_is_paced_by_it() {
+    let ledger = ledger().await;
+    let pacing = Pacing::default();
+    let source = Arc::new(Governor::default());
+    let scan = record("scan5", None);
+    let row = crate::job::rows::ScanRow::new("{}".into(), time::OffsetDateTime::now_utc());
+    ledger
+        .table()
+        .upsert(
+            &row.to_entity("scan5"),
+            crate::storage::table::WriteMode::Replace,
+        )
+        .await
+        .unwrap();
+    let step = pacing
+        .admit(&ledger, &scan, source.clone(), ADMIT_WAIT)
+        .await
+        .unwrap();
+    assert_eq!(step.page_size(1000), 1000, "unlimited at first");
+    // Two seconds at 2,000 entities a second, then the account refuses.
+    for _ in 0..20 {
+        let ticket = step.before_read(200).await;
+        step.after_read(ticket, 200, 0);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    source.throttled();
+    // The process goes on as its back-off lets it; three seconds after the cut the refresher
+    // reports what it moves, the round closes two seconds later, and the cap is what this
+    // process (the only one) moved then.
+    let end = Instant::now() + Duration::from_millis(3_300);
+    while Instant::now() < end {
+        let ticket = step.before_read(200).await;
+        step.after_read(ticket, 200, 0);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Still moving while the round takes reports.
+    let end = Instant::now() + crate::job::learning::ROUND + Duration::from_millis(500);
+    while Instant::now() < end {
+        let ticket = step.before_read(100).await;
+        step.after_read(ticket, 100, 0);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let learned = ledger.learning("scan5").await.unwrap().unwrap();
+    let cap = learned.cap.expect("a cap learned");
+    assert!((700.0..=2_000.0).contains(&cap), "{cap}");
+    // The scan is paced by it now, through slices, and every process reading the scan sees
+    // it on the scan row.
+    let row = ledger
+        .table()
+        .get_entity("scan5", crate::job::rows::SCAN_ROW)
+        .await
+        .unwrap()
+        .unwrap();
+    let published = crate::job::rows::ScanRow::from_entity(&row)
+        .unwrap()
+        .learned_cap;
+    assert_eq!(published, Some(cap), "published on the scan row");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let start = Instant::now();
+    for _ in 0..10 {
+        step.before_read(cap as u64 / 10).await;
+    }
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_millis(800),
+        "{took:?}: not paced by the learned cap"
     );
 }

@@ -12,10 +12,12 @@
 //!
 //! A target not heard from yet is not limited: nothing says it is busy, and a scan should reach
 //! an account's limit within seconds. After the first refusal the rate is cut and climbs back
-//! quickly to a ceiling below the rate refused, and stays there: no probing back above it while
-//! the refusal is recent, so an application sharing the account meets the scan's overshoot
-//! about once, not once a cycle. After a quiet half minute the ceiling creeps up slowly (the
-//! application's load may have fallen, or processes left). Latency is the third signal: while
+//! quickly to a ceiling below the rate refused, and stays there while the refusal is recent.
+//! After ten quiet seconds it creeps up (this process's part may have grown: others left), and
+//! after twenty it is lifted: a scan keeps its own ceiling for all its processes together (its
+//! cap learned from the same refusals, `job::learning` in the handler), so what one process
+//! does alone does not take the scan over what the account takes. Latency is the third
+//! signal: while
 //! the target answers more than twice as slowly as it did at its quickest lately, the rate
 //! does not climb.
 
@@ -41,10 +43,16 @@ const RECOVER_TO: f64 = 0.9;
 /// ...at this share of the estimate per second (from 70% to 90% in two seconds).
 const RECOVER_PER_SECOND: f64 = 0.1;
 /// How long after a cut the rate stays at its ceiling before it creeps up.
-const QUIET_BEFORE_PROBE: Duration = Duration::from_secs(30);
-/// How fast it creeps, as a share of the estimate per second: 20 seconds from the ceiling to
-/// the rate last refused.
-const PROBE_PER_SECOND: f64 = 0.005;
+const QUIET_BEFORE_PROBE: Duration = Duration::from_secs(10);
+/// How fast it creeps, as a share of the estimate per second: two seconds from the ceiling to
+/// the rate last refused. A scan's own learned cap (shared by all its processes, in the
+/// handler) is the ceiling that stays; this one follows the process's part of it, which
+/// grows when other processes leave.
+const PROBE_PER_SECOND: f64 = 0.05;
+/// After this long without a refusal the limit is lifted: a scan keeps its own ceiling for
+/// all its processes (its learned cap), and a queue's refusals come back, if they do, as a
+/// cut again.
+const QUIET_BEFORE_LIFT: Duration = Duration::from_secs(20);
 /// Refusals this soon after a cut answer requests sent before it took effect; they do not cut
 /// again.
 const HOLD_AFTER_CUT: Duration = Duration::from_secs(1);
@@ -83,6 +91,8 @@ struct Aimd {
     /// Where the target is taken to start refusing, once it has refused.
     refused_at: Option<f64>,
     last_cut: Option<Instant>,
+    /// How many cuts were made: a scan learns its cap when it sees this grow.
+    cuts: u64,
     last_raise: Instant,
     meter: Meter,
     latency: Latency,
@@ -175,6 +185,7 @@ impl Default for Governor {
             state: Mutex::new(Aimd {
                 refused_at: None,
                 last_cut: None,
+                cuts: 0,
                 last_raise: now,
                 meter: Meter {
                     window_start: now,
@@ -264,9 +275,15 @@ impl Governor {
         let rate = rate.max(MIN_RATE);
         state.refused_at = Some(refused_at.max(MIN_RATE));
         state.last_cut = Some(now);
+        state.cuts += 1;
         state.last_raise = now;
         self.bucket.set_rate(Some(rate));
         tracing::debug!(rate, from, refused_at, "storage target busy: rate lowered");
+    }
+
+    /// How many times the target's refusals cut the rate so far.
+    pub fn cuts(&self) -> u64 {
+        self.lock().cuts
     }
 
     /// The current limit in entities per second; `None` while there is none.
@@ -285,6 +302,13 @@ impl Governor {
             return;
         }
         state.last_raise = now;
+        if state
+            .last_cut
+            .is_some_and(|at| now.saturating_duration_since(at) >= QUIET_BEFORE_LIFT)
+        {
+            self.bucket.set_rate(None);
+            return;
+        }
         if state.latency.slow() {
             return;
         }
@@ -393,21 +417,22 @@ mod tests {
         busy_for(&governor, Duration::from_secs(5)).await;
         near(&governor, 2_700.0, 1.0);
         // ...and no higher while the refusal is recent, busy as the process is.
-        busy_for(&governor, Duration::from_secs(20)).await;
+        busy_for(&governor, Duration::from_secs(4)).await;
         near(&governor, 2_700.0, 1.0);
+        assert_eq!(governor.cuts(), 1);
     }
 
     #[tokio::test(start_paused = true)]
-    async fn after_a_quiet_half_minute_the_ceiling_creeps_up_while_used() {
+    async fn after_a_quiet_while_the_ceiling_creeps_up_while_used() {
         let governor = Governor::default();
         governor.note_use(4_000);
         governor.throttled();
         // Unused, it recovers to its ceiling and stays there.
-        tokio::time::advance(QUIET_BEFORE_PROBE + Duration::from_secs(10)).await;
+        tokio::time::advance(QUIET_BEFORE_PROBE + Duration::from_secs(2)).await;
         near(&governor, 2_700.0, 1.0);
-        // Used, half a percent of the estimate (3,000) a second.
-        busy_for(&governor, Duration::from_secs(10)).await;
-        near(&governor, 2_850.0, 2.0);
+        // Used, 5% of the estimate (3,000) a second.
+        busy_for(&governor, Duration::from_secs(2)).await;
+        near(&governor, 3_000.0, 2.0);
     }
 
     #[tokio::test(start_paused = true)]
@@ -423,6 +448,17 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn after_a_longer_quiet_while_the_limit_is_lifted() {
+        let governor = Governor::default();
+        governor.note_use(4_000);
+        governor.throttled();
+        tokio::time::advance(QUIET_BEFORE_LIFT - Duration::from_secs(1)).await;
+        assert!(governor.rate().is_some());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(governor.rate(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_rate_cut_low_creeps_back_at_a_least_pace() {
         let governor = Governor::default();
         for _ in 0..12 {
@@ -431,11 +467,11 @@ mod tests {
         }
         let low = governor.rate().unwrap();
         tokio::time::advance(QUIET_BEFORE_PROBE).await;
-        busy_for(&governor, Duration::from_secs(10)).await;
+        busy_for(&governor, Duration::from_secs(5)).await;
         let later = governor.rate().unwrap();
         assert!(
-            later - low >= 10.0 * LEAST_PROBE - 1e-6,
-            "{low} to {later} in 10 s"
+            later - low >= 5.0 * LEAST_PROBE - 1e-6,
+            "{low} to {later} in 5 s"
         );
     }
 
@@ -452,7 +488,7 @@ mod tests {
         let governor = cut_to_seven_thousand().await;
         // The estimate fell to 8,500 (refused at 10,000, below the first estimate of 15,000):
         // the ceiling is 7,650.
-        busy_for(&governor, Duration::from_secs(10)).await;
+        busy_for(&governor, Duration::from_secs(8)).await;
         near(&governor, 7_650.0, 1.0);
     }
 

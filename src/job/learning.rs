@@ -1,0 +1,408 @@
+//! A scan without a cap learns one from the accounts' refusals, so that it settles just under
+//! where an account starts refusing, whatever the number of processes running it, and keeps
+//! that ceiling for the scan as a whole (a ceiling per process would strand the rate of
+//! processes that leave, and hold back those that stay).
+//!
+//! When a process's back-off for the account a scan reads is cut (the account refused), the
+//! back-off recovers within seconds to just under where the account refused; the process then
+//! reports what it moves for the scan into the scan's learning round (the row `pace:learn`):
+//! the first report opens a round, the reports of the next [`ROUND`] add up. The round's sum is
+//! then what the scan moves, all processes together, once each has backed off; the first
+//! process to see the round over closes it, and the scan's cap becomes [`LEARNED_SHARE`] of the
+//! sum (the scan row's `learnedCap`, which every process reads with the scan). The cap keeps
+//! what the back-offs found when they lift, and when processes come and go. From then on the scan is paced as a capped one (its slices, `tablescan_pace`)
+//! at that cap; further refusals learn it again (lower), and a cap that has held for [`QUIET`]
+//! while the scan used all of it is raised by [`RAISE`], so a ceiling set while an application
+//! was busy is found again when it is not.
+//!
+//! Cost: a report is a read and a conditional write of one row (retried at most [`TRIES`]
+//! times when processes report at once); a round at most every [`BETWEEN_ROUNDS`]; a raise two
+//! writes at most every [`QUIET`].
+
+use std::time::Duration;
+
+use super::ledger::{Ledger, LedgerError};
+use super::rows::{number, ScanRow, LEARN_ROW};
+use crate::storage::table::batch::IfMatch;
+use crate::storage::table::entity::{Entity, Value};
+use crate::storage::table::WriteMode;
+
+/// How long a round takes reports: long enough for every process running the scan to read
+/// the scan (every few seconds, `functions::app::CANCEL_CHECK_EVERY`), see the round and report.
+pub const ROUND: Duration = Duration::from_secs(8);
+/// The least time from one round's start to the next's.
+pub const BETWEEN_ROUNDS: Duration = Duration::from_secs(12);
+/// The cap learned, as a share of what the scan moved once its processes had backed off
+/// (each to 90% of where the account refused it), less a margin: the reports come from
+/// seconds that may still hold the burst that met the refusal.
+pub const LEARNED_SHARE: f64 = 0.95;
+/// How long a learned cap holds, used in full and with no refusal, before it is raised.
+pub const QUIET: Duration = Duration::from_secs(20);
+/// How much a raise adds.
+pub const RAISE: f64 = 1.05;
+/// How many times a report or a raise is tried when another process wrote the row meanwhile.
+const TRIES: usize = 3;
+/// The least cap learned (entities per second): a scan always moves.
+const LEAST_CAP: f64 = 100.0;
+
+/// The learning row as read: its round and the cap it last set.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Learning {
+    /// When the last round opened (epoch ms), 0 before any.
+    pub round_at_ms: u64,
+    /// What the round's reports add up to, entities per second.
+    pub sum: f64,
+    pub reporters: u64,
+    /// Whether the round was closed (its cap set).
+    pub closed: bool,
+    /// The cap last set (by a round or a raise), and when.
+    pub cap: Option<f64>,
+    pub cap_at_ms: u64,
+    etag: Option<String>,
+}
+
+impl Learning {
+    fn from_entity(e: &Entity) -> Learning {
+        let double = |name: &str| match e.properties.get(name) {
+            Some(Value::Double(x)) if x.is_finite() => Some(x.max(0.0)),
+            _ => None,
+        };
+        Learning {
+            round_at_ms: number(e, "roundAt"),
+            sum: double("sum").unwrap_or(0.0),
+            reporters: number(e, "reporters"),
+            closed: matches!(e.properties.get("closed"), Some(Value::Boolean(true))),
+            cap: double("cap").filter(|cap| *cap >= 1.0),
+            cap_at_ms: number(e, "capAt"),
+            etag: e.etag.clone(),
+        }
+    }
+
+    fn to_entity(&self, scan: &str) -> Entity {
+        let int = |x: u64| Value::Int64(x.min(i64::MAX as u64) as i64);
+        let mut e = Entity::new(scan, LEARN_ROW)
+            .with("roundAt", int(self.round_at_ms))
+            .with("sum", Value::Double(self.sum))
+            .with("reporters", int(self.reporters))
+            .with("closed", Value::Boolean(self.closed))
+            .with("capAt", int(self.cap_at_ms));
+        if let Some(cap) = self.cap {
+            e.properties.insert("cap".into(), Value::Double(cap));
+        }
+        e
+    }
+
+    /// Whether a round is open for reports at `now_ms`.
+    pub fn open(&self, now_ms: u64) -> bool {
+        !self.closed && self.round_at_ms + ms(ROUND) > now_ms
+    }
+
+    /// Whether a round is over and not closed yet at `now_ms`.
+    pub fn due(&self, now_ms: u64) -> bool {
+        !self.closed && self.round_at_ms > 0 && self.round_at_ms + ms(ROUND) <= now_ms
+    }
+}
+
+fn ms(duration: Duration) -> u64 {
+    duration.as_millis() as u64
+}
+
+/// Whether a conditional write failed because another process wrote the row first.
+fn lost_to_another_writer(e: &crate::storage::StorageError) -> bool {
+    use crate::storage::{ErrorKind, Reason};
+    let lost = |reason: Reason| reason.is_gone_or_changed() || reason == Reason::AlreadyExists;
+    match e.kind() {
+        ErrorKind::Batch { error, .. } => lost(error.reason()),
+        _ => lost(e.reason()),
+    }
+}
+
+/// What a report did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reported {
+    /// Counted in the round that opened at this time (epoch ms).
+    In(u64),
+    /// Not counted: a round ran a moment ago, or the row kept changing.
+    Skipped,
+}
+
+impl Ledger {
+    /// The scan's learning row, if written.
+    pub async fn learning(&self, scan: &str) -> Result<Option<Learning>, LedgerError> {
+        let row = self.table().get_entity(scan, LEARN_ROW).await?;
+        Ok(row.as_ref().map(Learning::from_entity))
+    }
+
+    /// Reports that the account refused this process while it moved `rate` entities a second
+    /// for `scan`: counted in the open round, or opening one.
+    pub async fn report_refusal(
+        &self,
+        scan: &str,
+        rate: f64,
+        now_ms: u64,
+    ) -> Result<Reported, LedgerError> {
+        let rate = if rate.is_finite() { rate.max(0.0) } else { 0.0 };
+        for _ in 0..TRIES {
+            let current = self.learning(scan).await?;
+            let next = match &current {
+                Some(l) if l.open(now_ms) => Learning {
+                    sum: l.sum + rate,
+                    reporters: l.reporters + 1,
+                    ..l.clone()
+                },
+                Some(l) if now_ms < l.round_at_ms + ms(BETWEEN_ROUNDS) => {
+                    return Ok(Reported::Skipped)
+                }
+                other => Learning {
+                    round_at_ms: now_ms,
+                    sum: rate,
+                    reporters: 1,
+                    closed: false,
+                    ..other.clone().unwrap_or_default()
+                },
+            };
+            if self.write_learning(scan, &next, current.as_ref()).await? {
+                if next.reporters == 1 {
+                    // Opened: every process running the scan sees it with the scan.
+                    self.publish(ScanRow::learn_round(scan, next.round_at_ms))
+                        .await?;
+                }
+                return Ok(Reported::In(next.round_at_ms));
+            }
+        }
+        Ok(Reported::Skipped)
+    }
+
+    /// Closes the scan's round if it is over: the scan's cap becomes its share of the round's
+    /// sum. The new cap if this call set it.
+    pub async fn close_round(&self, scan: &str, now_ms: u64) -> Result<Option<f64>, LedgerError> {
+        let Some(current) = self.learning(scan).await? else {
+            return Ok(None);
+        };
+        if !current.due(now_ms) {
+            return Ok(None);
+        }
+        let cap = (current.sum * LEARNED_SHARE).max(LEAST_CAP);
+        let next = Learning {
+            closed: true,
+            cap: Some(cap),
+            cap_at_ms: now_ms,
+            ..current.clone()
+        };
+        if !self.write_learning(scan, &next, Some(&current)).await? {
+            return Ok(None);
+        }
+        self.publish_cap(scan, cap).await?;
+        tracing::info!(
+            scan,
+            cap,
+            reporters = current.reporters,
+            "an account refused the scan at {:.0} entities/s; it goes on at {cap:.0}/s",
+            current.sum
+        );
+        Ok(Some(cap))
+    }
+
+    /// Raises the scan's learned cap if it has held for [`QUIET`] with no round since; the new
+    /// cap if this call raised it. The caller says the scan uses all of it.
+    pub async fn raise_learned_cap(
+        &self,
+        scan: &str,
+        now_ms: u64,
+    ) -> Result<Option<f64>, LedgerError> {
+        let Some(current) = self.learning(scan).await? else {
+            return Ok(None);
+        };
+        let Some(cap) = current.cap else {
+            return Ok(None);
+        };
+        let last = current.cap_at_ms.max(current.round_at_ms);
+        if !current.closed || now_ms < last + ms(QUIET) {
+            return Ok(None);
+        }
+        let raised = cap * RAISE;
+        let next = Learning {
+            cap: Some(raised),
+            cap_at_ms: now_ms,
+            ..current.clone()
+        };
+        if !self.write_learning(scan, &next, Some(&current)).await? {
+            return Ok(None);
+        }
+        self.publish_cap(scan, raised).await?;
+        tracing::info!(
+            scan,
+            cap = raised,
+            "no refusal for a while: the scan's learned cap is raised"
+        );
+        Ok(Some(raised))
+    }
+
+    /// Writes the learned cap where every process reads the scan.
+    async fn publish_cap(&self, scan: &str, cap: f64) -> Result<(), LedgerError> {
+        self.publish(ScanRow::learned(scan, cap)).await
+    }
+
+    /// Merges `change` into the scan row (a scan removed meanwhile has nothing to pace).
+    async fn publish(&self, change: Entity) -> Result<(), LedgerError> {
+        match self
+            .table()
+            .update(&change, WriteMode::Merge, &IfMatch::Any)
+            .await
+        {
+            Err(e) if !e.is_not_found() => Err(e.into()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Writes `next` over `current` (as read) if nobody wrote the row meanwhile; whether it did.
+    async fn write_learning(
+        &self,
+        scan: &str,
+        next: &Learning,
+        current: Option<&Learning>,
+    ) -> Result<bool, LedgerError> {
+        let entity = next.to_entity(scan);
+        let written = match current.and_then(|c| c.etag.clone()) {
+            Some(etag) => {
+                self.table()
+                    .update(&entity, WriteMode::Replace, &IfMatch::Etag(etag))
+                    .await
+            }
+            None => self
+                .table()
+                .submit_transaction(&[crate::storage::table::batch::Operation::Insert(entity)])
+                .await
+                .map(|_| String::new()),
+        };
+        match written {
+            Ok(_) => Ok(true),
+            Err(e) if lost_to_another_writer(&e) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::table::in_memory::InMemoryTable;
+
+    /// A ledger with scan `s`'s row.
+    async fn ledger() -> Ledger {
+        let table = InMemoryTable::new("ledger");
+        table.create_if_missing().await.unwrap();
+        let ledger = Ledger::in_memory(table);
+        let row = ScanRow::new("{}".into(), time::OffsetDateTime::now_utc());
+        ledger
+            .table()
+            .upsert(&row.to_entity("s"), WriteMode::Replace)
+            .await
+            .unwrap();
+        ledger
+    }
+
+    /// The learned cap on scan `s`'s row, as every process reads it.
+    async fn published(ledger: &Ledger) -> Option<f64> {
+        let row = ledger
+            .table()
+            .get_entity("s", super::super::rows::SCAN_ROW)
+            .await;
+        ScanRow::from_entity(&row.unwrap().unwrap())
+            .unwrap()
+            .learned_cap
+    }
+
+    #[tokio::test]
+    async fn reports_of_a_round_add_up_and_its_close_sets_the_cap_once() {
+        let ledger = ledger().await;
+        let t = 1_000_000;
+        let round = ms(ROUND);
+        assert_eq!(
+            ledger.report_refusal("s", 1_000.0, t).await.unwrap(),
+            Reported::In(t)
+        );
+        // Every process sees the round on the scan row.
+        let row = ledger
+            .table()
+            .get_entity("s", super::super::rows::SCAN_ROW)
+            .await;
+        let row = ScanRow::from_entity(&row.unwrap().unwrap()).unwrap();
+        assert_eq!(row.learn_round_ms, t);
+        assert_eq!(
+            ledger.report_refusal("s", 800.0, t + 500).await.unwrap(),
+            Reported::In(t)
+        );
+        assert_eq!(
+            ledger
+                .report_refusal("s", 700.0, t + round - 100)
+                .await
+                .unwrap(),
+            Reported::In(t)
+        );
+        // Not over yet: nothing to close.
+        assert_eq!(ledger.close_round("s", t + 1_000).await.unwrap(), None);
+        let cap = ledger.close_round("s", t + round + 100).await.unwrap();
+        assert_eq!(cap, Some(2_500.0 * LEARNED_SHARE));
+        assert_eq!(published(&ledger).await, cap);
+        // Closed once.
+        assert_eq!(
+            ledger.close_round("s", t + round + 200).await.unwrap(),
+            None
+        );
+        let learning = ledger.learning("s").await.unwrap().unwrap();
+        assert_eq!(learning.reporters, 3);
+        // A refusal a moment after the round is not a new round...
+        assert_eq!(
+            ledger
+                .report_refusal("s", 100.0, t + round + 1_000)
+                .await
+                .unwrap(),
+            Reported::Skipped
+        );
+        // ...a later one is.
+        let later = t + ms(BETWEEN_ROUNDS) + 1_000;
+        assert_eq!(
+            ledger.report_refusal("s", 2_000.0, later).await.unwrap(),
+            Reported::In(later)
+        );
+        assert_eq!(
+            ledger.close_round("s", later + round).await.unwrap(),
+            Some(2_000.0 * LEARNED_SHARE)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_cap_that_held_quietly_is_raised_at_most_once_a_quiet_while() {
+        let ledger = ledger().await;
+        let t = 5_000_000;
+        ledger.report_refusal("s", 1_000.0, t).await.unwrap();
+        let closed = t + ms(ROUND);
+        ledger.close_round("s", closed).await.unwrap();
+        let quiet = ms(QUIET);
+        assert_eq!(
+            ledger
+                .raise_learned_cap("s", closed + quiet - 1)
+                .await
+                .unwrap(),
+            None
+        );
+        let raised = ledger
+            .raise_learned_cap("s", closed + quiet)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            (raised - 1_000.0 * LEARNED_SHARE * RAISE).abs() < 1e-6,
+            "{raised}"
+        );
+        assert_eq!(published(&ledger).await, Some(raised));
+        assert_eq!(
+            ledger
+                .raise_learned_cap("s", closed + quiet + 10)
+                .await
+                .unwrap(),
+            None
+        );
+    }
+}
