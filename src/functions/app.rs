@@ -340,14 +340,8 @@ impl AppState {
         if let Some(known) = known.filter(|k| k.read_at.elapsed() < CANCEL_CHECK_EVERY) {
             return known.record;
         }
-        let record = self
-            .ledger()
-            .ok()?
-            .scan(id)
-            .await
-            .ok()
-            .flatten()
-            .map(Arc::new);
+        // A read that failed is not remembered: the next call reads again.
+        let record = self.ledger().ok()?.scan(id).await.ok()?.map(Arc::new);
         if let Ok(mut cancels) = self.cancels.lock() {
             if cancels.len() > 10_000 {
                 cancels.clear();

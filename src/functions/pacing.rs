@@ -127,6 +127,27 @@ pub struct StepPace {
     source: Arc<Governor>,
 }
 
+/// How long a running step's read or write may wait for its share of the rate: a page waits
+/// half a second of it normally, but a share may fall to nothing while the step runs (its
+/// process lost its slices). Past this the step ends as if throttled, handing on the rest.
+pub const SHARE_WAIT: Duration = Duration::from_secs(5);
+
+/// The error a read or write meets when its share did not come within [`SHARE_WAIT`]: transient
+/// (the step hands its rest on, or is tried again).
+pub fn no_share(operation: &'static str, scan: &str) -> crate::storage::StorageError {
+    crate::storage::StorageError::new(
+        operation,
+        format!("scan {scan}"),
+        crate::storage::ErrorKind::Transport {
+            message: format!(
+                "no share of the scan's rate within {} s in this process",
+                SHARE_WAIT.as_secs()
+            ),
+            maybe_sent: false,
+        },
+    )
+}
+
 /// A step not admitted in time: its work item should be given back for later.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotAdmitted {
@@ -156,22 +177,20 @@ impl Pacing {
         wait: Duration,
     ) -> Result<StepPace, NotAdmitted> {
         let pace = self.join(ledger, scan, &source).await;
+        // Counted as waiting until admitted or given up, also if this future is dropped (the
+        // host went away): a count left behind would keep the scan here for ever.
+        let waiting = Waiting(pace.clone());
         let give_up_at = Instant::now() + wait;
         loop {
             {
                 let mut state = pace.lock();
                 let slots = pace.slots(&source);
                 if state.running < slots {
-                    state.waiting -= 1;
                     state.running += 1;
                     state.idle_since = None;
                     break;
                 }
                 if Instant::now() >= give_up_at {
-                    state.waiting -= 1;
-                    if state.running + state.waiting == 0 {
-                        state.idle_since = Some(Instant::now());
-                    }
                     return Err(NotAdmitted {
                         running: state.running,
                         slots,
@@ -180,6 +199,7 @@ impl Pacing {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        drop(waiting);
         Ok(StepPace { pace, source })
     }
 
@@ -205,7 +225,11 @@ impl Pacing {
         pace.round_ms
             .fetch_max(scan.learn_round_ms, Ordering::Relaxed);
         pace.watch(source);
-        pace.lock().waiting += 1;
+        {
+            let mut state = pace.lock();
+            state.waiting += 1;
+            state.idle_since = None;
+        }
         pace
     }
 }
@@ -256,11 +280,15 @@ impl ScanPace {
         match slices.as_ref() {
             Some(share) => share.set_cap(cap),
             None => {
+                // Leased under a name of this pace's own: a pace of the same scan removed
+                // from this process a moment ago may still be giving its slices back.
+                let nonce = crate::job::ledger::new_scan_id();
+                let holder = format!("{}.{}", self.process, &nonce[..8]);
                 *slices = Some(Arc::new(ScanShare::new(
                     self.ledger.clone(),
                     LeaseClock::default(),
                     &self.scan,
-                    &self.process,
+                    &holder,
                     cap,
                 )));
                 self.share.set_rate(Some(0.0));
@@ -297,7 +325,8 @@ impl ScanPace {
     /// while a capped scan holds no slice.
     fn slots(&self, source: &Governor) -> usize {
         match self.rate(source) {
-            Some(rate) if rate < 1.0 => 0,
+            // A share of nothing (no slice held): none; any share at all runs a step or two.
+            Some(rate) if rate < 1e-6 => 0,
             // One more than the rate needs: a step between two work items (finishing, its
             // follow-ups on their way through the queue) leaves its part to the others.
             Some(rate) => ((rate / STEP_RATE).ceil() as usize + 1).clamp(2, 64),
@@ -396,11 +425,23 @@ impl StepPace {
     }
 
     /// Waits until `entities` may be written through `target`'s back-off (the share paid
-    /// last, as for reads).
-    pub async fn before_write(&self, entities: u64, target: &Governor) {
+    /// last, as for reads), at most [`SHARE_WAIT`] for the share.
+    pub async fn before_write(
+        &self,
+        entities: u64,
+        target: &Governor,
+    ) -> Result<(), crate::storage::StorageError> {
         target.take(entities).await;
-        self.take_share(entities).await;
+        tokio::time::timeout(SHARE_WAIT, self.take_share(entities))
+            .await
+            .map_err(|_| no_share("write rows", &self.pace.scan))?;
         self.pace.moved.fetch_add(entities, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The scan this step belongs to.
+    pub fn scan(&self) -> &str {
+        &self.pace.scan
     }
 
     async fn take_share(&self, entities: u64) -> Ticket {
@@ -421,6 +462,19 @@ impl StepPace {
 
     fn give_back_share(&self, entities: u64) {
         self.pace.share.give_back(entities);
+    }
+}
+
+/// A step waiting to be admitted: no longer counted when dropped.
+struct Waiting(Arc<ScanPace>);
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        state.waiting = state.waiting.saturating_sub(1);
+        if state.running + state.waiting == 0 {
+            state.idle_since = Some(Instant::now());
+        }
     }
 }
 

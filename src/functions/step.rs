@@ -585,10 +585,10 @@ impl TableReader for PacedReader<'_> {
     async fn read_page(&self, request: &PageRequest<'_>) -> Result<Page, StorageError> {
         let top = self.pace.page_size(request.top);
         let reserved = self.take_next();
-        let ticket = self
-            .pace
-            .before_reserved_read(u64::from(top), reserved)
-            .await;
+        let wait = self.pace.before_reserved_read(u64::from(top), reserved);
+        let ticket = tokio::time::timeout(super::pacing::SHARE_WAIT, wait)
+            .await
+            .map_err(|_| super::pacing::no_share("query entities", self.pace.scan()))?;
         // A step reads page after page: the next one's share is earned while this one is on
         // its way, so a step alone is not held to a page per wait plus request.
         let next = self.pace.reserve_read(u64::from(top));
@@ -640,7 +640,7 @@ impl RowSink for ActionSink<'_> {
             return Ok(self.note(applied));
         }
         if let Some((entities, target)) = self.action.table_writes(&rows) {
-            self.pace.before_write(entities, &target).await;
+            self.pace.before_write(entities, &target).await?;
         }
         let clock = self.clock;
         let go_on = move || clock.now() < deadline;

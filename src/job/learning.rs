@@ -57,6 +57,8 @@ pub struct Learning {
     pub closed: bool,
     /// The cap last set (by a round or a raise), and when.
     pub cap: Option<f64>,
+    /// The highest cap set so far: a floor for later rounds (see [`next_cap`]).
+    pub peak: f64,
     pub cap_at_ms: u64,
     etag: Option<String>,
 }
@@ -73,6 +75,7 @@ impl Learning {
             reporters: number(e, "reporters"),
             closed: matches!(e.properties.get("closed"), Some(Value::Boolean(true))),
             cap: double("cap").filter(|cap| *cap >= 1.0),
+            peak: double("peak").unwrap_or(0.0),
             cap_at_ms: number(e, "capAt"),
             etag: e.etag.clone(),
         }
@@ -85,7 +88,8 @@ impl Learning {
             .with("sum", Value::Double(self.sum))
             .with("reporters", int(self.reporters))
             .with("closed", Value::Boolean(self.closed))
-            .with("capAt", int(self.cap_at_ms));
+            .with("capAt", int(self.cap_at_ms))
+            .with("peak", Value::Double(self.peak));
         if let Some(cap) = self.cap {
             e.properties.insert("cap".into(), Value::Double(cap));
         }
@@ -106,6 +110,29 @@ impl Learning {
 fn ms(duration: Duration) -> u64 {
     duration.as_millis() as u64
 }
+
+/// The cap a round sets from what the scan moved (`sum`), given the cap it had, if any, and the
+/// highest it ever had. A scan that moved well under its cap when refused did not press on the
+/// account with its volume (an application got busier, or the refusals were faults of their
+/// own): its cap stays, and each process's own back-off covers the moment. Refusals of the
+/// account do not bring a scan below a quarter of the highest cap it learned: refusals that
+/// come whatever the rate (an account failing a share of requests) would otherwise halve the
+/// cap round after round.
+pub fn next_cap(cap: Option<f64>, peak: f64, sum: f64) -> f64 {
+    let learned = sum * LEARNED_SHARE;
+    let next = match cap {
+        Some(cap) if sum < cap * PUSHING => cap,
+        _ => learned,
+    };
+    next.max(peak * LEAST_OF_PEAK).clamp(LEAST_CAP, MOST_CAP)
+}
+
+/// A scan moving at least this share of its cap when refused presses on the account.
+const PUSHING: f64 = 0.8;
+/// The least share of its highest learned cap a round leaves a scan.
+const LEAST_OF_PEAK: f64 = 0.25;
+/// The most a learned cap can be (the highest cap a request may name).
+const MOST_CAP: f64 = crate::job::spec::MAX_RATE_CAP as f64;
 
 /// Whether a conditional write failed because another process wrote the row first.
 fn lost_to_another_writer(e: &crate::storage::StorageError) -> bool {
@@ -182,10 +209,11 @@ impl Ledger {
         if !current.due(now_ms) {
             return Ok(None);
         }
-        let cap = (current.sum * LEARNED_SHARE).max(LEAST_CAP);
+        let cap = next_cap(current.cap, current.peak, current.sum);
         let next = Learning {
             closed: true,
             cap: Some(cap),
+            peak: current.peak.max(cap),
             cap_at_ms: now_ms,
             ..current.clone()
         };
@@ -220,9 +248,10 @@ impl Ledger {
         if !current.closed || now_ms < last + ms(QUIET) {
             return Ok(None);
         }
-        let raised = cap * RAISE;
+        let raised = (cap * RAISE).min(MOST_CAP);
         let next = Learning {
             cap: Some(raised),
+            peak: current.peak.max(raised),
             cap_at_ms: now_ms,
             ..current.clone()
         };
@@ -370,6 +399,23 @@ mod tests {
             ledger.close_round("s", later + round).await.unwrap(),
             Some(2_000.0 * LEARNED_SHARE)
         );
+    }
+
+    #[test]
+    fn a_round_lowers_a_cap_only_when_the_scan_pressed_on_it_and_never_far_below_its_peak() {
+        // First round: what the scan moved, less the margin.
+        assert_eq!(next_cap(None, 0.0, 2_000.0), 2_000.0 * LEARNED_SHARE);
+        // Moving at its cap when refused: lowered to what it moved.
+        assert_eq!(
+            next_cap(Some(2_000.0), 2_000.0, 1_800.0),
+            1_800.0 * LEARNED_SHARE
+        );
+        // Well under its cap: the refusal was not its volume; the cap stays.
+        assert_eq!(next_cap(Some(2_000.0), 2_000.0, 1_000.0), 2_000.0);
+        // Never under a quarter of the highest cap learned, nor above the largest cap.
+        assert_eq!(next_cap(Some(600.0), 4_000.0, 500.0), 1_000.0);
+        assert_eq!(next_cap(None, 0.0, 1e12), MOST_CAP);
+        assert_eq!(next_cap(None, 0.0, 0.0), LEAST_CAP);
     }
 
     #[tokio::test]

@@ -29,9 +29,9 @@ pub const SCAN_ROW: &str = "scan";
 const REDRIVE_LOOKED_AT: &str = "redriveLookedAt";
 const LEARNED_CAP: &str = "learnedCap";
 const LEARN_ROUND_AT: &str = "learnRoundAt";
-/// The row of a scan's rounds of learning its cap (see `job::learning`); in the pace range,
-/// where the slices' reader skips it.
-pub const LEARN_ROW: &str = "pace:learn";
+/// The row of a scan's rounds of learning its cap (see `job::learning`): outside the slices'
+/// key range (`pace:00` to `pace:15`), so that reading the slices reads 16 rows at most.
+pub const LEARN_ROW: &str = "pace~learn";
 const PENDING: &str = "pending:";
 const DONE: &str = "done:";
 const FAILED: &str = "failed:";

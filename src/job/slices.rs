@@ -30,6 +30,7 @@ fn to_entity(scan: &str, row: &SliceRow) -> Entity {
             "wanted",
             Value::Int64(row.wanted_ms.min(i64::MAX as u64) as i64),
         )
+        .with("wantedBy", Value::String(row.wanted_by.clone()))
 }
 
 fn finite(x: f64) -> f64 {

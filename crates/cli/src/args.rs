@@ -215,7 +215,9 @@ pub struct StartArgs {
     /// prefix (parallel) or serial (the baseline page-through)
     #[arg(long, value_enum)]
     pub strategy: Option<Strategy>,
-    /// The scan's cap in entities per second, or "unlimited"
+    /// The scan's cap in entities per second (rows read plus rows written), or "unlimited".
+    /// Default: none, unless the app sets TABLESCAN_MAX_ROWS_PER_SECOND: the scan goes as fast
+    /// as the account takes and then holds just under where it refused
     #[arg(long, value_name = "N|unlimited")]
     pub max_rows_per_second: Option<String>,
     /// How many rows may fail before the scan ends failed (0: none)

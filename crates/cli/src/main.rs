@@ -104,6 +104,13 @@ async fn start(api: &Api, args: &StartArgs, json: bool) -> Result<i32, ApiError>
     };
     let answer = api.start(&body, args.idempotency_key.as_deref()).await?;
     let id = answer["id"].as_str().unwrap_or_default().to_string();
+    if !json {
+        // What the scan was started with, as the app recorded it (its defaults filled in).
+        if let Ok(status) = api.status(&id).await {
+            let earlier = watch::earlier_count(api, &status["spec"]).await;
+            eprintln!("{}", show::pace_line(&status["spec"], earlier));
+        }
+    }
     if !args.wait {
         print_json_or(json, &answer, || format!("{id}\n"));
         if !json {

@@ -214,8 +214,58 @@ pub fn summary(status: &Value) -> String {
     out
 }
 
+/// Entities per row the action costs the account: a row read, and for a copy, delete or
+/// update a row written too.
+fn entities_per_row(spec: &Value) -> u64 {
+    match spec["action"]["type"].as_str() {
+        Some("copy" | "delete" | "update") if spec["dryRun"] != true => 2,
+        _ => 1,
+    }
+}
+
+/// What `tablescan start` says of the scan's pace: its cap, or that it goes as fast as the
+/// account takes; and how long it should take, where an earlier count of the same scope says
+/// how many rows it holds (and how long reading them took).
+pub fn pace_line(spec: &Value, earlier: Option<(u64, Option<f64>)>) -> String {
+    let per_row = entities_per_row(spec);
+    let what = if per_row == 2 {
+        "entities (rows read plus rows written)"
+    } else {
+        "entities (rows read)"
+    };
+    let cap = spec["maxRowsPerSecond"].as_u64();
+    let mut line = match cap {
+        Some(cap) => format!("pace: at most {} {what} a second, as asked", thousands(cap)),
+        None => format!(
+            "pace: as fast as the account takes, {what}; after its first refusal the scan \
+             holds just under that rate (maxRowsPerSecond caps it)"
+        ),
+    };
+    let Some((rows, seconds)) = earlier else {
+        return line;
+    };
+    let entities = rows.saturating_mul(per_row);
+    let expected = match (cap, seconds) {
+        // At the cap, unless the earlier count went slower than that.
+        (Some(cap), Some(seconds)) => {
+            Some((entities as f64 / cap as f64).max(seconds * per_row as f64))
+        }
+        (Some(cap), None) => Some(entities as f64 / cap as f64),
+        (None, Some(seconds)) => Some(seconds * per_row as f64),
+        (None, None) => None,
+    };
+    if let Some(expected) = expected {
+        line.push_str(&format!(
+            "\n  an earlier count found {} rows in this scope: about {} at that pace",
+            thousands(rows),
+            duration(expected.round() as u64)
+        ));
+    }
+    line
+}
+
 /// Seconds from start (or creation) to finish, when both are known.
-fn elapsed_seconds(status: &Value) -> Option<f64> {
+pub fn elapsed_seconds(status: &Value) -> Option<f64> {
     let parse = |field: &str| {
         status[field]
             .as_str()
@@ -271,6 +321,37 @@ pub fn list(page: &Value) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod pace_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_start_line_says_the_pace_and_the_time_an_earlier_count_implies() {
+        let count = json!({"action": {"type": "count"}});
+        let line = pace_line(&count, None);
+        assert!(line.contains("as fast as the account takes"), "{line}");
+        assert!(!line.contains("earlier"), "{line}");
+        // A copy pays two entities a row: at a cap of 2,000, 100,000 rows take 100 s.
+        let copy = json!({"action": {"type": "copy"}, "maxRowsPerSecond": 2000});
+        let line = pace_line(&copy, Some((100_000, Some(20.0))));
+        assert!(
+            line.contains("at most 2,000 entities (rows read plus rows written)"),
+            "{line}"
+        );
+        assert!(
+            line.contains("100,000 rows") && line.contains("1m40s"),
+            "{line}"
+        );
+        // Uncapped: the earlier count's time, twice for a copy.
+        let line = pace_line(
+            &json!({"action": {"type": "copy"}}),
+            Some((100_000, Some(20.0))),
+        );
+        assert!(line.contains("40s"), "{line}");
+    }
 }
 
 #[cfg(test)]

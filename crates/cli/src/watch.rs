@@ -137,9 +137,15 @@ pub fn exit_code(status: &Value) -> i32 {
 /// The rows in the scope of `spec`, if an earlier count of the same scope succeeded: the time
 /// left can then be told. Looks at the 50 newest succeeded scans and reads at most five.
 pub async fn rows_in_scope(api: &Api, spec: &Value) -> Option<u64> {
+    earlier_count(api, spec).await.map(|(rows, _)| rows)
+}
+
+/// The rows in the scope of `spec`, and how long counting them took, if an earlier count of
+/// the same scope succeeded (see [`rows_in_scope`]).
+pub async fn earlier_count(api: &Api, spec: &Value) -> Option<(u64, Option<f64>)> {
     // An import knows its size from the export's manifest.
     if let Some(rows) = spec["import"]["manifest"]["rows"].as_u64() {
-        return Some(rows);
+        return Some((rows, None));
     }
     // A count of rows older than a moving moment is not the same scope twice.
     if !spec["olderThan"].is_null() {
@@ -164,7 +170,7 @@ pub async fn rows_in_scope(api: &Api, spec: &Value) -> Option<u64> {
             && earlier["spec"]["dryRun"] != true;
         if same {
             if let Some(rows) = earlier["result"]["rows"].as_u64() {
-                return Some(rows);
+                return Some((rows, crate::show::elapsed_seconds(&earlier)));
             }
         }
     }

@@ -1,5 +1,5 @@
-//! A scan's rate cap, shared by every process that runs the scan, at a cost and an accuracy that
-//! do not depend on how many processes there are.
+//! A scan's rate cap, shared by every process that runs the scan, with an accuracy that does not
+//! depend on how many processes there are, at a cost that grows slowly with them.
 //!
 //! The cap is cut into [`SLICES`] equal slices. Each slice is one row in a store (the scan's
 //! ledger partition, in the handler), leased by at most one process at a time for [`LEASE`]:
@@ -10,13 +10,19 @@
 //! may disagree a little: a holder stops using a slice [`CLOCK_MARGIN_MS`] before its lease
 //! ends by its own clock, and another process takes it only that long after, by its own.
 //!
-//! What it costs the store, per scan, whatever the number of processes:
-//! - holders renew all their slices in one write a [`RENEW_EVERY`] (at most [`SLICES`] entities
-//!   per renewal period in all, about 4 a second);
+//! What it costs the store, per scan:
+//! - holders renew all their slices in one write a [`RENEW_EVERY`] ([`SLICES`] entities per
+//!   renewal period in all, about 5 a second);
 //! - a process that wants more than it holds looks at one slice at a time (a point read of one
 //!   entity), no more often than [`PROBE_MIN`] and backing off to [`PROBE_MAX`] while every slice
-//!   it looks at is taken: at 100 processes all wanting more, about 12 entities a second;
-//! - joining reads every slice once ([`SLICES`] entities); leaving writes the held ones free.
+//!   it looks at is taken; finding one held, it asks for it (a conditional write), which makes
+//!   the holder's next renewal fail and read the slices again ([`SLICES`] entities) before it
+//!   hands the slice over;
+//! - joining reads every slice once ([`SLICES`] entities); leaving reads them and writes the held
+//!   ones free or handed over.
+//!
+//! The test of 100 processes joining, leaving and crashing (`tests/hundred_processes.rs`)
+//! measures it all at about 120 entities a second.
 //!
 //! A process that holds more than it uses gives the surplus back after [`SURPLUS_AFTER`], so a
 //! slice sits where the work is; one that crashes holds its slices until their leases end.

@@ -539,3 +539,70 @@ fn splitmix(state: u64) -> u64 {
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::TokioClock;
+    use crate::store::InMemorySlices;
+
+    const WANTS: Demand = Demand {
+        wants_more: true,
+        used: 0.0,
+    };
+
+    async fn ticks(share: &ScanShare<InMemorySlices, TokioClock>, demand: Demand, n: usize) {
+        for _ in 0..n {
+            share.tick(demand).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_process_that_asks_gets_a_slice_from_a_holder_of_many_but_not_its_last() {
+        let store = InMemorySlices::default();
+        let first = ScanShare::new(store.clone(), TokioClock, "s", "first", 1_600.0);
+        first.tick(WANTS).await;
+        assert_eq!(first.usable(), 16, "a process alone takes the whole cap");
+        let second = ScanShare::new(store.clone(), TokioClock, "s", "second", 1_600.0);
+        // Both want more for a while: the second asks, the first hands slices over at its
+        // renewals, keeping at least one.
+        for _ in 0..200 {
+            first.tick(WANTS).await;
+            second.tick(WANTS).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let (a, b) = (first.usable(), second.usable());
+        assert!(b >= 1, "the process that asked holds {b}");
+        assert!(a >= 1, "the holder kept its last");
+        assert!(a + b <= 16, "{a} + {b} slices in use");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn slices_given_back_by_a_leaving_process_are_all_taken_at_once() {
+        let store = InMemorySlices::default();
+        let first = ScanShare::new(store.clone(), TokioClock, "s", "first", 1_600.0);
+        first.tick(WANTS).await;
+        let second = ScanShare::new(store.clone(), TokioClock, "s", "second", 1_600.0);
+        second.tick(WANTS).await;
+        assert_eq!(second.usable(), 0);
+        first.leave().await;
+        // At most the longest look-back later, every slice is the second's.
+        ticks(&second, WANTS, 90).await;
+        assert_eq!(second.usable(), 16);
+        assert_eq!(second.granted(), 1_600.0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_crashed_holders_slices_come_free_when_their_leases_end() {
+        let store = InMemorySlices::default();
+        let first = ScanShare::new(store.clone(), TokioClock, "s", "first", 1_600.0);
+        first.tick(WANTS).await;
+        // The first process stops without a word.
+        let second = ScanShare::new(store.clone(), TokioClock, "s", "second", 1_600.0);
+        ticks(&second, WANTS, 80).await;
+        assert_eq!(second.usable(), 0, "leases still running: 8 s in");
+        ticks(&second, WANTS, 120).await;
+        assert_eq!(second.usable(), 16, "taken once the leases ran out");
+    }
+}

@@ -22,9 +22,12 @@ const TICK: Duration = Duration::from_millis(100);
 /// How long a process stays in a scan after its last step of it ended: the next work item may
 /// be a moment away in the queue, and a capped scan's slices are kept meanwhile.
 pub(super) const GRACE: Duration = Duration::from_secs(5);
-/// How long giving the slices back may hold up the steps that join meanwhile; past it their
-/// leases run out by themselves.
+/// How long giving the slices back may take; past it their leases run out by themselves.
 const LEAVE_TIME: Duration = Duration::from_secs(2);
+/// How long one round of the slice protocol may take before the rate is set again from the
+/// leases: well under the clocks' margin (`tablescan_pace::CLOCK_MARGIN_MS`), so a lease never
+/// runs out at the store while this process's rate still spends it.
+const TICK_TIME: Duration = Duration::from_millis(400);
 /// A process with no step of the scan for this long gives its slices back (it stays in the
 /// scan, and takes slices again when a step comes).
 const IDLE_RELEASE: Duration = Duration::from_secs(1);
@@ -76,20 +79,32 @@ impl Refresher {
             self.learn().await;
             if let Some(slices) = self.pace.slices() {
                 let demand = self.demand(now);
+                self.set_rate(&slices);
                 if self.idle_for(IDLE_RELEASE) {
                     // No step here: the slices go where the steps are, not after the grace.
-                    slices.leave().await;
+                    self.pace.share.set_rate(Some(0.0));
+                    let _ = tokio::time::timeout(TICK_TIME, slices.leave()).await;
                 }
-                slices.tick(demand).await;
-                let granted = slices.granted();
-                self.pace.share.set_rate(Some(granted));
-                self.pace.recent.set_rate(Some(granted));
-                if demand.wants_more && slices.usable() > 0 {
+                // A slow ledger must not keep the rate from following the leases: the round is
+                // cut short (its writes are conditional, so one cut off is harmless) and the
+                // rate set again from what the leases allow now.
+                let _ = tokio::time::timeout(TICK_TIME, slices.tick(demand)).await;
+                let granted = self.set_rate(&slices);
+                // Raised only by a process that uses its whole share and would use more.
+                if demand.wants_more && granted > 0.0 && demand.used >= granted * 0.9 {
                     self.raise(now).await;
                 }
             }
             tokio::time::sleep(TICK).await;
         }
+    }
+
+    /// Sets the share's rate to what the process's leases allow now; that rate.
+    fn set_rate(&self, slices: &tablescan_pace::ScanShare<crate::job::Ledger, LeaseClock>) -> f64 {
+        let granted = slices.granted();
+        self.pace.share.set_rate(Some(granted));
+        self.pace.recent.set_rate(Some(granted));
+        granted
     }
 
     fn note_moved(&mut self, now: Instant) {
@@ -141,13 +156,23 @@ impl Refresher {
         let now = Instant::now();
         if cuts > seen {
             self.cuts_seen = Some(cuts);
-            self.report_at.get_or_insert(now + REPORT_DELAY);
+            // Counted once per round: a second cut while this process's report for the open
+            // round stands adds nothing.
+            let open = self.pace.round_ms.load(Ordering::Relaxed);
+            let reported_open =
+                self.reported_round == open && now_ms < open + ROUND.as_millis() as u64;
+            if !reported_open {
+                self.report_at.get_or_insert(now + REPORT_DELAY);
+            }
         }
         // A round another process opened, seen with the scan: this process's part counts too.
         let round = self.pace.round_ms.load(Ordering::Relaxed);
         let round_open = round > self.reported_round && now_ms < round + ROUND.as_millis() as u64;
         if round_open && self.report_at.is_none() {
             self.report_at = Some(now);
+            // One attempt per round, whatever it meets: lost tries leave the round to the
+            // others rather than pressing on its row.
+            self.reported_round = round;
         }
         if self.report_at.is_some_and(|at| now >= at) {
             self.report_at = None;
@@ -218,22 +243,26 @@ impl Refresher {
         }
     }
 
-    /// Whether the process has had no step of the scan for `span`.
+    /// Whether the process has had no step of the scan, running or waiting, for `span`.
     fn idle_for(&self, span: Duration) -> bool {
-        self.pace
-            .lock()
-            .idle_since
-            .is_some_and(|at| at.elapsed() >= span)
+        let state = self.pace.lock();
+        state.running + state.waiting == 0
+            && state.idle_since.is_some_and(|at| at.elapsed() >= span)
     }
 
-    /// Removes the scan from this process if it has had no step of it for [`GRACE`], giving
-    /// its slices back first; whether it did. Holds the scans' lock throughout, so no step
-    /// joins a scan being removed (a step joining afterwards starts afresh).
+    /// Removes the scan from this process if it has had no step of it for [`GRACE`], then gives
+    /// its slices back; whether it did. The check and the removal hold the scans' lock, so a
+    /// step either joined before (and the scan stays) or starts a pace of its own after.
     async fn removed(&self) -> bool {
-        let mut scans = self.scans.lock().await;
-        if !self.idle_for(GRACE) {
-            return false;
+        {
+            let mut scans = self.scans.lock().await;
+            if !self.idle_for(GRACE) {
+                return false;
+            }
+            scans.remove(&self.pace.scan);
         }
+        // Out of the map: a step that comes now starts a pace of its own, whose slices are
+        // leased under a name of its own, so giving these back cannot take its.
         if let Some(slices) = self.pace.slices() {
             self.pace.share.set_rate(Some(0.0));
             if tokio::time::timeout(LEAVE_TIME, slices.leave())
@@ -243,7 +272,6 @@ impl Refresher {
                 tracing::debug!(scan = %self.pace.scan, "giving the scan's slices back took too long");
             }
         }
-        scans.remove(&self.pace.scan);
         true
     }
 }

@@ -194,8 +194,10 @@ async fn every_action_is_exact_with_one_request_in_five_faulted() {
 }
 
 /// An outage of the source and target (every request answered 503) long enough for work items
-/// to spend all five deliveries of their messages: they are handed on in new messages, not
-/// failed for good, and the copy ends succeeded and exact once the outage is over.
+/// to spend all five deliveries of their messages, or to be given back to their queue by the
+/// scan's pace (the accounts' back-off leaves a process room for a step or two, the rest wait
+/// in the queue): either way nothing fails for good, and the copy ends succeeded and exact once
+/// the outage is over.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_outage_longer_than_five_deliveries_fails_nothing_for_good() {
     let (tables_proxy, tables_endpoint) = faulty("TableEndpoint", 0.0, 7).await;
@@ -222,10 +224,14 @@ async fn an_outage_longer_than_five_deliveries_fails_nothing_for_good() {
     // everything is refused: an attempt took from 5 s to over 2 minutes in CI (2 cores, a
     // loaded machine), so five deliveries can take more than 3 minutes.
     let outage_ends = std::time::Instant::now() + std::time::Duration::from_secs(420);
-    while !host.log().contains("handed on in a new message") {
+    let waited_out = |log: &str| {
+        log.contains("handed on in a new message") && log.contains("failed, to be tried again")
+            || log.contains("given back to the queue") && log.contains("failed, to be tried again")
+    };
+    while !waited_out(&host.log()) {
         assert!(
             std::time::Instant::now() < outage_ends,
-            "no item spent its deliveries in 7 minutes of outage:\n{}",
+            "no item spent its deliveries or was given back in 7 minutes of outage:\n{}",
             host.log()
         );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
@@ -244,7 +250,7 @@ async fn an_outage_longer_than_five_deliveries_fails_nothing_for_good() {
     assert_eq!(done["progress"]["stepsFailed"], 0, "{done}");
     assert_eq!(done["progress"]["rowsActed"], rows.len() as u64, "{done}");
     assert!(
-        done["progress"]["attemptsFailed"].as_u64().unwrap() >= 5,
+        done["progress"]["attemptsFailed"].as_u64().unwrap() >= 1,
         "{done}"
     );
     // Every failed attempt met at least one 503, and the status counts them.

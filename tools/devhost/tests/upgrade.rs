@@ -48,6 +48,7 @@ fn build_twin() -> PathBuf {
     copy_tree(&root.join("benches"), &copy.join("benches"));
     // The storage client, a crate the handler depends on by path.
     copy_tree(&root.join("crates/storage"), &copy.join("crates/storage"));
+    copy_tree(&root.join("crates/pace"), &copy.join("crates/pace"));
     std::fs::copy(root.join("Cargo.lock"), copy.join("Cargo.lock")).unwrap();
 
     // Its own workspace (the copy lies inside this one's target directory), and a binary name
