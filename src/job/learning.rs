@@ -4,13 +4,15 @@
 //! processes that leave, and hold back those that stay).
 //!
 //! When a process's back-off for the account a scan reads is cut (the account refused), the
-//! back-off recovers within seconds to just under where the account refused; the process then
-//! reports what it moves for the scan into the scan's learning round (the row `pace:learn`):
-//! the first report opens a round, the reports of the next [`ROUND`] add up. The round's sum is
-//! then what the scan moves, all processes together, once each has backed off; the first
-//! process to see the round over closes it, and the scan's cap becomes [`LEARNED_SHARE`] of the
-//! sum (the scan row's `learnedCap`, which every process reads with the scan). The cap keeps
-//! what the back-offs found when they lift, and when processes come and go. From then on the scan is paced as a capped one (its slices, `tablescan_pace`)
+//! process reports, a few seconds later, where its back-off takes the account to refuse it (what
+//! it moved as it was refused, less the burst of a first refusal) into the scan's learning round
+//! (the row `pace~learn`): the first report opens a round, announced on the scan row, and every
+//! other process running the scan reports within the next [`ROUND`] (a refused one its estimate,
+//! the others what they move). The round's sum is then where the account refused the scan, all
+//! processes together; the first process to see the round over closes it, and the scan's cap
+//! becomes [`LEARNED_SHARE`] of the sum (the scan row's `learnedCap`, which every process reads
+//! with the scan). The cap keeps what the back-offs found when they lift, and when processes
+//! come and go. From then on the scan is paced as a capped one (its slices, `tablescan_pace`)
 //! at that cap; further refusals learn it again (lower), and a cap that has held for [`QUIET`]
 //! while the scan used all of it is raised by [`RAISE`], so a ceiling set while an application
 //! was busy is found again when it is not.
@@ -32,10 +34,10 @@ use crate::storage::table::WriteMode;
 pub const ROUND: Duration = Duration::from_secs(8);
 /// The least time from one round's start to the next's.
 pub const BETWEEN_ROUNDS: Duration = Duration::from_secs(12);
-/// The cap learned, as a share of what the scan moved once its processes had backed off
-/// (each to 90% of where the account refused it), less a margin: the reports come from
-/// seconds that may still hold the burst that met the refusal.
-pub const LEARNED_SHARE: f64 = 0.95;
+/// The cap learned, as a share of the round's sum: where the account refused the scan (each
+/// refused process reports where its back-off takes the account to refuse it), less the
+/// margin the back-off itself keeps.
+pub const LEARNED_SHARE: f64 = 0.9;
 /// How long a learned cap holds, used in full and with no refusal, before it is raised.
 pub const QUIET: Duration = Duration::from_secs(20);
 /// How much a raise adds.

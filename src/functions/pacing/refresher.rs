@@ -176,7 +176,14 @@ impl Refresher {
         }
         if self.report_at.is_some_and(|at| now >= at) {
             self.report_at = None;
-            let rate = self.rate();
+            // What this process pressed on the account with: where its back-off takes the
+            // account to refuse it (what it moved as it was refused, less the burst), or, for a
+            // process the account did not refuse, what it moves.
+            let moved = self.rate();
+            let rate = match source.estimate() {
+                Some(estimate) if cuts > cuts_before => estimate,
+                _ => moved,
+            };
             // A process that moved nothing lately did not press on the account: its report
             // would only say less than the scan moved.
             if rate >= 1.0 {

@@ -13,8 +13,8 @@
 //! A target not heard from yet is not limited: nothing says it is busy, and a scan should reach
 //! an account's limit within seconds. After the first refusal the rate is cut and climbs back
 //! quickly to a ceiling below the rate refused, and stays there while the refusal is recent.
-//! After ten quiet seconds it creeps up (this process's part may have grown: others left), and
-//! after twenty it is lifted: a scan keeps its own ceiling for all its processes together (its
+//! After eight quiet seconds it creeps up (this process's part may have grown: others left), and
+//! after twelve it is lifted: a scan keeps its own ceiling for all its processes together (its
 //! cap learned from the same refusals, `job::learning` in the handler), so what one process
 //! does alone does not take the scan over what the account takes. Latency is the third
 //! signal: while
@@ -43,16 +43,18 @@ const RECOVER_TO: f64 = 0.9;
 /// ...at this share of the estimate per second (from 70% to 90% in two seconds).
 const RECOVER_PER_SECOND: f64 = 0.1;
 /// How long after a cut the rate stays at its ceiling before it creeps up.
-const QUIET_BEFORE_PROBE: Duration = Duration::from_secs(10);
+const QUIET_BEFORE_PROBE: Duration = Duration::from_secs(8);
 /// How fast it creeps, as a share of the estimate per second: two seconds from the ceiling to
 /// the rate last refused. A scan's own learned cap (shared by all its processes, in the
 /// handler) is the ceiling that stays; this one follows the process's part of it, which
 /// grows when other processes leave.
 const PROBE_PER_SECOND: f64 = 0.05;
 /// After this long without a refusal the limit is lifted: a scan keeps its own ceiling for
-/// all its processes (its learned cap), and a queue's refusals come back, if they do, as a
-/// cut again.
-const QUIET_BEFORE_LIFT: Duration = Duration::from_secs(20);
+/// all its processes (its learned cap, set within about 11 seconds of a refusal: a report 3 s
+/// after the cut, a round of 8), and a queue's refusals come back, if they do, as a cut again.
+/// A process cut while it had little to do would otherwise read at a few hundred entities a
+/// second long after the account had room.
+const QUIET_BEFORE_LIFT: Duration = Duration::from_secs(12);
 /// Refusals this soon after a cut answer requests sent before it took effect; they do not cut
 /// again.
 const HOLD_AFTER_CUT: Duration = Duration::from_secs(1);
@@ -281,6 +283,12 @@ impl Governor {
         tracing::debug!(rate, from, refused_at, "storage target busy: rate lowered");
     }
 
+    /// Where the target is taken to start refusing this process (entities per second), once it
+    /// has refused it.
+    pub fn estimate(&self) -> Option<f64> {
+        self.lock().refused_at
+    }
+
     /// How many times the target's refusals cut the rate so far.
     pub fn cuts(&self) -> u64 {
         self.lock().cuts
@@ -417,7 +425,7 @@ mod tests {
         busy_for(&governor, Duration::from_secs(5)).await;
         near(&governor, 2_700.0, 1.0);
         // ...and no higher while the refusal is recent, busy as the process is.
-        busy_for(&governor, Duration::from_secs(4)).await;
+        busy_for(&governor, Duration::from_secs(2)).await;
         near(&governor, 2_700.0, 1.0);
         assert_eq!(governor.cuts(), 1);
     }
@@ -428,7 +436,7 @@ mod tests {
         governor.note_use(4_000);
         governor.throttled();
         // Unused, it recovers to its ceiling and stays there.
-        tokio::time::advance(QUIET_BEFORE_PROBE + Duration::from_secs(2)).await;
+        tokio::time::advance(QUIET_BEFORE_PROBE + Duration::from_secs(1)).await;
         near(&governor, 2_700.0, 1.0);
         // Used, 5% of the estimate (3,000) a second.
         busy_for(&governor, Duration::from_secs(2)).await;
@@ -467,11 +475,11 @@ mod tests {
         }
         let low = governor.rate().unwrap();
         tokio::time::advance(QUIET_BEFORE_PROBE).await;
-        busy_for(&governor, Duration::from_secs(5)).await;
+        busy_for(&governor, Duration::from_secs(2)).await;
         let later = governor.rate().unwrap();
         assert!(
-            later - low >= 5.0 * LEAST_PROBE - 1e-6,
-            "{low} to {later} in 5 s"
+            later - low >= 2.0 * LEAST_PROBE - 1e-6,
+            "{low} to {later} in 2 s"
         );
     }
 
@@ -488,7 +496,7 @@ mod tests {
         let governor = cut_to_seven_thousand().await;
         // The estimate fell to 8,500 (refused at 10,000, below the first estimate of 15,000):
         // the ceiling is 7,650.
-        busy_for(&governor, Duration::from_secs(8)).await;
+        busy_for(&governor, Duration::from_secs(6)).await;
         near(&governor, 7_650.0, 1.0);
     }
 
