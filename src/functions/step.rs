@@ -81,12 +81,12 @@ async fn run_item(
     let id = item.id();
     // Admitted by its scan's pace before the item is claimed: a step that cannot run here
     // soon is given back to the queue for later, without a ledger write.
-    let admitted = match admit_before_claim(state, ledger, &item).await {
+    let mut admitted = match admit_before_claim(state, ledger, &item).await {
         Admission::Admitted(pace) => Some(pace),
         Admission::NotNow(why) => return give_back(state, queue, &item, &why).await,
         Admission::Undecided => None,
     };
-    let begin = match begin_when_free(state, ledger, &item).await {
+    let begin = match begin_when_free(state, ledger, &item, &mut admitted).await {
         Ok(begin) => begin,
         Err(e) => {
             return Failure::new(
@@ -451,6 +451,7 @@ async fn begin_when_free(
     state: &AppState,
     ledger: &crate::job::Ledger,
     item: &WorkItem,
+    admitted: &mut Option<StepPace>,
 ) -> Result<Begin, crate::job::LedgerError> {
     let lease = time::Duration::try_from(state.lease).unwrap_or(time::Duration::MINUTE);
     let mut waited = std::time::Duration::ZERO;
@@ -464,6 +465,9 @@ async fn begin_when_free(
         }
         let pause =
             remaining.min(std::time::Duration::from_secs(5)) + std::time::Duration::from_millis(50);
+        // A duplicate waiting for the claim holds no place in its scan's pace meanwhile: the
+        // step is admitted again after its claim if it runs.
+        *admitted = None;
         tokio::time::sleep(pause).await;
         waited += pause;
     }
