@@ -82,8 +82,17 @@ pub async fn seal_record(
         .consistent_totals(scan)
         .await
         .map_err(|e| format!("the scan's totals could not be read: {e}"))?;
-    if !settled || totals.failed_now() > 0 {
+    if !settled || totals.failed_now() > 0 || totals.dropped > 0 {
         return Ok(Sealed::NotDone);
+    }
+    // The caller's record may predate a cancel (a step reads its scan when it claims its
+    // item): a cancel written since drops the items not yet run, and their drops settle the
+    // totals as surely as their finishes would. Read the scan again, after the settling read:
+    // a manifest only ever describes a whole export.
+    match ledger.scan(scan).await {
+        Ok(Some(now)) if now.cancelled_at.is_none() => {}
+        Ok(_) => return Ok(Sealed::NotDone),
+        Err(e) => return Err(format!("the scan could not be read again: {e}")),
     }
     let ActionSpec::Export {
         container,
@@ -138,6 +147,7 @@ pub async fn seal_record(
     let manifest = Manifest {
         kind: MANIFEST_KIND.into(),
         format: MANIFEST_FORMAT,
+        complete: true,
         scan: scan.to_string(),
         spec: record.spec.clone(),
         table: record.spec.table.clone(),

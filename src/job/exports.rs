@@ -25,8 +25,11 @@ use crate::storage::table::entity::{Entity, Value};
 use crate::storage::table::query::{Continuation, Query};
 use crate::storage::table::WriteMode;
 
-/// The manifest format written by this version.
-pub const MANIFEST_FORMAT: u32 = 1;
+/// The manifest format written by this version: 2 says `complete` (format 1, written before
+/// it, has no such field, and is read as it always was).
+pub const MANIFEST_FORMAT: u32 = 2;
+/// The oldest manifest format this version reads.
+pub const OLDEST_MANIFEST_FORMAT: u32 = 1;
 /// What a manifest says it is, so that an import refuses any other JSON file.
 pub const MANIFEST_KIND: &str = "tablescan-export";
 /// The most data blobs one manifest part lists (a page of the ledger's `blob:` rows).
@@ -100,6 +103,10 @@ pub struct Manifest {
     /// Always [`MANIFEST_KIND`].
     pub kind: String,
     pub format: u32,
+    /// Written only when every step of the export is done and none was dropped or failed: an
+    /// import refuses a manifest (of format 2 on) that does not say so.
+    #[serde(default)]
+    pub complete: bool,
     /// The scan that wrote the export, and the request it was started with.
     pub scan: String,
     pub spec: ScanSpec,
@@ -135,12 +142,22 @@ impl Manifest {
             ));
         }
         let format = value.get("format").and_then(|f| f.as_u64()).unwrap_or(0);
-        if format != u64::from(MANIFEST_FORMAT) {
+        if !(u64::from(OLDEST_MANIFEST_FORMAT)..=u64::from(MANIFEST_FORMAT)).contains(&format) {
             return Err(format!(
-                "it is of manifest format {format}; this version reads format {MANIFEST_FORMAT}"
+                "it is of manifest format {format}; this version reads formats \
+                 {OLDEST_MANIFEST_FORMAT} to {MANIFEST_FORMAT}"
             ));
         }
-        serde_json::from_value(value).map_err(|e| format!("it is malformed: {e}"))
+        let manifest: Manifest =
+            serde_json::from_value(value).map_err(|e| format!("it is malformed: {e}"))?;
+        if format >= 2 && !manifest.complete {
+            return Err(
+                "it does not describe a whole export (it is not marked complete): the export \
+                 was cancelled or failed before all of its rows were written"
+                    .into(),
+            );
+        }
+        Ok(manifest)
     }
 }
 
@@ -262,5 +279,37 @@ mod tests {
         assert!(Manifest::parse(later.as_bytes())
             .unwrap_err()
             .contains("format 99"));
+    }
+
+    fn spec() -> ScanSpec {
+        ScanSpec::parse(r#"{"table":"logs","action":{"type":"count"}}"#, &|name: &str| {
+            (name == "AzureWebJobsStorage").then(|| "UseDevelopmentStorage=true".into())
+        })
+        .expect("a valid spec")
+    }
+
+    fn manifest_text(format: u32, complete: Option<bool>) -> String {
+        let mut manifest = serde_json::json!({
+            "kind": MANIFEST_KIND, "format": format, "scan": "s",
+            "spec": serde_json::to_value(spec()).unwrap(),
+            "table": "t", "compression": "gzip", "rows": 1, "blobs": 1, "bytes": 1,
+            "parts": [], "startedAt": "2026-11-25T00:00:00Z", "writtenAt": "2026-11-25T00:00:00Z",
+        });
+        if let Some(complete) = complete {
+            manifest["complete"] = complete.into();
+        }
+        manifest.to_string()
+    }
+
+    #[test]
+    fn a_manifest_not_marked_complete_is_refused_from_format_2_on() {
+        let read = |format, complete| Manifest::parse(manifest_text(format, complete).as_bytes());
+        assert!(read(2, Some(true)).unwrap().complete);
+        for incomplete in [Some(false), None] {
+            let why = read(2, incomplete).unwrap_err();
+            assert!(why.contains("not marked complete"), "{why}");
+        }
+        // Format 1 had no such mark: read as it always was.
+        assert!(!read(1, None).unwrap().complete);
     }
 }
