@@ -64,7 +64,7 @@ async fn one_delivery_at_a_time_and_a_lost_claim_is_noticed() {
             .finish(&root, &first, counts, &[], later)
             .await
             .unwrap(),
-        Finish::AlreadyFinished
+        Finish::ClaimLost
     );
     let child = root.follow_up(Task::Partition {
         partition_key: "p".into(),

@@ -41,8 +41,10 @@ async fn an_export_cancelled_after_its_last_step_claimed_gets_no_manifest() {
     let mut host = TestHost::serve(state.clone()).await;
     let container = unique_name("sealc").to_lowercase();
     let (start, id) = host
-        .start_scan(&json!({"table": source.name(), "pageSize": 4, "maxRowsPerSecond": "unlimited",
-            "action": {"type": "export", "container": container, "prefix": "b/"}}))
+        .start_scan(
+            &json!({"table": source.name(), "pageSize": 4, "maxRowsPerSecond": "unlimited",
+            "action": {"type": "export", "container": container, "prefix": "b/"}}),
+        )
         .await;
     let root = start.messages("rangeItems").remove(0);
     let first = host.deliver("ScanRange", &root, 1).await;

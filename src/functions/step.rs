@@ -99,24 +99,8 @@ async fn run_item(
     let claim = match begin {
         Begin::Run(claim) => claim,
         Begin::AlreadyDone(children) => {
-            // A redelivery of finished work. Its children's messages may have been lost with
-            // the first answer: send again those not started yet, and nothing else (a done
-            // child's subtree is never walked again).
-            let unstarted = match ledger
-                .unstarted(&item.scan, &children, OffsetDateTime::now_utc())
-                .await
-            {
-                Ok(messages) => messages,
-                Err(e) => {
-                    tracing::warn!("could not look for unstarted children of {id}: {e}");
-                    Vec::new()
-                }
-            };
-            let resent = unstarted.len();
-            tracing::info!("already done; {resent} unstarted children sent again");
-            // Its first delivery may have stopped between its finish and the manifest.
-            super::manifest::seal_if_done(state, ledger, &item.scan).await;
-            return with_items(Outcome::default(), unstarted).into_response();
+            tracing::info!("a redelivery of a finished step");
+            return send_unstarted(state, ledger, &item, &children).await;
         }
         Begin::Orphan => {
             tracing::info!("written ahead by a finish that chose other work; dropped");
@@ -167,8 +151,15 @@ async fn run_item(
                 .await
             {
                 Ok(Finish::Recorded) => {}
-                Ok(Finish::AlreadyFinished) => {
+                Ok(Finish::FinishedByAnother(children)) => {
                     tracing::info!("finished by another delivery; this one's counts are dropped");
+                    return send_unstarted(state, ledger, &item, &children).await;
+                }
+                Ok(Finish::ClaimLost) => {
+                    tracing::info!(
+                        "its claim was lost (another delivery runs the step, or the scan \
+                         dropped it); this one's counts are dropped"
+                    );
                     return Outcome::default().into_response();
                 }
                 Err(e) => {
@@ -205,6 +196,34 @@ async fn run_item(
             on_failure(state, ledger, queue, &item, &claim, attempt, failure).await
         }
     }
+}
+
+/// Answers for a step finished by another delivery (or an earlier one): sends again those of
+/// its recorded `children` not started yet (their messages may have been lost with that
+/// delivery's answer), and nothing else (a done child's subtree is never walked again); writes
+/// the export's manifest if that delivery stopped before it.
+async fn send_unstarted(
+    state: &AppState,
+    ledger: &crate::job::Ledger,
+    item: &WorkItem,
+    children: &[String],
+) -> Response {
+    let unstarted = match ledger
+        .unstarted(&item.scan, children, OffsetDateTime::now_utc())
+        .await
+    {
+        Ok(messages) => messages,
+        Err(e) => {
+            tracing::warn!(
+                "could not look for unstarted children of {}: {e}",
+                item.id()
+            );
+            Vec::new()
+        }
+    };
+    tracing::info!("{} unstarted children sent again", unstarted.len());
+    super::manifest::seal_if_done(state, ledger, &item.scan).await;
+    with_items(Outcome::default(), unstarted).into_response()
 }
 
 /// Records a failed step and answers the host.

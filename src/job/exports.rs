@@ -282,9 +282,12 @@ mod tests {
     }
 
     fn spec() -> ScanSpec {
-        ScanSpec::parse(r#"{"table":"logs","action":{"type":"count"}}"#, &|name: &str| {
-            (name == "AzureWebJobsStorage").then(|| "UseDevelopmentStorage=true".into())
-        })
+        ScanSpec::parse(
+            r#"{"table":"logs","action":{"type":"count"}}"#,
+            &|name: &str| {
+                (name == "AzureWebJobsStorage").then(|| "UseDevelopmentStorage=true".into())
+            },
+        )
         .expect("a valid spec")
     }
 

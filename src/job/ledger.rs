@@ -111,6 +111,9 @@ pub enum Begin {
 pub struct Claim {
     pub scan: ScanRecord,
     etag: String,
+    /// This claim's own mark on the pending row (and, once finished, on the done row): a
+    /// write whose answer was lost is told from another delivery's by it.
+    token: String,
     /// How many times this item has been started, this time included.
     pub attempt: u32,
     /// When its current run of transient failures began (ms since the epoch), if it is in one.
@@ -137,9 +140,16 @@ pub struct StepCounts {
 /// How recording a step's end went.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Finish {
+    /// This delivery's finish is recorded (also when its transaction applied and its answer
+    /// was lost: the done row carries this claim's token).
     Recorded,
-    /// Another delivery finished the item first; this one's effects are not counted.
-    AlreadyFinished,
+    /// Another delivery of the item finished it first (after this one's lease ran out); this
+    /// one's effects are not counted. These are the children that delivery recorded, whose
+    /// messages its host may not have sent.
+    FinishedByAnother(Vec<String>),
+    /// This delivery's claim is gone and the item is not done: another delivery holds it now,
+    /// or it was dropped by a cancel or failed for good. Nothing to record or send.
+    ClaimLost,
 }
 
 /// How a failed attempt is recorded.
@@ -396,9 +406,11 @@ impl Ledger {
         }
         let attempt = pending.attempts + 1;
         let failing_since = pending.failing_since;
+        let token = uuid::Uuid::new_v4().simple().to_string();
         let mut claimed = pending;
         claimed.lease_until = now_ms + lease.whole_milliseconds().max(0) as u64;
         claimed.attempts = attempt;
+        claimed.claimed_by = Some(token.clone());
         let etag = match self
             .table
             .update(
@@ -409,9 +421,13 @@ impl Ledger {
             .await
         {
             Ok(etag) => etag,
-            // Another delivery claimed it between our read and our write.
+            // Another delivery claimed it between our read and our write, or ours applied and
+            // its retry met it: the row says whose claim it is.
             Err(e) if e.reason().is_gone_or_changed() => {
-                return Ok(Begin::Busy(lease.unsigned_abs()))
+                match self.own_pending(&item.scan, &id, &token).await? {
+                    Some(etag) => etag,
+                    None => return Ok(Begin::Busy(lease.unsigned_abs())),
+                }
             }
             Err(e) => return Err(e.into()),
         };
@@ -427,6 +443,7 @@ impl Ledger {
         Ok(Begin::Run(Box::new(Claim {
             scan,
             etag,
+            token,
             attempt: attempt.min(u64::from(u32::MAX)) as u32,
             failing_since,
         })))
@@ -442,25 +459,78 @@ impl Ledger {
         now: OffsetDateTime,
         lease: time::Duration,
     ) -> Result<bool, LedgerError> {
+        let id = item.id();
         let until = millis(now) + lease.whole_milliseconds().max(0) as u64;
-        let extended = Entity::new(item.scan.clone(), pending_key(&item.id()))
-            .with("leaseUntil", rows::int(until));
-        match self
-            .table
-            .update(
-                &extended,
-                WriteMode::Merge,
-                &IfMatch::Etag(claim.etag.clone()),
-            )
-            .await
-        {
-            Ok(etag) => {
-                claim.etag = etag;
-                Ok(true)
+        let extended =
+            Entity::new(item.scan.clone(), pending_key(&id)).with("leaseUntil", rows::int(until));
+        // A second try when the row changed under a claim that is still ours: an earlier
+        // renewal that applied but answered an error, or a re-drive's mark on a lapsed claim.
+        for _ in 0..2 {
+            match self
+                .table
+                .update(
+                    &extended,
+                    WriteMode::Merge,
+                    &IfMatch::Etag(claim.etag.clone()),
+                )
+                .await
+            {
+                Ok(etag) => {
+                    claim.etag = etag;
+                    return Ok(true);
+                }
+                Err(e) if e.reason().is_gone_or_changed() => {
+                    match self.own_pending(&item.scan, &id, &claim.token).await? {
+                        Some(etag) => claim.etag = etag,
+                        None => return Ok(false),
+                    }
+                }
+                Err(e) => return Err(e.into()),
             }
-            Err(e) if e.reason().is_gone_or_changed() => Ok(false),
-            Err(e) => Err(e.into()),
         }
+        Ok(false)
+    }
+
+    /// The etag of item `id`'s pending row if the claim marked `token` still holds it: no
+    /// other delivery claimed it since (a claim replaces the mark) and it is not finished.
+    async fn own_pending(
+        &self,
+        scan: &str,
+        id: &str,
+        token: &str,
+    ) -> Result<Option<String>, LedgerError> {
+        let Some(entity) = self.table.get_entity(scan, &pending_key(id)).await? else {
+            return Ok(None);
+        };
+        let row = PendingRow::from_entity(&entity);
+        Ok(row
+            .filter(|row| row.claimed_by.as_deref() == Some(token))
+            .and_then(|row| row.etag))
+    }
+
+    /// Why a finish's delete of its pending row found it gone or changed: this very finish
+    /// applied and its answer was lost (the done row carries this claim's token), another
+    /// delivery finished the item, or the claim is still this delivery's under a new etag
+    /// (`Err` with that etag: the finish is tried again with it).
+    async fn after_refused_finish(
+        &self,
+        scan: &str,
+        id: &str,
+        token: &str,
+    ) -> Result<Result<Finish, String>, LedgerError> {
+        if let Some(done) = self.table.get_entity(scan, &done_key(id)).await? {
+            return Ok(Ok(
+                if DoneRow::finished_by(&done).as_deref() == Some(token) {
+                    Finish::Recorded
+                } else {
+                    Finish::FinishedByAnother(DoneRow::children_of(&done).unwrap_or_default())
+                },
+            ));
+        }
+        Ok(match self.own_pending(scan, id, token).await? {
+            Some(etag) => Err(etag),
+            None => Ok(Finish::ClaimLost),
+        })
     }
 
     /// Whether a child written ahead of its parent's finish (see `finish`) belongs to the scan.
@@ -538,6 +608,33 @@ impl Ledger {
         children: &[WorkItem],
         now: OffsetDateTime,
     ) -> Result<Finish, LedgerError> {
+        let mut claim = claim.clone();
+        // Once more if the first finish met its own claim under a new etag.
+        for _ in 0..2 {
+            match self
+                .try_finish(item, &claim, counts, notes, blob, children, now)
+                .await?
+            {
+                Ok(finish) => return Ok(finish),
+                Err(etag) => claim.etag = etag,
+            }
+        }
+        Ok(Finish::ClaimLost)
+    }
+
+    /// One try of [`Ledger::finish_noting`]: `Err` with the pending row's etag when it was
+    /// refused but the claim is still this delivery's.
+    #[allow(clippy::too_many_arguments)]
+    async fn try_finish(
+        &self,
+        item: &WorkItem,
+        claim: &Claim,
+        counts: StepCounts,
+        notes: &RowNotes,
+        blob: Option<&BlobEntry>,
+        children: &[WorkItem],
+        now: OffsetDateTime,
+    ) -> Result<Result<Finish, String>, LedgerError> {
         let id = item.id();
         // The notes row and the blob row each take one of the transaction's places.
         let in_finish =
@@ -573,6 +670,7 @@ impl Ledger {
             depth: u64::from(item.depth),
             finished_at: now,
             children: Some(child_ids),
+            finished_by: Some(claim.token.clone()),
         };
         last.push(Operation::Insert(done.to_entity(&item.scan, &id)));
         if !notes.is_empty() {
@@ -601,12 +699,13 @@ impl Ledger {
             .commit_counted(&item.scan, shard_of(&id), last, delta)
             .await
         {
-            Ok(()) => Ok(Finish::Recorded),
+            Ok(()) => Ok(Ok(Finish::Recorded)),
             Err(LedgerError::Storage(e))
                 if matches!(e.kind(), ErrorKind::Batch { index, error }
                     if *index == delete_index && error.reason().is_gone_or_changed()) =>
             {
-                Ok(Finish::AlreadyFinished)
+                self.after_refused_finish(&item.scan, &id, &claim.token)
+                    .await
             }
             Err(e) => Err(e),
         }

@@ -20,7 +20,7 @@ use super::spec::ScanSpec;
 use super::status::State;
 use crate::scan::item::{Task, WorkItem};
 use crate::scan::keys::KeyRange;
-use crate::storage::table::in_memory::InMemoryTable;
+use crate::storage::table::in_memory::{InMemoryTable, Retry};
 
 const LEASE: Duration = Duration::seconds(60);
 
@@ -116,7 +116,7 @@ async fn a_claim_whose_lease_ran_out_is_lost_and_its_finish_does_not_count() {
         .finish(&root, &slow, reading(7), &[child(&root, 1)], at(63))
         .await
         .unwrap();
-    assert_eq!(late, Finish::AlreadyFinished);
+    assert_eq!(late, Finish::ClaimLost);
     let on_time = ledger
         .finish(&root, &fast, reading(5), &[child(&root, 2)], at(64))
         .await
@@ -335,6 +335,80 @@ async fn a_redelivered_root_of_a_finished_thousand_item_scan_sends_nothing() {
     // Every message of the scan delivered again sends nothing either.
     let sent = deliver(&ledger, &child(&root, 4), at(3)).await;
     assert!(sent.is_empty());
+}
+
+/// A finish whose transaction applied but whose answer was lost, sent again by the client's
+/// retry: the retry's delete finds nothing, and the done row says the finish was this
+/// delivery's own. (Failed before: reported "already finished", so the step sent none of its
+/// children and the scan waited for a re-drive.)
+#[tokio::test]
+async fn a_finish_applied_whose_answer_was_lost_is_recorded() {
+    let (ledger, table, root) = started().await;
+    let c = claim(&ledger, &root, at(1)).await;
+    let children = [child(&root, 1), child(&root, 2)];
+    table.lose_answer(2, Retry::Yes); // the shard read, then the transaction
+    let finish = ledger
+        .finish(&root, &c, reading(3), &children, at(2))
+        .await
+        .unwrap();
+    assert_eq!(finish, Finish::Recorded);
+    let sum = totals(&ledger, &root).await;
+    assert_eq!((sum.created, sum.done, sum.rows_read), (3, 1, 3));
+}
+
+/// A renewal applied but answered an error (its retry met its own new etag): the claim is
+/// still this delivery's, the renewal says so, and the finish counts. (Failed before: the
+/// renewal said the claim was lost, and the step stopped acting.)
+#[tokio::test]
+async fn a_renewal_applied_whose_answer_was_lost_keeps_the_claim() {
+    let (ledger, table, root) = started().await;
+    let mut c = claim(&ledger, &root, at(1)).await;
+    table.lose_answer(1, Retry::Yes);
+    assert!(ledger.renew(&root, &mut c, at(20), LEASE).await.unwrap());
+    // Lost with no retry: the caller saw an error, and its etag is stale.
+    table.lose_answer(1, Retry::No);
+    assert!(ledger.renew(&root, &mut c, at(40), LEASE).await.is_err());
+    let finish = ledger
+        .finish(&root, &c, reading(2), &[child(&root, 1)], at(41))
+        .await
+        .unwrap();
+    assert_eq!(finish, Finish::Recorded);
+    assert_eq!(totals(&ledger, &root).await.done, 1);
+}
+
+/// A claim applied whose answer was lost is this delivery's: it runs, rather than waiting for
+/// its own lease as if another delivery held the item. (Failed before: `Busy`.)
+#[tokio::test]
+async fn a_claim_applied_whose_answer_was_lost_is_taken() {
+    let (ledger, table, root) = started().await;
+    // The scan row, the pending row, then the claim's write.
+    table.lose_answer(3, Retry::Yes);
+    let begin = ledger.begin(&root, at(1), LEASE).await.unwrap();
+    assert!(matches!(begin, Begin::Run(_)), "{begin:?}");
+}
+
+/// A delivery whose lease ran out finishes after another delivery finished the item: it is
+/// told so, with the children that delivery recorded (to send those not started yet).
+#[tokio::test]
+async fn a_finish_after_another_deliverys_finish_gets_its_children() {
+    let (ledger, table, root) = started().await;
+    let slow = claim(&ledger, &root, at(0)).await;
+    table.set_now(at(61));
+    let fast = claim(&ledger, &root, at(61)).await;
+    let chosen = [child(&root, 1), child(&root, 2)];
+    let on_time = ledger
+        .finish(&root, &fast, reading(5), &chosen, at(62))
+        .await
+        .unwrap();
+    assert_eq!(on_time, Finish::Recorded);
+    let late = ledger
+        .finish(&root, &slow, reading(7), &[child(&root, 3)], at(63))
+        .await
+        .unwrap();
+    let ids: Vec<String> = chosen.iter().map(WorkItem::id).collect();
+    assert_eq!(late, Finish::FinishedByAnother(ids));
+    let sum = totals(&ledger, &root).await;
+    assert_eq!((sum.created, sum.done, sum.rows_read), (3, 1, 5));
 }
 
 /// What happens to one delivered message in the property test.

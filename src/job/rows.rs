@@ -285,6 +285,9 @@ pub struct PendingRow {
     /// When its current run of transient failures began (ms since the epoch); cleared by an
     /// attempt that fails otherwise.
     pub failing_since: Option<u64>,
+    /// The token of the delivery that claimed it last (see `Claim`): how a delivery whose
+    /// write applied but whose answer was lost tells its own write from another's.
+    pub claimed_by: Option<String>,
     /// The row's etag and last write, when read from storage.
     pub etag: Option<String>,
     pub written_at: Option<OffsetDateTime>,
@@ -301,6 +304,7 @@ impl PendingRow {
             redriven_at: 0,
             parent: None,
             failing_since: None,
+            claimed_by: None,
             etag: None,
             written_at: None,
         }
@@ -327,6 +331,10 @@ impl PendingRow {
         if let Some(since) = self.failing_since {
             e.properties.insert("failingSince".into(), int(since));
         }
+        if let Some(token) = &self.claimed_by {
+            e.properties
+                .insert("claimedBy".into(), Value::String(token.clone()));
+        }
         e
     }
 
@@ -340,6 +348,7 @@ impl PendingRow {
             redriven_at: number(e, "redrivenAt"),
             parent: text(e, "parent"),
             failing_since: Some(number(e, "failingSince")).filter(|&t| t > 0),
+            claimed_by: text(e, "claimedBy"),
             etag: e.etag.clone(),
             written_at: e.timestamp.as_ref().map(EdmDateTime::time),
         })
@@ -368,6 +377,8 @@ pub struct DoneRow {
     /// The ids of the children it recorded, so a redelivery can look for unstarted ones;
     /// `None` when there were too many to store.
     pub children: Option<Vec<String>>,
+    /// The token of the claim whose finish wrote it (none in rows of older versions).
+    pub finished_by: Option<String>,
 }
 
 /// Children ids are stored in string properties of at most this many bytes of JSON each...
@@ -396,6 +407,10 @@ impl DoneRow {
             .with("durationMs", int(c.duration_ms))
             .with("depth", int(self.depth))
             .with("finishedAt", date_value(self.finished_at));
+        if let Some(token) = &self.finished_by {
+            e.properties
+                .insert("finishedBy".into(), Value::String(token.clone()));
+        }
         if let Some(children) = &self.children {
             // In properties of at most 60 KiB each (a string property holds 64 KiB): enough
             // for some 30,000 children, far more than a step makes.
@@ -420,6 +435,11 @@ impl DoneRow {
             }
         }
         e
+    }
+
+    /// The token of the claim whose finish wrote done row `e`.
+    pub fn finished_by(e: &Entity) -> Option<String> {
+        text(e, "finishedBy")
     }
 
     /// The children ids of a done row; `None` if it stored none.
@@ -650,6 +670,7 @@ mod tests {
                 depth: 1,
                 finished_at: now,
                 children: Some(children.clone()),
+                finished_by: None,
             };
             let entity = done.to_entity("s", "i");
             assert!(entity.json_len_upper_bound() < 1024 * 1024);
