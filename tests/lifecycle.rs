@@ -76,3 +76,145 @@ async fn an_export_cancelled_after_its_last_step_claimed_gets_no_manifest() {
         manifest.map(|b| String::from_utf8_lossy(&b).to_string())
     );
 }
+
+/// A finish the ledger refuses the same way every time fails its item for good, with the
+/// cause in the status, instead of being answered 503 for ever: an import whose manifest part
+/// lists a blob twice makes two children of one id, and a transaction cannot write an entity
+/// twice. (Failed before the fix: the step answered 503 at every delivery.)
+#[tokio::test]
+async fn a_finish_refused_the_same_way_every_time_fails_its_item_with_the_cause() {
+    let source = fresh_table("twicepart").await;
+    let rows: Vec<Entity> = (0..12)
+        .map(|i| Entity::new(format!("p{}", i % 3), format!("r{i:02}")))
+        .collect();
+    common::load(&source, &rows).await;
+    let mut host = TestHost::serve(state(&[])).await;
+    let container = unique_name("twicep").to_lowercase();
+    let export = host
+        .run_scan(
+            &json!({"table": source.name(), "pageSize": 4, "maxRowsPerSecond": "unlimited",
+            "action": {"type": "export", "container": container, "prefix": "b/"}}),
+        )
+        .await;
+    let (_, done) = host.status(&export).await;
+    assert_eq!(done["state"], "succeeded", "{done}");
+
+    // The part lists its first blob a second time.
+    let blobs = BlobServiceClient::new(&common::account(), fast_retry_options()).unwrap();
+    let container_client = blobs.container(&container).unwrap();
+    let part_name = "b/manifest/part-00000.ndjson";
+    let part = String::from_utf8(container_client.get(part_name).await.unwrap()).unwrap();
+    let first = part.lines().next().unwrap().to_string();
+    container_client
+        .put(
+            part_name,
+            format!("{part}{first}\n").into_bytes(),
+            "application/x-ndjson",
+        )
+        .await
+        .unwrap();
+
+    let target = unique_name("twicet");
+    let (start, import) = host
+        .start_scan(&json!({"import": {"container": container, "prefix": "b/"},
+            "maxRowsPerSecond": "unlimited", "action": {"type": "copy", "table": target}}))
+        .await;
+    let root = start.messages("exportItems").remove(0);
+    let answer = host.deliver("ScanExport", &root, 1).await;
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    assert!(answer.messages("exportItems").is_empty(), "{}", answer.text);
+    let (_, status) = host.status(&import).await;
+    assert_eq!(status["state"], "failed", "{status}");
+    let error = status["errors"][0]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("finish cannot be recorded") && error.contains("already names"),
+        "{status}"
+    );
+}
+
+/// Settings for a handler whose export connection `ExportTo` reaches the test storage with
+/// `key` (a wrong key is refused with 403 at once, not retried).
+fn export_state(key: &str, outage_window_seconds: &str) -> std::sync::Arc<AppState> {
+    let good = common::connection_string();
+    let export_to = good
+        .split(';')
+        .map(|part| match part.split_once('=') {
+            Some(("AccountKey", _)) => format!("AccountKey={key}"),
+            _ => part.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(";");
+    state(&[
+        ("ExportTo", &export_to),
+        ("TABLESCAN_OUTAGE_WINDOW_SECONDS", outage_window_seconds),
+    ])
+}
+
+/// A manifest that cannot be written shows in the status with its cause while the scan waits,
+/// and ends the scan failed once attempts have failed for the outage window. (Before: the
+/// status said "running" with no cause, for ever, and every sweep tried again.)
+#[tokio::test]
+async fn a_manifest_that_cannot_be_written_is_reported_and_fails_the_scan_in_bounded_time() {
+    let source = fresh_table("sealfail").await;
+    let rows: Vec<Entity> = (0..5).map(|i| Entity::new("p", format!("r{i}"))).collect();
+    common::load(&source, &rows).await;
+    let good_key = common::connection_string()
+        .split(';')
+        .find_map(|part| part.strip_prefix("AccountKey="))
+        .expect("the test storage is reached by key")
+        .to_string();
+    let working = export_state(&good_key, "3600");
+    let mut host = TestHost::serve(working.clone()).await;
+    let container = unique_name("sealf").to_lowercase();
+    let id = host
+        .run_scan(&json!({"table": source.name(), "maxRowsPerSecond": "unlimited",
+            "action": {"type": "export", "connection": "ExportTo", "container": container, "prefix": "b/"}}))
+        .await;
+    let ledger = working.ledger().unwrap();
+    // As if the last step had stopped before its manifest: the scan row without the mark.
+    let table = ledger.table();
+    let mut row = table.get_entity(&id, "scan").await.unwrap().unwrap();
+    row.properties.remove("manifestWrittenAt");
+    table
+        .upsert(&row, tablescan::storage::table::WriteMode::Replace)
+        .await
+        .unwrap();
+
+    // The export's account now refuses the app's key (rotated, say).
+    let wrong_key = base64_of_zeros();
+    let refused = export_state(&wrong_key, "3600");
+    let record = ledger.scan(&id).await.unwrap().unwrap();
+    assert!(seal_record(&refused, ledger, &record).await.is_err());
+    let (_, waiting) = host.status(&id).await;
+    assert_eq!(waiting["state"], "running", "{waiting}");
+    let error = waiting["export"]["manifestError"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(error.contains("403"), "{waiting}");
+    let note = waiting["activity"]["note"].as_str().unwrap_or_default();
+    assert!(note.contains("could not be written yet"), "{waiting}");
+
+    // Past the outage window the scan gives up, failed with the cause.
+    let impatient = export_state(&wrong_key, "1");
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let record = ledger.scan(&id).await.unwrap().unwrap();
+    assert!(seal_record(&impatient, ledger, &record).await.is_err());
+    let (_, failed) = host.status(&id).await;
+    assert_eq!(failed["state"], "failed", "{failed}");
+    let because = failed["failedBecause"].as_str().unwrap_or_default();
+    assert!(
+        because.contains("manifest could not be written"),
+        "{failed}"
+    );
+    // Given up: no further attempt writes anything.
+    let record = ledger.scan(&id).await.unwrap().unwrap();
+    assert_eq!(
+        seal_record(&working, ledger, &record).await,
+        Ok(Sealed::NotWaiting)
+    );
+}
+
+fn base64_of_zeros() -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode([0u8; 64])
+}

@@ -720,7 +720,18 @@ async fn activity(
         true => queued_messages(state, status, budget).await,
         false => None,
     };
-    let note = if awaits_manifest {
+    let manifest_error = status
+        .export
+        .as_ref()
+        .is_some_and(|e| e.manifest_error.is_some());
+    let note = if awaits_manifest && manifest_error {
+        Some(
+            "every step is done, but the export's manifest could not be written yet (see \
+             export.manifestError); the re-drive sweep tries again, and the scan fails if it \
+             still cannot after TABLESCAN_OUTAGE_WINDOW_SECONDS"
+                .to_string(),
+        )
+    } else if awaits_manifest {
         Some(
             "every step is done; the export's manifest is being written (if the step that \
              finished last stopped before writing it, the next re-drive sweep writes it)"

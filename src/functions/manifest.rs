@@ -89,11 +89,37 @@ pub async fn seal_record(
     // item): a cancel written since drops the items not yet run, and their drops settle the
     // totals as surely as their finishes would. Read the scan again, after the settling read:
     // a manifest only ever describes a whole export.
-    match ledger.scan(scan).await {
-        Ok(Some(now)) if now.cancelled_at.is_none() => {}
+    let record = match ledger.scan(scan).await {
+        Ok(Some(now)) if now.cancelled_at.is_none() => now,
         Ok(_) => return Ok(Sealed::NotDone),
         Err(e) => return Err(format!("the scan could not be read again: {e}")),
+    };
+    if record.manifest_at.is_some() || record.manifest_trouble.gave_up_at.is_some() {
+        return Ok(Sealed::NotWaiting);
     }
+    match write(state, ledger, &record).await {
+        Ok(sealed) => Ok(sealed),
+        Err(why) => {
+            // Recorded for the status, and bounded: after the outage window the scan fails
+            // with this cause instead of waiting for ever with every step done.
+            let window = time::Duration::try_from(state.outage_window)
+                .unwrap_or(time::Duration::MINUTE * 30);
+            match ledger
+                .note_manifest_failure(&record, &why, OffsetDateTime::now_utc(), window)
+                .await
+            {
+                Ok(true) => tracing::error!(scan, "gave up writing the export's manifest: {why}"),
+                Ok(false) => {}
+                Err(e) => tracing::warn!(scan, "could not record the manifest's failure: {e}"),
+            }
+            Err(why)
+        }
+    }
+}
+
+/// Writes the manifest of `record`, an export whose every step is done.
+async fn write(state: &AppState, ledger: &Ledger, record: &ScanRecord) -> Result<Sealed, String> {
+    let scan = record.id.as_str();
     let ActionSpec::Export {
         container,
         prefix,

@@ -162,6 +162,15 @@ async fn run_item(
                     );
                     return Outcome::default().into_response();
                 }
+                Err(e) if e.refused_for_good() => {
+                    // Refused the same way at every attempt (an entity twice in the
+                    // transaction, a done row already there, a transaction too large): more
+                    // deliveries would only loop through the poison queue and the re-drive.
+                    let why = format!("the step ran but its finish cannot be recorded: {e}");
+                    let attempt = invocation.dequeue_count().unwrap_or(claim.attempt);
+                    let failure = StepFailure::permanent(why);
+                    return on_failure(state, ledger, queue, &item, &claim, attempt, failure).await;
+                }
                 Err(e) => {
                     return Failure::new(
                         StatusCode::SERVICE_UNAVAILABLE,

@@ -211,6 +211,26 @@ impl Ledger {
         Ok((entries, page.continuation))
     }
 
+    /// Records that writing scan `scan`'s manifest failed at `now` (its record `record` as
+    /// read before the attempt); gives up, failing the scan, once attempts have failed for
+    /// `give_up_after`. Returns whether it gave up.
+    pub async fn note_manifest_failure(
+        &self,
+        record: &super::ScanRecord,
+        error: &str,
+        now: OffsetDateTime,
+        give_up_after: time::Duration,
+    ) -> Result<bool, LedgerError> {
+        let merge = record
+            .manifest_trouble
+            .failed_attempt(&record.id, error, now, give_up_after);
+        let gave_up = merge.properties.contains_key("manifestGaveUpAt");
+        self.table()
+            .update(&merge, WriteMode::Merge, &IfMatch::Any)
+            .await?;
+        Ok(gave_up)
+    }
+
     /// Records that scan `scan`'s manifest was written.
     pub async fn mark_manifest_written(
         &self,

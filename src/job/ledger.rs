@@ -57,6 +57,25 @@ impl LedgerError {
     pub fn is_transient(&self) -> bool {
         matches!(self, LedgerError::Storage(e) if e.is_transient())
     }
+
+    /// Whether the ledger would refuse the same write the same way every time: a transaction
+    /// the client refuses to send (an entity twice, over 100 operations or 4 MiB), one the
+    /// service finds malformed (400), too large (413) or in conflict with a row that will not
+    /// go away (409: a done row already there), or an unreadable ledger row. Trying again
+    /// cannot help; a step whose finish is refused so fails for good with the cause. Not:
+    /// throttling, timeouts, a lost connection, a conditional write that lost a race (412 or
+    /// 404, for which the callers have their own answers).
+    pub fn refused_for_good(&self) -> bool {
+        match self {
+            LedgerError::Corrupt(..) | LedgerError::OldFormat(..) => true,
+            LedgerError::Storage(e) => match e.kind() {
+                ErrorKind::InvalidRequest(_) => true,
+                ErrorKind::Batch { error, .. } => matches!(error.status, 400 | 409 | 413),
+                ErrorKind::Service(error) => matches!(error.status, 400 | 413),
+                _ => false,
+            },
+        }
+    }
 }
 
 /// A scan as recorded when it was started.
@@ -69,6 +88,8 @@ pub struct ScanRecord {
     pub cancelled_at: Option<OffsetDateTime>,
     /// An export's: when its manifest was written (its scan succeeds then, not before).
     pub manifest_at: Option<OffsetDateTime>,
+    /// An export's: why its manifest could not be written, if it could not.
+    pub manifest_trouble: rows::ManifestTrouble,
     /// When a status read last took its turn at the re-drive look (`job::redrive`).
     pub redrive_looked_at: Option<OffsetDateTime>,
     /// The cap learned from the accounts' refusals, if any (see `job::learning`).
@@ -1009,6 +1030,7 @@ fn record_from(id: &str, entity: &Entity) -> Result<ScanRecord, LedgerError> {
         started_at: row.started_at,
         cancelled_at: row.cancelled_at,
         manifest_at: row.manifest_at,
+        manifest_trouble: row.manifest_trouble,
         redrive_looked_at: row.redrive_looked_at,
         learned_cap: row.learned_cap,
         learn_round_ms: row.learn_round_ms,
