@@ -224,7 +224,7 @@ async fn measure(ledger: &Ledger, counter: &Counter<'_>) -> Vec<String> {
             .await;
 
         let (stranded, look_cost) = counter
-            .cost(ledger.stranded(&root.scan, now, Duration::minutes(15)))
+            .cost(ledger.stranded(&root.scan, now, Duration::minutes(15), None))
             .await;
         assert!(stranded.unwrap().is_empty(), "nothing is 15 minutes old");
 

@@ -207,6 +207,7 @@ async fn a_re_drive_starts_nothing_after_its_deadline_and_leaves_the_rest_strand
                 &id,
                 time::OffsetDateTime::now_utc(),
                 time::Duration::seconds(1),
+                time::Duration::MINUTE,
             )
             .await
             .unwrap()

@@ -524,7 +524,11 @@ pub async fn get_scan(state: &AppState, body: &[u8]) -> Response {
                 status.pace = pace(ledger, &status, &mut budget).await;
             }
             if super::redrive::wants_redrive(status.state) {
-                redrive_look(state, ledger, &read).await;
+                let abandoned = status
+                    .activity
+                    .as_ref()
+                    .is_some_and(|a| a.steps_abandoned > 0);
+                redrive_look(state, ledger, &read, abandoned).await;
             }
             answer(
                 StatusCode::OK,
@@ -583,20 +587,43 @@ async fn pace(
 
 /// The status read's re-drive look (`job::redrive`): when it is due and this reader wins the
 /// scan's turn, items found stranded are sent again (the next read counts them). Failures
-/// never fail the read: they are logged, and the next turn or sweep tries again.
-async fn redrive_look(state: &AppState, ledger: &crate::job::Ledger, read: &StatusRead) {
+/// never fail the read: they are logged, and the next turn or sweep tries again. While the
+/// read saw `abandoned` claims (a host died), the look is due once a lease rather than once
+/// a minute, so that a watched scan resumes soon after a crash.
+async fn redrive_look(
+    state: &AppState,
+    ledger: &crate::job::Ledger,
+    read: &StatusRead,
+    abandoned: bool,
+) {
     let id = read.status.id.as_str();
     let now = OffsetDateTime::now_utc();
     let after = super::redrive::redrive_after(state);
-    let every = super::redrive::status_look_every(state);
-    if !crate::job::redrive::look_due(read.created_at, read.redrive_looked_at, now, after, every) {
+    // A claim can be abandoned once a lease has passed, long before an item can be stranded.
+    let lease = time::Duration::try_from(state.lease).unwrap_or(time::Duration::MINUTE);
+    let every = match abandoned {
+        true => super::redrive::status_look_every(state).min(lease),
+        false => super::redrive::status_look_every(state),
+    };
+    let old_enough = after.min(lease);
+    if !crate::job::redrive::look_due(
+        read.created_at,
+        read.redrive_looked_at,
+        now,
+        old_enough,
+        every,
+    ) {
         return;
     }
     let looked = async {
         if !ledger.take_look_turn(id, &read.scan_etag, now).await? {
             return Ok(Vec::new());
         }
-        ledger.stranded(id, now, after).await
+        let stall = crate::job::redrive::stall_after(lease);
+        let quiet = crate::job::redrive::quiet_for(&read.status, now);
+        ledger
+            .stranded(id, now, after, (quiet >= stall).then_some(stall))
+            .await
     };
     let stranded = match looked.await {
         Ok(stranded) => stranded,

@@ -90,7 +90,8 @@ pub async fn redrive_stranded(
                 }
             }
         }
-        if waits_in_backlog(item.touched_ms, oldest[queue]) {
+        // An abandoned claim's message is not in the backlog: the dead host holds it.
+        if !item.abandoned && waits_in_backlog(item.touched_ms, oldest[queue]) {
             continue;
         }
         let resent = async {
@@ -195,6 +196,7 @@ pub async fn sweep(state: &AppState, ledger: &Ledger) -> Result<Sweep, String> {
     let deadline = Instant::now() + state.budget.max_duration;
     let ids = ledger.active_scans().await.map_err(|e| e.to_string())?;
     let after = redrive_after(state);
+    let lease = time::Duration::try_from(state.lease).unwrap_or(time::Duration::MINUTE);
     let mut done = Sweep {
         scans: ids.len(),
         ..Sweep::default()
@@ -205,7 +207,7 @@ pub async fn sweep(state: &AppState, ledger: &Ledger) -> Result<Sweep, String> {
             continue;
         }
         let looked = ledger
-            .status_and_stranded(id, OffsetDateTime::now_utc(), after)
+            .status_and_stranded(id, OffsetDateTime::now_utc(), after, lease)
             .await
             .map_err(|e| e.to_string());
         let result = match looked {

@@ -86,7 +86,8 @@ async fn run_item(
         Admission::NotNow(why) => return give_back(state, queue, &item, &why).await,
         Admission::Undecided => None,
     };
-    let begin = match begin_when_free(state, ledger, &item, &mut admitted).await {
+    let sent = invocation.insertion_time();
+    let begin = match begin_when_free(state, ledger, &item, sent, &mut admitted).await {
         Ok(begin) => begin,
         Err(e) => {
             return Failure::new(
@@ -104,6 +105,13 @@ async fn run_item(
         }
         Begin::Orphan => {
             tracing::info!("written ahead by a finish that chose other work; dropped");
+            return Outcome::default().into_response();
+        }
+        Begin::Superseded => {
+            tracing::info!(
+                "an older message of a step sent again after its claim was abandoned; the \
+                 newer message's delivery runs it, this one is dropped"
+            );
             return Outcome::default().into_response();
         }
         Begin::Cancelled => {
@@ -479,12 +487,15 @@ async fn begin_when_free(
     state: &AppState,
     ledger: &crate::job::Ledger,
     item: &WorkItem,
+    sent: Option<OffsetDateTime>,
     admitted: &mut Option<StepPace>,
 ) -> Result<Begin, crate::job::LedgerError> {
     let lease = time::Duration::try_from(state.lease).unwrap_or(time::Duration::MINUTE);
     let mut waited = std::time::Duration::ZERO;
     loop {
-        let begin = ledger.begin(item, OffsetDateTime::now_utc(), lease).await?;
+        let begin = ledger
+            .begin_sent(item, sent, OffsetDateTime::now_utc(), lease)
+            .await?;
         let Begin::Busy(remaining) = begin else {
             return Ok(begin);
         };

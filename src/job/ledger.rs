@@ -118,6 +118,9 @@ pub enum Begin {
     Cancelled,
     /// Another delivery of the same item holds the claim for this much longer.
     Busy(std::time::Duration),
+    /// This message was put before the item was sent again (its claim was abandoned), and the
+    /// newer message's delivery holds the claim: this one is a leftover, to be dropped.
+    Superseded,
     /// No scan with this id exists.
     UnknownScan,
     /// The scan exists but never recorded this item (or it failed for good already).
@@ -369,6 +372,18 @@ impl Ledger {
         now: OffsetDateTime,
         lease: time::Duration,
     ) -> Result<Begin, LedgerError> {
+        self.begin_sent(item, None, now, lease).await
+    }
+
+    /// [`Ledger::begin`] for a message put at `sent` (to the second): a message older than
+    /// the item's re-drive finds it [`Begin::Superseded`] while another delivery holds it.
+    pub async fn begin_sent(
+        &self,
+        item: &WorkItem,
+        sent: Option<OffsetDateTime>,
+        now: OffsetDateTime,
+        lease: time::Duration,
+    ) -> Result<Begin, LedgerError> {
         let Some(scan) = self.scan(&item.scan).await? else {
             return Ok(Begin::UnknownScan);
         };
@@ -420,6 +435,11 @@ impl Ledger {
             return Ok(Begin::Cancelled);
         }
         let now_ms = millis(now);
+        // Put more than a second (its time's precision) before the re-drive.
+        let superseded = sent.is_some_and(|sent| millis(sent) + 1_000 < pending.redriven_at);
+        if !pending.is_free(now_ms) && superseded {
+            return Ok(Begin::Superseded);
+        }
         if !pending.is_free(now_ms) {
             return Ok(Begin::Busy(std::time::Duration::from_millis(
                 pending.lease_until - now_ms,

@@ -411,6 +411,82 @@ async fn a_finish_after_another_deliverys_finish_gets_its_children() {
     assert_eq!((sum.created, sum.done, sum.rows_read), (3, 1, 5));
 }
 
+/// The message of an item whose claim was abandoned comes back after the item was sent again
+/// and claimed by the newer message's delivery: it is a leftover and is dropped at once, not
+/// held for two leases waiting for a claim it must not take.
+#[tokio::test]
+async fn an_old_message_of_an_item_sent_again_is_superseded_while_the_new_one_runs() {
+    let (ledger, table, root) = started().await;
+    let sent = at(0);
+    let _dead = claim(&ledger, &root, at(1)).await;
+    // The claim lapses; a re-drive marks the item and sends it again at 70 s.
+    table.set_now(at(70));
+    let stranded = ledger
+        .stranded(&root.scan, at(70), Duration::minutes(15), None)
+        .await
+        .unwrap();
+    assert_eq!(stranded.len(), 1, "abandoned, so stranded at once");
+    assert!(stranded[0].abandoned);
+    assert!(ledger
+        .mark_redriven(&root.scan, &stranded[0], at(70))
+        .await
+        .unwrap());
+    // The new message's delivery claims it.
+    let begin = ledger
+        .begin_sent(&root, Some(at(70)), at(71), LEASE)
+        .await
+        .unwrap();
+    assert!(matches!(begin, Begin::Run(_)), "{begin:?}");
+    // The old message returns while the new delivery runs.
+    let old = ledger
+        .begin_sent(&root, Some(sent), at(72), LEASE)
+        .await
+        .unwrap();
+    assert!(matches!(old, Begin::Superseded), "{old:?}");
+    // A message not older than the re-drive waits as any duplicate does.
+    let twin = ledger
+        .begin_sent(&root, Some(at(70)), at(72), LEASE)
+        .await
+        .unwrap();
+    assert!(matches!(twin, Begin::Busy(_)), "{twin:?}");
+}
+
+/// A stalled scan (no step finished for a while, no live claim in the window): its unclaimed
+/// items, whose messages a dead host took but never started, count as stranded after the
+/// stall time instead of the re-drive's 15 minutes; a live claim in the window says somebody
+/// is working, and they wait.
+#[tokio::test]
+async fn a_stalled_scans_unclaimed_items_are_stranded_after_the_stall_time() {
+    let (ledger, table, root) = started().await;
+    let c = claim(&ledger, &root, at(1)).await;
+    let children = [child(&root, 1), child(&root, 2)];
+    ledger
+        .finish(&root, &c, reading(1), &children, at(2))
+        .await
+        .unwrap();
+    let long = Duration::minutes(15);
+    let stall = Some(Duration::seconds(20));
+    table.set_now(at(40));
+    let found = ledger
+        .stranded(&root.scan, at(40), long, stall)
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 2, "stalled and nobody working");
+    assert!(found.iter().all(|s| !s.abandoned));
+    assert!(ledger
+        .stranded(&root.scan, at(40), long, None)
+        .await
+        .unwrap()
+        .is_empty());
+    // One child claimed and live: the other waits for the usual time.
+    let _running = claim(&ledger, &children[0], at(40)).await;
+    let found = ledger
+        .stranded(&root.scan, at(41), long, stall)
+        .await
+        .unwrap();
+    assert!(found.is_empty(), "{found:?}");
+}
+
 /// What happens to one delivered message in the property test.
 #[derive(Debug, Clone, Copy)]
 enum Delivery {
@@ -456,7 +532,11 @@ async fn deliver(ledger: &Ledger, item: &WorkItem, now: OffsetDateTime) -> Vec<W
         }
         // Held by another delivery: the message comes back later.
         Begin::Busy(_) => vec![item.clone()],
-        Begin::Cancelled | Begin::UnknownScan | Begin::UnknownItem | Begin::Orphan => Vec::new(),
+        Begin::Cancelled
+        | Begin::UnknownScan
+        | Begin::UnknownItem
+        | Begin::Orphan
+        | Begin::Superseded => Vec::new(),
     }
 }
 

@@ -283,12 +283,15 @@ impl Ledger {
         id: &str,
         now: OffsetDateTime,
         after: time::Duration,
+        lease: time::Duration,
     ) -> Result<Option<(ScanStatus, Vec<Stranded>)>, LedgerError> {
         let Some(status) = self.status(id, now).await? else {
             return Ok(None);
         };
         let stranded = if matches!(status.state, State::Pending | State::Running) {
-            self.stranded(id, now, after).await?
+            let stall = super::redrive::stall_after(lease);
+            let stalled = (super::redrive::quiet_for(&status, now) >= stall).then_some(stall);
+            self.stranded(id, now, after, stalled).await?
         } else {
             Vec::new()
         };
