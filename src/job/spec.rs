@@ -10,7 +10,8 @@ use serde_json::{Map, Value};
 use crate::scan::keys::{KeyProperty, KeyRange};
 use crate::scan::step::Strategy;
 use crate::storage::names::{
-    validate_container_name, validate_key, validate_queue_name, validate_table_name, KeyKind,
+    first_dot_segment, validate_container_name, validate_key, validate_queue_name,
+    validate_table_name, KeyKind,
 };
 use crate::storage::table::entity::{EdmDateTime, Entity};
 use crate::storage::table::filter::{Comparison, Filter, Literal, Property};
@@ -1079,6 +1080,15 @@ fn export_prefix(prefix: Option<String>, field: &str) -> Result<String, SpecErro
     if prefix.starts_with('/') {
         return refuse(field, "may not start with '/'");
     }
+    if let Some(segment) = first_dot_segment(&prefix) {
+        return refuse(
+            field,
+            format!(
+                "may not hold a '.' or '..' segment (here {segment:?}): URL parsing removes \
+                 those, so the blobs would land outside the container; name the folder as it is"
+            ),
+        );
+    }
     if !prefix.is_empty() && !prefix.ends_with('/') {
         prefix.push('/');
     }
@@ -2030,3 +2040,7 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "spec_path_tests.rs"]
+mod path_tests;
