@@ -251,7 +251,7 @@ fn guard(
         .map_err(unavailable)?;
     let app_queues = app.queues().map_err(unavailable)?;
     let protected = Protected {
-        ledger: Place::new(ledger_tables.endpoint(), ledger_table),
+        ledger: Place::new(Service::Table, ledger_tables.endpoint(), ledger_table),
         // The queues the app's function.json files name (renamed ones too), and the built-in
         // names in case a file could not be read.
         work_queues: [
@@ -262,7 +262,7 @@ fn guard(
             names::PARTITION_QUEUE,
             names::EXPORT_QUEUE,
         ]
-        .map(|queue| Place::new(app_queues.endpoint(), queue))
+        .map(|queue| Place::new(Service::Queue, app_queues.endpoint(), queue))
         .to_vec(),
     };
     let not_usable = |e: String| refusal(StatusCode::BAD_REQUEST, Some("action.connection"), e);
@@ -273,7 +273,10 @@ fn guard(
         } => {
             let target = target(connection)?;
             let tables = target.tables().map_err(not_usable)?;
-            (Some(Place::new(tables.endpoint(), table)), Vec::new())
+            (
+                Some(Place::new(Service::Table, tables.endpoint(), table)),
+                Vec::new(),
+            )
         }
         ActionSpec::Enqueue { connection, .. } | ActionSpec::PartitionKeys { connection, .. } => {
             let target = target(connection)?;
@@ -282,7 +285,7 @@ fn guard(
                 .action
                 .target_queues()
                 .iter()
-                .map(|queue| Place::new(endpoint, queue))
+                .map(|queue| Place::new(Service::Queue, endpoint, queue))
                 .collect();
             (None, places)
         }
@@ -356,7 +359,7 @@ async fn prepare(state: &AppState, spec: &mut ScanSpec, id: &str) -> Result<(), 
         }
         Err(e) => return Err(refused(&check, what, &e)),
     }
-    let source = Place::new(source.endpoint(), &spec.table);
+    let source = Place::new(Service::Table, source.endpoint(), &spec.table);
     guard(state, spec, source, ledger_tables, ledger.table().name())?;
     prepare_target(state, spec, id).await
 }
