@@ -14,7 +14,7 @@ use super::protocol::{Failure, HttpRequest, Invocation, Outcome};
 use super::reach::{self, Check, Service};
 use crate::job::ledger::{is_scan_id, new_scan_id};
 use crate::job::read_budget::{ReadBudget, ReadCost, STATUS_READ};
-use crate::job::spec::{ActionSpec, ScanSpec, SpecError};
+use crate::job::spec::{ActionSpec, ScanSpec};
 use crate::job::{Created, State, StatusRead};
 use crate::scan::item::WorkItem;
 use crate::storage::table::query::Query;
@@ -117,10 +117,11 @@ async fn try_start_scan(state: &AppState, body: &[u8]) -> Result<Response, HttpE
         Ok(cap) => *cap,
         Err(why) => return refuse(StatusCode::INTERNAL_SERVER_ERROR, None, why.clone()),
     };
-    let mut spec = match ScanSpec::parse_with(text, &state.settings, default_cap) {
+    let mut spec = match super::allowlist::parse_start(state, text, default_cap) {
         Ok(spec) => spec,
-        Err(SpecError { field, message }) => {
-            return refuse(StatusCode::BAD_REQUEST, Some(&field), message)
+        Err(refused) => {
+            let (status, field, message) = refused.answer();
+            return refuse(status, field.as_deref(), message);
         }
     };
     let ledger = match state.ledger() {

@@ -2,6 +2,7 @@
 //! one handler per function, and the router.
 
 pub mod account;
+pub mod allowlist;
 pub mod app;
 mod export_checks;
 pub mod guard;
