@@ -131,6 +131,9 @@ pub struct AppState {
     /// The cap a scan gets when its request names none, or why the app setting
     /// [`MAX_ROWS_PER_SECOND_SETTING`] could not be read (then starts are refused with that).
     pub default_cap: Result<Option<u32>, String>,
+    /// The connections scans may use (`TABLESCAN_CONNECTIONS`): `None` for every one, or why
+    /// the setting could not be read (then starts are refused with that, and steps fail).
+    pub connections: Result<Option<super::allowlist::Allowlist>, String>,
     /// This process's share of each running scan's cap, and the slots of its steps.
     pub pacing: super::pacing::Pacing,
     clients: Mutex<HashMap<String, Clients>>,
@@ -304,8 +307,13 @@ impl AppState {
         if let Err(why) = &default_cap {
             tracing::error!("{why}; scans cannot start until it is mended");
         }
+        let connections = super::allowlist::Allowlist::from_settings(&settings);
+        if let Err(why) = &connections {
+            tracing::error!("{why}; scans cannot start or run until it is mended");
+        }
         let state = AppState {
             default_cap,
+            connections,
             pacing: super::pacing::Pacing::default(),
             ledger_connection,
             settings: settings.clone(),
@@ -452,6 +460,15 @@ impl AppState {
         };
         cache.insert(key, clients.clone());
         Ok(clients)
+    }
+
+    /// The connections scans may use: `None` for every one; an error naming the setting when
+    /// its value could not be read.
+    pub fn allowlist(&self) -> Result<Option<&super::allowlist::Allowlist>, String> {
+        self.connections
+            .as_ref()
+            .map(Option::as_ref)
+            .map_err(Clone::clone)
     }
 
     pub fn ledger(&self) -> Result<&Ledger, String> {

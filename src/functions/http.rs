@@ -14,7 +14,7 @@ use super::protocol::{Failure, HttpRequest, Invocation, Outcome};
 use super::reach::{self, Check, Service};
 use crate::job::ledger::{is_scan_id, new_scan_id};
 use crate::job::read_budget::{ReadBudget, ReadCost, STATUS_READ};
-use crate::job::spec::{ActionSpec, ScanSpec, SpecError};
+use crate::job::spec::{ActionSpec, ScanSpec};
 use crate::job::{Created, State, StatusRead};
 use crate::scan::item::WorkItem;
 use crate::storage::table::query::Query;
@@ -117,10 +117,11 @@ async fn try_start_scan(state: &AppState, body: &[u8]) -> Result<Response, HttpE
         Ok(cap) => *cap,
         Err(why) => return refuse(StatusCode::INTERNAL_SERVER_ERROR, None, why.clone()),
     };
-    let mut spec = match ScanSpec::parse_with(text, &state.settings, default_cap) {
+    let mut spec = match super::allowlist::parse_start(state, text, default_cap) {
         Ok(spec) => spec,
-        Err(SpecError { field, message }) => {
-            return refuse(StatusCode::BAD_REQUEST, Some(&field), message)
+        Err(refused) => {
+            let (status, field, message) = refused.answer();
+            return refuse(status, field.as_deref(), message);
         }
     };
     let ledger = match state.ledger() {
@@ -251,7 +252,7 @@ fn guard(
         .map_err(unavailable)?;
     let app_queues = app.queues().map_err(unavailable)?;
     let protected = Protected {
-        ledger: Place::new(ledger_tables.endpoint(), ledger_table),
+        ledger: Place::new(Service::Table, ledger_tables.endpoint(), ledger_table),
         // The queues the app's function.json files name (renamed ones too), and the built-in
         // names in case a file could not be read.
         work_queues: [
@@ -262,7 +263,7 @@ fn guard(
             names::PARTITION_QUEUE,
             names::EXPORT_QUEUE,
         ]
-        .map(|queue| Place::new(app_queues.endpoint(), queue))
+        .map(|queue| Place::new(Service::Queue, app_queues.endpoint(), queue))
         .to_vec(),
     };
     let not_usable = |e: String| refusal(StatusCode::BAD_REQUEST, Some("action.connection"), e);
@@ -273,7 +274,10 @@ fn guard(
         } => {
             let target = target(connection)?;
             let tables = target.tables().map_err(not_usable)?;
-            (Some(Place::new(tables.endpoint(), table)), Vec::new())
+            (
+                Some(Place::new(Service::Table, tables.endpoint(), table)),
+                Vec::new(),
+            )
         }
         ActionSpec::Enqueue { connection, .. } | ActionSpec::PartitionKeys { connection, .. } => {
             let target = target(connection)?;
@@ -282,7 +286,7 @@ fn guard(
                 .action
                 .target_queues()
                 .iter()
-                .map(|queue| Place::new(endpoint, queue))
+                .map(|queue| Place::new(Service::Queue, endpoint, queue))
                 .collect();
             (None, places)
         }
@@ -356,7 +360,7 @@ async fn prepare(state: &AppState, spec: &mut ScanSpec, id: &str) -> Result<(), 
         }
         Err(e) => return Err(refused(&check, what, &e)),
     }
-    let source = Place::new(source.endpoint(), &spec.table);
+    let source = Place::new(Service::Table, source.endpoint(), &spec.table);
     guard(state, spec, source, ledger_tables, ledger.table().name())?;
     prepare_target(state, spec, id).await
 }

@@ -3,6 +3,7 @@
 
 pub mod active;
 pub mod activity;
+pub mod connections;
 mod duplicate_keys;
 pub mod exports;
 pub mod housekeeping;
