@@ -127,7 +127,7 @@ async fn a_finish_refused_the_same_way_every_time_fails_its_item_with_the_cause(
     assert_eq!(status["state"], "failed", "{status}");
     let error = status["errors"][0]["error"].as_str().unwrap_or_default();
     assert!(
-        error.contains("finish cannot be recorded") && error.contains("already names"),
+        error.contains("finish cannot be recorded") && error.contains("twice"),
         "{status}"
     );
 }
@@ -217,4 +217,63 @@ async fn a_manifest_that_cannot_be_written_is_reported_and_fails_the_scan_in_bou
 fn base64_of_zeros() -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode([0u8; 64])
+}
+
+/// The case only the seal's second read of the scan catches: a step that sees the cancel
+/// mid-scan ends with no follow-ups, so nothing is dropped and the totals settle as if the
+/// export were whole (4 rows of 6 here); the step's own record (read at its claim) says "not
+/// cancelled". (Failed with the second read removed: Written.)
+#[tokio::test]
+async fn an_export_cancelled_with_nothing_dropped_gets_no_manifest_from_a_stale_record() {
+    let source = fresh_table("sealstale").await;
+    let rows: Vec<Entity> = (0..6).map(|i| Entity::new("p", format!("r{i}"))).collect();
+    common::load(&source, &rows).await;
+    let state = AppState::new(Settings::from_pairs([
+        (
+            "AzureWebJobsStorage".to_string(),
+            common::connection_string(),
+        ),
+        ("TABLESCAN_LEDGER_TABLE".to_string(), unique_name("ledger")),
+    ]));
+    let mut host = TestHost::serve(state.clone()).await;
+    let container = unique_name("seals").to_lowercase();
+    let (start, id) = host
+        .start_scan(
+            &json!({"table": source.name(), "maxRowsPerSecond": "unlimited",
+            "action": {"type": "export", "container": container, "prefix": "b/"}}),
+        )
+        .await;
+    let ledger = state.ledger().unwrap();
+    let root = start.messages("rangeItems").remove(0);
+    let item = tablescan::scan::WorkItem::decode(&root).unwrap();
+    let lease = time::Duration::MINUTE;
+    // The step claims its item (and reads the scan: not cancelled)...
+    let tablescan::job::Begin::Run(claim) = ledger
+        .begin(&item, time::OffsetDateTime::now_utc(), lease)
+        .await
+        .unwrap()
+    else {
+        panic!("the root runs");
+    };
+    // ...the cancel lands while it runs; it sees the cancel at its next page and finishes
+    // with no follow-ups: nothing is dropped.
+    let (status, body) = host.cancel(&id).await;
+    assert!(status == 200 || status == 202, "{status} {body}");
+    let counts = tablescan::job::StepCounts {
+        rows_read: 4,
+        rows_acted: 4,
+        ..Default::default()
+    };
+    let finish = ledger
+        .finish(&item, &claim, counts, &[], time::OffsetDateTime::now_utc())
+        .await
+        .unwrap();
+    assert_eq!(finish, tablescan::job::Finish::Recorded);
+    let (totals, settled) = ledger.consistent_totals(&id).await.unwrap();
+    assert!(settled && totals.dropped == 0, "{totals:?}");
+    // The seal from the step's record, read at its claim.
+    assert_eq!(
+        seal_record(&state, ledger, &claim.scan).await.unwrap(),
+        Sealed::NotDone
+    );
 }

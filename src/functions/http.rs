@@ -769,18 +769,10 @@ async fn activity(
                 .to_string(),
         )
     } else if claims.abandoned > 0 {
-        let by = abandoned_return_by_ms
-            .map(|ms| {
-                format!(
-                    " (by {} seconds from now)",
-                    ms.saturating_sub(now_ms) / 1000
-                )
-            })
-            .unwrap_or_default();
         Some(format!(
-            "{} work item(s) were held by a step that stopped without finishing (its host stopped); \
-             their messages come back when the host's hold on them ends (at most 10 minutes after \
-             delivery){by}, and the scan goes on",
+            "{} work item(s) were held by a step that stopped without finishing (its host \
+             stopped); the next re-drive look (a status read, or the timer within a minute) \
+             sends them again, and the scan goes on",
             claims.abandoned
         ))
     } else if claims.running == 0 && since >= 60 && queued_messages == Some(0) {

@@ -49,6 +49,10 @@ pub enum LedgerError {
     Storage(#[from] StorageError),
     #[error("the ledger entry {0} is unreadable: {1}")]
     Corrupt(String, String),
+    /// A write the ledger must refuse whatever the service says: it would record something
+    /// wrong (a step that chose one child twice).
+    #[error("{0}")]
+    Refused(String),
     #[error("scan {0} was started by an earlier version of tablescan (ledger format {1}, this version reads {LEDGER_FORMAT}); finish or cancel it with that version")]
     OldFormat(String, u64),
 }
@@ -67,7 +71,7 @@ impl LedgerError {
     /// 404, for which the callers have their own answers).
     pub fn refused_for_good(&self) -> bool {
         match self {
-            LedgerError::Corrupt(..) | LedgerError::OldFormat(..) => true,
+            LedgerError::Corrupt(..) | LedgerError::OldFormat(..) | LedgerError::Refused(_) => true,
             LedgerError::Storage(e) => match e.kind() {
                 ErrorKind::InvalidRequest(_) => true,
                 ErrorKind::Batch { error, .. } => matches!(error.status, 400 | 409 | 413),
@@ -677,6 +681,19 @@ impl Ledger {
         now: OffsetDateTime,
     ) -> Result<Result<Finish, String>, LedgerError> {
         let id = item.id();
+        // Two children of one id would be one pending row counted twice (children beyond
+        // one transaction are written in earlier ones, where nothing refuses a repeat): the
+        // item's unsettled count would never reach zero. Refused before anything is written.
+        let mut seen = std::collections::HashSet::new();
+        if let Some(twice) = children
+            .iter()
+            .map(WorkItem::id)
+            .find(|c| !seen.insert(c.clone()))
+        {
+            return Err(LedgerError::Refused(format!(
+                "step {id} chose child {twice} twice (a manifest part listing a blob twice?)"
+            )));
+        }
         // The notes row and the blob row each take one of the transaction's places.
         let in_finish =
             CHILDREN_IN_FINISH - usize::from(!notes.is_empty()) - usize::from(blob.is_some());
@@ -764,6 +781,43 @@ impl Ledger {
         throttled: u64,
         now: OffsetDateTime,
     ) -> Result<(), LedgerError> {
+        let mut claim = claim.clone();
+        // Once more if the row changed under a claim still this delivery's (its own renewal
+        // applied with its answer lost, or a re-drive's mark).
+        for _ in 0..2 {
+            match self
+                .try_fail(item, &claim, error, record, throttled, now)
+                .await
+            {
+                Err(LedgerError::Storage(e))
+                    if matches!(e.kind(), ErrorKind::Batch { index: 0, error }
+                        if error.reason().is_gone_or_changed()) =>
+                {
+                    match self
+                        .own_pending(&item.scan, &item.id(), &claim.token)
+                        .await?
+                    {
+                        Some(etag) => claim.etag = etag,
+                        // The claim was lost: another delivery owns the item now.
+                        None => return Ok(()),
+                    }
+                }
+                other => return other,
+            }
+        }
+        Ok(())
+    }
+
+    /// One try of [`Ledger::fail`].
+    async fn try_fail(
+        &self,
+        item: &WorkItem,
+        claim: &Claim,
+        error: &str,
+        record: FailureRecord,
+        throttled: u64,
+        now: OffsetDateTime,
+    ) -> Result<(), LedgerError> {
         let id = item.id();
         let error: String = error.chars().take(2000).collect();
         let (operations, delta) = match record {
@@ -807,19 +861,8 @@ impl Ledger {
                 (operations, delta)
             }
         };
-        match self
-            .commit_counted(&item.scan, shard_of(&id), operations, delta)
+        self.commit_counted(&item.scan, shard_of(&id), operations, delta)
             .await
-        {
-            // The claim was lost: another delivery owns the item now.
-            Err(LedgerError::Storage(e))
-                if matches!(e.kind(), ErrorKind::Batch { index: 0, error }
-                    if error.reason().is_gone_or_changed()) =>
-            {
-                Ok(())
-            }
-            other => other,
-        }
     }
 
     /// The messages of those of `children` that are pending and not claimed: after a finished

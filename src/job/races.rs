@@ -487,6 +487,25 @@ async fn a_stalled_scans_unclaimed_items_are_stranded_after_the_stall_time() {
     assert!(found.is_empty(), "{found:?}");
 }
 
+/// A step that chose one child twice is refused before anything is written, for good: with
+/// more children than one transaction holds, the repeat would otherwise be written in two
+/// transactions as one row counted twice, and the scan would never settle.
+#[tokio::test]
+async fn a_child_chosen_twice_is_refused_before_anything_is_written() {
+    let (ledger, table, root) = started().await;
+    let c = claim(&ledger, &root, at(1)).await;
+    let mut children: Vec<WorkItem> = (0..150).map(|n| child(&root, n)).collect();
+    children.push(child(&root, 3));
+    let rows_before = table.len();
+    let refused = ledger
+        .finish(&root, &c, reading(1), &children, at(2))
+        .await
+        .unwrap_err();
+    assert!(refused.refused_for_good(), "{refused}");
+    assert!(refused.to_string().contains("twice"), "{refused}");
+    assert_eq!(table.len(), rows_before, "nothing written");
+}
+
 /// What happens to one delivered message in the property test.
 #[derive(Debug, Clone, Copy)]
 enum Delivery {

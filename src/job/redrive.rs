@@ -13,7 +13,7 @@
 //! when the scan's other work has drained, which is when it would hold up completion.
 //!
 //! A status read looks at most once per [`LOOK_EVERY`] per scan, however many processes serve
-//! reads (the `RedriveScans` sweep looks at every run, every 5 minutes): the reader records
+//! reads (the `RedriveScans` sweep looks at every run, every minute): the reader records
 //! its turn on the scan row with the etag it read it with, so of the readers that saw the
 //! same row one wins and the others skip the look. Nor does any reader look while the scan is
 //! younger than the time an item takes to become stranded (its items are younger still).
@@ -120,13 +120,19 @@ impl Ledger {
         }
         let window = self.pending_window(id, STRANDED_WINDOW, None).await?;
         let now_ms = millis(now);
-        let live = window
+        // The stall rule needs evidence that nobody works on the scan: no live claim among all
+        // of its pending rows (a window of a larger scan may miss the running ones: a
+        // throttled scan whose steps keep failing must not be flooded with copies), or a
+        // claim abandoned by a host that died.
+        let rows: Vec<PendingRow> = window
             .rows
             .iter()
             .filter_map(PendingRow::from_entity)
-            .any(|row| !row.is_free(now_ms));
+            .collect();
+        let live = rows.iter().any(|row| !row.is_free(now_ms));
+        let crashed = rows.iter().any(|row| is_abandoned(row, now_ms));
         let after = match stalled {
-            Some(stalled) if !live => after.min(stalled),
+            Some(stalled) if crashed || (window.complete && !live) => after.min(stalled),
             _ => after,
         };
         let after_ms = after.whole_milliseconds().clamp(0, i128::from(u64::MAX)) as u64;
