@@ -805,11 +805,21 @@ pub async fn list_scans(state: &AppState, body: &[u8]) -> Response {
     };
     let now = OffsetDateTime::now_utc();
     let mut scans = Vec::new();
+    let mut unreadable = page.unreadable;
     for record in page.scans {
         let status = match ledger.status(&record.id, now).await {
             Ok(Some(status)) => status,
             Ok(None) => continue,
-            Err(e) => return unavailable(e),
+            // One scan that cannot be read (damaged, or a read that failed) is reported
+            // beside the others, not a reason to list none.
+            Err(e) => {
+                tracing::warn!(scan = %record.id, "the scans list could not read a scan: {e}");
+                unreadable.push(crate::job::housekeeping::Unreadable {
+                    id: record.id,
+                    error: e.to_string(),
+                });
+                continue;
+            }
         };
         if query.state.is_some_and(|wanted| wanted != status.state) {
             continue;
@@ -831,7 +841,7 @@ pub async fn list_scans(state: &AppState, body: &[u8]) -> Response {
     }
     answer(
         StatusCode::OK,
-        json!({ "scans": scans, "next": page.next, "rejectedMessages": rejected }),
+        json!({ "scans": scans, "next": page.next, "unreadableScans": unreadable, "rejectedMessages": rejected }),
     )
     .into_response()
 }
@@ -885,9 +895,6 @@ impl ListQuery {
     }
 }
 
-/// How long one removal call works before it answers `"more": true`.
-const REMOVAL_TIME: std::time::Duration = std::time::Duration::from_secs(20);
-
 /// `DELETE /api/scans/{id}`: removes a finished scan's ledger rows, in rounds of at most 20 s.
 pub async fn delete_scan(state: &AppState, body: &[u8]) -> Response {
     let (ledger, id) = match scan_target(state, body) {
@@ -908,7 +915,9 @@ pub async fn delete_scan(state: &AppState, body: &[u8]) -> Response {
                 "only a finished scan can be removed; cancel it first",
             )
         }
-        Ok(Some(_)) => match ledger.scan(id).await {
+        // A scan whose rows are damaged (one half removed by an earlier version, which deleted
+        // its counter shards first) cannot run any more: its removal may go on.
+        Ok(Some(_)) | Err(crate::job::LedgerError::Corrupt(..)) => match ledger.scan(id).await {
             Ok(Some(record)) => record,
             Ok(None) => return error(StatusCode::NOT_FOUND, None, "no scan has this id"),
             Err(e) => return unavailable_ledger(e),
@@ -917,7 +926,7 @@ pub async fn delete_scan(state: &AppState, body: &[u8]) -> Response {
         Err(e) => return unavailable_ledger(e),
     };
     match ledger
-        .remove_scan(&record, std::time::Instant::now() + REMOVAL_TIME)
+        .remove_scan(&record, std::time::Instant::now() + state.removal_time)
         .await
     {
         Ok(removed) => removal_answer(removed, json!({ "id": id, "removedRows": removed.rows })),
@@ -935,7 +944,7 @@ pub async fn clear_rejected(state: &AppState, body: &[u8]) -> Response {
         Err(why) => return error(StatusCode::SERVICE_UNAVAILABLE, None, why),
     };
     match ledger
-        .clear_rejected(std::time::Instant::now() + REMOVAL_TIME)
+        .clear_rejected(std::time::Instant::now() + state.removal_time)
         .await
     {
         Ok(removed) => removal_answer(removed, json!({ "removed": removed.rows })),
