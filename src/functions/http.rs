@@ -1017,27 +1017,40 @@ pub async fn cancel_scan(state: &AppState, body: &[u8]) -> Response {
     }
 }
 
+/// Whether `retry` has work in a scan: `failed` (for good), or any item failed for good while
+/// the scan runs again after an earlier retry; never once it was cancelled.
+fn retriable(status: &crate::job::ScanStatus) -> bool {
+    match status.state {
+        State::Failed => true,
+        State::Pending | State::Running => status.progress.steps_failed > 0,
+        State::Succeeded | State::Cancelling | State::Cancelled => false,
+    }
+}
+
 /// How many failed items one retry request makes pending again; a scan with more answers
 /// `"more": true` and is retried by calling again.
 pub const RETRY_PER_REQUEST: u16 = 500;
 
-/// `POST /api/scans/{id}/retry`: runs a failed scan's failed items again. Each becomes pending
-/// with a fresh message; the scan is `running` until they finish, and its counts stay exact.
+/// `POST /api/scans/{id}/retry`: runs a scan's items that failed for good again. Each becomes
+/// pending with a fresh message; the scan is `running` until they finish, and its counts stay
+/// exact. A scan with more failed items than one call retries is `running` after the first
+/// call: the next calls go on while any item is failed (a cancelled scan's are left alone).
 pub async fn retry_scan(state: &AppState, body: &[u8]) -> Response {
     let (ledger, id) = match scan_target(state, body) {
         Ok(target) => target,
         Err(response) => return *response,
     };
     let id = id.as_str();
-    match ledger.status(id, OffsetDateTime::now_utc()).await {
-        Ok(Some(status)) if status.state == State::Failed => {}
+    let failed = match ledger.status(id, OffsetDateTime::now_utc()).await {
+        Ok(Some(status)) if retriable(&status) => status.progress.steps_failed,
         Ok(Some(status)) => {
             return error(
                 StatusCode::CONFLICT,
                 None,
                 format!(
-                    "only a failed scan can be retried; this one is {}",
-                    serde_json::to_value(status.state).unwrap_or(Value::Null)
+                    "only a scan with failed items can be retried (and not once cancelled); this one is {} with {} failed",
+                    serde_json::to_value(status.state).unwrap_or(Value::Null),
+                    status.progress.steps_failed
                 ),
             )
         }
@@ -1049,7 +1062,7 @@ pub async fn retry_scan(state: &AppState, body: &[u8]) -> Response {
                 format!("the scan could not be read: {e}"),
             )
         }
-    }
+    };
     let messages = match ledger.retry_failed(id, RETRY_PER_REQUEST).await {
         Ok(messages) => messages,
         Err(e) => {
@@ -1061,7 +1074,9 @@ pub async fn retry_scan(state: &AppState, body: &[u8]) -> Response {
         }
     };
     let retried = messages.len();
-    let more = retried == usize::from(RETRY_PER_REQUEST);
+    // Failed items beyond this call's (counted exactly when the status was read; an item that
+    // fails meanwhile is found by the next call all the same).
+    let more = failed > retried as u64;
     tracing::info!(scan = %id, "{retried} failed work items sent again");
     let answer = Outcome::default().http(
         HTTP_RESPONSE,
