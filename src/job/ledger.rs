@@ -365,7 +365,13 @@ impl Ledger {
                 }
             }
         }
+        let now_ms = millis(now);
         if scan.cancelled_at.is_some() {
+            if !pending.is_free(now_ms) {
+                // A step runs it: that step stops at its next page and records what it did
+                // (or, if it dies, the re-drive sweep drops the item once its claim lapses).
+                return Ok(Begin::Cancelled);
+            }
             // Dropped, and counted as dropped so that the scan's unsettled count falls to zero.
             let drop = vec![Operation::Delete {
                 partition_key: item.scan.clone(),
@@ -388,7 +394,6 @@ impl Ledger {
             }
             return Ok(Begin::Cancelled);
         }
-        let now_ms = millis(now);
         if !pending.is_free(now_ms) {
             return Ok(Begin::Busy(std::time::Duration::from_millis(
                 pending.lease_until - now_ms,
