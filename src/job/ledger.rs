@@ -269,7 +269,9 @@ impl Ledger {
         }
     }
 
-    /// Marks a scan cancelled; its remaining work items are dropped as they arrive.
+    /// Marks a scan cancelled; its remaining work items are dropped as they arrive, or by the
+    /// re-drive sweep if their messages are gone (the scan is listed in flight again for it:
+    /// a scan cancelled before the sweep dropped items may have left the list already).
     pub async fn cancel(
         &self,
         id: &str,
@@ -278,6 +280,7 @@ impl Ledger {
         let Some(mut record) = self.scan(id).await? else {
             return Ok(None);
         };
+        self.list_active(id).await?;
         if record.cancelled_at.is_none() {
             self.table
                 .update(
@@ -294,7 +297,7 @@ impl Ledger {
     /// Submits `operations` together with `delta` added to counter shard `shard`, reading the
     /// shard and trying again while other finishes update it first. A failure of one of
     /// `operations` comes back as it is (its index is its index in `operations`).
-    async fn commit_counted(
+    pub(crate) async fn commit_counted(
         &self,
         scan: &str,
         shard: u8,
@@ -469,7 +472,7 @@ impl Ledger {
     }
 
     /// Whether a child written ahead of its parent's finish (see `finish`) belongs to the scan.
-    async fn written_ahead(
+    pub(crate) async fn written_ahead(
         &self,
         scan: &str,
         parent: &str,
@@ -492,7 +495,12 @@ impl Ledger {
         )
     }
 
-    async fn delete_quietly(&self, scan: &str, row: &str, etag: &str) -> Result<(), LedgerError> {
+    pub(crate) async fn delete_quietly(
+        &self,
+        scan: &str,
+        row: &str,
+        etag: &str,
+    ) -> Result<(), LedgerError> {
         match self
             .table
             .delete(scan, row, &IfMatch::Etag(etag.to_string()))
@@ -884,7 +892,7 @@ pub(crate) fn index_key(id: &str, created_at: OffsetDateTime) -> String {
 }
 
 /// Where a child written ahead of its parent's finish stands.
-enum Ahead {
+pub(crate) enum Ahead {
     /// The parent's done row lists it: an item like any other.
     Counted,
     /// The parent is still pending: its finish may yet list the child.

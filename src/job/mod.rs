@@ -3,6 +3,7 @@
 
 pub mod active;
 pub mod activity;
+pub mod cancel_drop;
 mod duplicate_keys;
 pub mod exports;
 pub mod housekeeping;

@@ -44,12 +44,17 @@ pub async fn new_scan(ledger: &Ledger) -> WorkItem {
     root
 }
 
-/// `n` distinct children of `parent`.
+/// `n` distinct children of `parent` (distinct from every other item of the scan too: an
+/// item's id is its range, whatever its depth).
 pub fn children(parent: &WorkItem, n: usize) -> Vec<WorkItem> {
+    let under = match &parent.task {
+        Task::Partition { partition_key, .. } => format!("{partition_key}/"),
+        _ => String::new(),
+    };
     (0..n)
         .map(|i| {
             parent.follow_up(Task::Partition {
-                partition_key: format!("p{i:05}"),
+                partition_key: format!("{under}p{i:05}"),
                 row_keys: KeyRange::all(),
                 prefix: String::new(),
                 cursor: None,
