@@ -12,6 +12,7 @@ use time::OffsetDateTime;
 use super::app::AppState;
 use super::names::STORAGE_CONNECTION;
 use super::protocol::{Failure, Invocation, Outcome};
+use crate::job::active::Listing;
 use crate::job::cancel_drop::DROP_LOOKS_PER_SWEEP;
 use crate::job::redrive::Stranded;
 use crate::job::{Ledger, ScanStatus, State};
@@ -207,13 +208,14 @@ pub async fn sweep_handler(state: &AppState, body: &[u8]) -> Response {
 /// it has settled (or does not exist).
 pub async fn sweep(state: &AppState, ledger: &Ledger) -> Result<Sweep, String> {
     let deadline = Instant::now() + state.budget.max_duration;
-    let ids = ledger.active_scans().await.map_err(|e| e.to_string())?;
+    let listings = ledger.listings().await.map_err(|e| e.to_string())?;
     let after = redrive_after(state);
     let mut done = Sweep {
-        scans: ids.len(),
+        scans: listings.len(),
         ..Sweep::default()
     };
-    for id in &ids {
+    for listing in &listings {
+        let id = &listing.id;
         if Instant::now() >= deadline {
             done.left += 1;
             continue;
@@ -255,11 +257,7 @@ pub async fn sweep(state: &AppState, ledger: &Ledger) -> Result<Sweep, String> {
                         if dropped.complete && dropped.dropped == 0 && dropped.left == 0 {
                             // No pending row is left (its counters may lag behind a drop
                             // made meanwhile): nothing for the sweep to wait for.
-                            ledger
-                                .settle(id)
-                                .await
-                                .map(|()| done.settled += 1)
-                                .map_err(|e| e.to_string())
+                            settle(ledger, listing, &mut done).await
                         } else {
                             Ok(())
                         }
@@ -267,11 +265,9 @@ pub async fn sweep(state: &AppState, ledger: &Ledger) -> Result<Sweep, String> {
                     Err(e) => Err(e.to_string()),
                 }
             }
-            Ok(_) => ledger
-                .settle(id)
-                .await
-                .map(|()| done.settled += 1)
-                .map_err(|e| e.to_string()),
+            // No such scan: one being created (its entry is written first) is left alone.
+            Ok(None) if !listing.orphaned_at(OffsetDateTime::now_utc()) => Ok(()),
+            Ok(_) => settle(ledger, listing, &mut done).await,
             Err(why) => Err(why),
         };
         if let Err(why) = result {
@@ -280,6 +276,14 @@ pub async fn sweep(state: &AppState, ledger: &Ledger) -> Result<Sweep, String> {
         }
     }
     Ok(done)
+}
+
+/// Takes a scan off the list as its entry was read (see [`Ledger::settle`]), counting it.
+async fn settle(ledger: &Ledger, listing: &Listing, done: &mut Sweep) -> Result<(), String> {
+    if ledger.settle(listing).await.map_err(|e| e.to_string())? {
+        done.settled += 1;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

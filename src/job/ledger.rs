@@ -721,7 +721,10 @@ impl Ledger {
     /// Makes up to `limit` of a scan's failed items pending again, each in one transaction
     /// (its failed row deleted, a fresh pending row, `retried` counted), and returns their
     /// messages to send. The scan is listed in flight again so that the re-drive looks after
-    /// it. Counts stay exact: a failed item never counted rows, and runs once more from scratch.
+    /// it: before, and after its items are pending, so that a sweep that read the scan settled
+    /// before then cannot take it off the list (`Ledger::settle` is conditional on the entry
+    /// as read). Counts stay exact: a failed item never counted rows, and runs once more from
+    /// scratch.
     pub async fn retry_failed(&self, scan: &str, limit: u16) -> Result<Vec<String>, LedgerError> {
         self.list_active(scan).await?;
         let query =
@@ -763,6 +766,9 @@ impl Ledger {
                     if matches!(e.kind(), ErrorKind::Batch { index: 0 | 1, .. }) => {}
                 Err(e) => return Err(e),
             }
+        }
+        if !messages.is_empty() {
+            self.list_active(scan).await?;
         }
         Ok(messages)
     }
