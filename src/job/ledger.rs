@@ -18,8 +18,8 @@ use time::OffsetDateTime;
 use super::exports::BlobEntry;
 use super::notes::RowNotes;
 use super::rows::{
-    self, counter_key, date, done_key, millis, pending_key, shard_of, text, DoneRow, FailedRow,
-    PendingRow, ScanRow, Tallies, LEDGER_FORMAT, SHARDS,
+    self, counter_key, date, done_key, failed_key, millis, pending_key, shard_of, text, DoneRow,
+    FailedRow, PendingRow, ScanRow, Tallies, LEDGER_FORMAT, SHARDS,
 };
 use super::spec::ScanSpec;
 use super::store::LedgerTable;
@@ -99,8 +99,11 @@ pub enum Begin {
     Busy(std::time::Duration),
     /// No scan with this id exists.
     UnknownScan,
-    /// The scan exists but never recorded this item (or it failed for good already).
+    /// The scan exists but never recorded this item.
     UnknownItem,
+    /// The item failed for good already (its cause is in the status): a duplicate delivery,
+    /// with nothing to do.
+    FailedForGood,
     /// A child written ahead of a finish that never completed with it (the step ran again and
     /// chose other children): dropped, it was never counted.
     Orphan,
@@ -351,7 +354,10 @@ impl Ledger {
                     DoneRow::children_of(&done).unwrap_or_default(),
                 )),
                 None if scan.cancelled_at.is_some() => Ok(Begin::Cancelled),
-                None => Ok(Begin::UnknownItem),
+                None => match self.table.get_entity(&item.scan, &failed_key(&id)).await? {
+                    Some(_) => Ok(Begin::FailedForGood),
+                    None => Ok(Begin::UnknownItem),
+                },
             };
         };
         let pending = PendingRow::from_entity(&entity)

@@ -382,7 +382,11 @@ async fn deliver(ledger: &Ledger, item: &WorkItem, now: OffsetDateTime) -> Vec<W
         }
         // Held by another delivery: the message comes back later.
         Begin::Busy(_) => vec![item.clone()],
-        Begin::Cancelled | Begin::UnknownScan | Begin::UnknownItem | Begin::Orphan => Vec::new(),
+        Begin::Cancelled
+        | Begin::UnknownScan
+        | Begin::UnknownItem
+        | Begin::FailedForGood
+        | Begin::Orphan => Vec::new(),
     }
 }
 
