@@ -117,7 +117,9 @@ async fn try_start_scan(state: &AppState, body: &[u8]) -> Result<Response, HttpE
         Ok(cap) => *cap,
         Err(why) => return refuse(StatusCode::INTERNAL_SERVER_ERROR, None, why.clone()),
     };
-    let mut spec = match ScanSpec::parse_with(text, &state.settings, default_cap) {
+    let mut spec = match ScanSpec::parse_with(text, &state.settings, default_cap)
+        .and_then(|spec| spec.check_stored_size().map(|()| spec))
+    {
         Ok(spec) => spec,
         Err(SpecError { field, message }) => {
             return refuse(StatusCode::BAD_REQUEST, Some(&field), message)
@@ -135,6 +137,10 @@ async fn try_start_scan(state: &AppState, body: &[u8]) -> Result<Response, HttpE
         },
     };
     prepare(state, &mut spec, &id).await?;
+    // What a start adds to the request (an import's manifest summary) must fit too.
+    if let Err(SpecError { field, message }) = spec.check_stored_size() {
+        return refuse(StatusCode::BAD_REQUEST, Some(&field), message);
+    }
     let root = match &spec.import {
         // An import starts from the first part of the export's manifest.
         Some(_) => WorkItem {

@@ -19,6 +19,7 @@ pub mod slices;
 pub mod spec;
 pub mod status;
 pub mod store;
+pub mod stored_size;
 pub mod window;
 
 pub use ledger::{
