@@ -220,8 +220,6 @@ impl BlobRead<'_> {
                 Err(e) => return Err(StepFailure::permanent(format!("{what} is damaged: {e}"))),
             };
             let (rows, bad) = parse_rows(&chunk.text, here);
-            // Rows of the chunk an earlier step finished were counted by it.
-            rows_read += rows.len().saturating_sub(skip) as u64;
             if skip == 0 {
                 rows_read += bad.len() as u64;
                 sink.note_failures(bad);
@@ -234,6 +232,9 @@ impl BlobRead<'_> {
                     .map_err(|e| {
                         StepFailure::from(crate::scan::StepError::<StorageError>::Action(e))
                     })?;
+            // The rows this step finished: those of the chunk an earlier step finished were
+            // counted by it, and those it did not reach are counted by the step that does.
+            rows_read += finished.min(count) as u64;
             if sink.cancelled {
                 break;
             }
