@@ -137,7 +137,7 @@ async fn failures_release_the_claim_and_the_last_one_fails_the_scan() {
     assert_eq!(status.errors[0].attempts, 2);
     assert!(matches!(
         ledger.begin(&root, now, lease).await.unwrap(),
-        Begin::UnknownItem
+        Begin::FailedForGood
     ));
 }
 

@@ -107,6 +107,10 @@ pub const LEDGER_CONNECTION_SETTING: &str = "TABLESCAN_LEDGER_CONNECTION";
 /// scan per process this often: 20 entities a second at 100 processes.
 pub const CANCEL_CHECK_EVERY: Duration = Duration::from_secs(5);
 
+/// How long one removal call works before it answers `"more": true`: well inside the 230 s
+/// Azure's front end gives an HTTP call.
+pub const REMOVAL_TIME: Duration = Duration::from_secs(20);
+
 /// Everything the functions share.
 pub struct AppState {
     pub settings: Settings,
@@ -123,6 +127,9 @@ pub struct AppState {
     /// How long a work item may keep failing for transient reasons (throttling, an outage)
     /// before it is failed for good (`TABLESCAN_OUTAGE_WINDOW_SECONDS`).
     pub outage_window: Duration,
+    /// How long one call of `DELETE /api/scans/{id}` (or `DELETE /api/rejected`) removes rows
+    /// before it answers `"more": true` ([`REMOVAL_TIME`]; tests shorten it to see many rounds).
+    pub removal_time: Duration,
     /// The queues of range and partition work items, as the app's function.json files name
     /// them (see [`item_queues`]).
     pub item_queues: ItemQueues,
@@ -322,6 +329,7 @@ impl AppState {
             lease,
             redrive_after,
             outage_window,
+            removal_time: REMOVAL_TIME,
             item_queues: item_queues(&std::env::current_dir().unwrap_or_default()),
             host_queues: host_queues(&std::env::current_dir().unwrap_or_default()),
             clients: Mutex::new(HashMap::new()),

@@ -117,7 +117,11 @@ async fn try_start_scan(state: &AppState, body: &[u8]) -> Result<Response, HttpE
         Ok(cap) => *cap,
         Err(why) => return refuse(StatusCode::INTERNAL_SERVER_ERROR, None, why.clone()),
     };
-    let mut spec = match super::allowlist::parse_start(state, text, default_cap) {
+    let mut spec = match super::allowlist::parse_start(state, text, default_cap).and_then(|spec| {
+        spec.check_stored_size()
+            .map(|()| spec)
+            .map_err(super::allowlist::Refused::Request)
+    }) {
         Ok(spec) => spec,
         Err(refused) => {
             let (status, field, message) = refused.answer();
@@ -136,6 +140,10 @@ async fn try_start_scan(state: &AppState, body: &[u8]) -> Result<Response, HttpE
         },
     };
     prepare(state, &mut spec, &id).await?;
+    // What a start adds to the request (an import's manifest summary) must fit too.
+    if let Err(crate::job::SpecError { field, message }) = spec.check_stored_size() {
+        return refuse(StatusCode::BAD_REQUEST, Some(&field), message);
+    }
     let root = match &spec.import {
         // An import starts from the first part of the export's manifest.
         Some(_) => WorkItem {
@@ -839,11 +847,21 @@ pub async fn list_scans(state: &AppState, body: &[u8]) -> Response {
     };
     let now = OffsetDateTime::now_utc();
     let mut scans = Vec::new();
+    let mut unreadable = page.unreadable;
     for record in page.scans {
         let status = match ledger.status(&record.id, now).await {
             Ok(Some(status)) => status,
             Ok(None) => continue,
-            Err(e) => return unavailable(e),
+            // One scan that cannot be read (damaged, or a read that failed) is reported
+            // beside the others, not a reason to list none.
+            Err(e) => {
+                tracing::warn!(scan = %record.id, "the scans list could not read a scan: {e}");
+                unreadable.push(crate::job::housekeeping::Unreadable {
+                    id: record.id,
+                    error: e.to_string(),
+                });
+                continue;
+            }
         };
         if query.state.is_some_and(|wanted| wanted != status.state) {
             continue;
@@ -865,7 +883,7 @@ pub async fn list_scans(state: &AppState, body: &[u8]) -> Response {
     }
     answer(
         StatusCode::OK,
-        json!({ "scans": scans, "next": page.next, "rejectedMessages": rejected }),
+        json!({ "scans": scans, "next": page.next, "unreadableScans": unreadable, "rejectedMessages": rejected }),
     )
     .into_response()
 }
@@ -919,9 +937,6 @@ impl ListQuery {
     }
 }
 
-/// How long one removal call works before it answers `"more": true`.
-const REMOVAL_TIME: std::time::Duration = std::time::Duration::from_secs(20);
-
 /// `DELETE /api/scans/{id}`: removes a finished scan's ledger rows, in rounds of at most 20 s.
 pub async fn delete_scan(state: &AppState, body: &[u8]) -> Response {
     let (ledger, id) = match scan_target(state, body) {
@@ -942,7 +957,9 @@ pub async fn delete_scan(state: &AppState, body: &[u8]) -> Response {
                 "only a finished scan can be removed; cancel it first",
             )
         }
-        Ok(Some(_)) => match ledger.scan(id).await {
+        // A scan whose rows are damaged (one half removed by an earlier version, which deleted
+        // its counter shards first) cannot run any more: its removal may go on.
+        Ok(Some(_)) | Err(crate::job::LedgerError::Corrupt(..)) => match ledger.scan(id).await {
             Ok(Some(record)) => record,
             Ok(None) => return error(StatusCode::NOT_FOUND, None, "no scan has this id"),
             Err(e) => return unavailable_ledger(e),
@@ -951,7 +968,7 @@ pub async fn delete_scan(state: &AppState, body: &[u8]) -> Response {
         Err(e) => return unavailable_ledger(e),
     };
     match ledger
-        .remove_scan(&record, std::time::Instant::now() + REMOVAL_TIME)
+        .remove_scan(&record, std::time::Instant::now() + state.removal_time)
         .await
     {
         Ok(removed) => removal_answer(removed, json!({ "id": id, "removedRows": removed.rows })),
@@ -969,7 +986,7 @@ pub async fn clear_rejected(state: &AppState, body: &[u8]) -> Response {
         Err(why) => return error(StatusCode::SERVICE_UNAVAILABLE, None, why),
     };
     match ledger
-        .clear_rejected(std::time::Instant::now() + REMOVAL_TIME)
+        .clear_rejected(std::time::Instant::now() + state.removal_time)
         .await
     {
         Ok(removed) => removal_answer(removed, json!({ "removed": removed.rows })),
@@ -1042,27 +1059,40 @@ pub async fn cancel_scan(state: &AppState, body: &[u8]) -> Response {
     }
 }
 
+/// Whether `retry` has work in a scan: `failed` (for good), or any item failed for good while
+/// the scan runs again after an earlier retry; never once it was cancelled.
+fn retriable(status: &crate::job::ScanStatus) -> bool {
+    match status.state {
+        State::Failed => true,
+        State::Pending | State::Running => status.progress.steps_failed > 0,
+        State::Succeeded | State::Cancelling | State::Cancelled => false,
+    }
+}
+
 /// How many failed items one retry request makes pending again; a scan with more answers
 /// `"more": true` and is retried by calling again.
 pub const RETRY_PER_REQUEST: u16 = 500;
 
-/// `POST /api/scans/{id}/retry`: runs a failed scan's failed items again. Each becomes pending
-/// with a fresh message; the scan is `running` until they finish, and its counts stay exact.
+/// `POST /api/scans/{id}/retry`: runs a scan's items that failed for good again. Each becomes
+/// pending with a fresh message; the scan is `running` until they finish, and its counts stay
+/// exact. A scan with more failed items than one call retries is `running` after the first
+/// call: the next calls go on while any item is failed (a cancelled scan's are left alone).
 pub async fn retry_scan(state: &AppState, body: &[u8]) -> Response {
     let (ledger, id) = match scan_target(state, body) {
         Ok(target) => target,
         Err(response) => return *response,
     };
     let id = id.as_str();
-    match ledger.status(id, OffsetDateTime::now_utc()).await {
-        Ok(Some(status)) if status.state == State::Failed => {}
+    let failed = match ledger.status(id, OffsetDateTime::now_utc()).await {
+        Ok(Some(status)) if retriable(&status) => status.progress.steps_failed,
         Ok(Some(status)) => {
             return error(
                 StatusCode::CONFLICT,
                 None,
                 format!(
-                    "only a failed scan can be retried; this one is {}",
-                    serde_json::to_value(status.state).unwrap_or(Value::Null)
+                    "only a scan with failed items can be retried (and not once cancelled); this one is {} with {} failed",
+                    serde_json::to_value(status.state).unwrap_or(Value::Null),
+                    status.progress.steps_failed
                 ),
             )
         }
@@ -1074,7 +1104,7 @@ pub async fn retry_scan(state: &AppState, body: &[u8]) -> Response {
                 format!("the scan could not be read: {e}"),
             )
         }
-    }
+    };
     let messages = match ledger.retry_failed(id, RETRY_PER_REQUEST).await {
         Ok(messages) => messages,
         Err(e) => {
@@ -1086,7 +1116,9 @@ pub async fn retry_scan(state: &AppState, body: &[u8]) -> Response {
         }
     };
     let retried = messages.len();
-    let more = retried == usize::from(RETRY_PER_REQUEST);
+    // Failed items beyond this call's (counted exactly when the status was read; an item that
+    // fails meanwhile is found by the next call all the same).
+    let more = failed > retried as u64;
     tracing::info!(scan = %id, "{retried} failed work items sent again");
     let answer = Outcome::default().http(
         HTTP_RESPONSE,

@@ -12,6 +12,7 @@ use std::collections::HashSet;
 use time::OffsetDateTime;
 
 use super::app::AppState;
+use crate::actions::export::format::sha256_base64;
 use crate::job::exports::{
     part_text, Layout, Manifest, PartSummary, MANIFEST_FORMAT, MANIFEST_KIND,
 };
@@ -145,14 +146,13 @@ async fn write(state: &AppState, ledger: &Ledger, record: &ScanRecord) -> Result
             .await
             .map_err(|e| format!("the export's blobs could not be read from the ledger: {e}"))?;
         if !entries.is_empty() {
-            let name = layout.part(parts.len() as u32);
+            // Named by its scan, and checked by the import against its SHA-256 (issue 32).
+            let name = layout.part(scan, parts.len() as u32);
             let part_rows = entries.iter().map(|e| e.rows).sum();
+            let text = part_text(&entries).into_bytes();
+            let sha256 = sha256_base64(&text);
             container
-                .put(
-                    &name,
-                    part_text(&entries).into_bytes(),
-                    "application/x-ndjson",
-                )
+                .put(&name, text, "application/x-ndjson")
                 .await
                 .map_err(|e| format!("manifest part {name} could not be written: {e}"))?;
             rows += part_rows;
@@ -161,6 +161,7 @@ async fn write(state: &AppState, ledger: &Ledger, record: &ScanRecord) -> Result
                 name,
                 blobs: entries.len() as u64,
                 rows: part_rows,
+                sha256: Some(sha256),
             });
             recorded.extend(entries.into_iter().map(|e| e.name));
         }

@@ -129,11 +129,12 @@ async fn run_item(
             let why = format!("scan {} does not exist", item.scan);
             return reject(ledger, message_id, &why, text).await;
         }
+        Begin::FailedForGood => {
+            tracing::info!("failed for good already; this delivery is a duplicate");
+            return Outcome::default().into_response();
+        }
         Begin::UnknownItem => {
-            let why = format!(
-                "step {id} is not recorded in scan {} (or failed for good already)",
-                item.scan
-            );
+            let why = format!("step {id} is not recorded in scan {}", item.scan);
             return reject(ledger, message_id, &why, text).await;
         }
     };

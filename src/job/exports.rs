@@ -4,9 +4,14 @@
 //!
 //! ```text
 //! <prefix>manifest.json                      what was exported, and the list of parts
-//! <prefix>manifest/part-00000.ndjson         one line per data blob (up to 1,000 a part)
+//! <prefix>manifest/<scan>/part-00000.ndjson  one line per data blob (up to 1,000 a part)
 //! <prefix>data/<scan>/<item>.<attempt>.ndjson.gz
 //! ```
+//!
+//! Every blob an export writes but `manifest.json` names its scan: two exports started at
+//! once into one empty prefix (both pass the start's check) never overwrite each other's
+//! parts, so the manifest that lands last still lists its own export whole. The manifest
+//! records each part's SHA-256, and an import reads the parts it names and checks them.
 //!
 //! A step's finish records its blob in a `blob:<item>` row of the ledger (in the same
 //! transaction that marks the step done), so exactly the blobs of counted steps are recorded,
@@ -46,8 +51,17 @@ impl Layout<'_> {
         format!("{}manifest.json", self.prefix)
     }
 
-    pub fn part(&self, index: u32) -> String {
-        format!("{}manifest/part-{index:05}.ndjson", self.prefix)
+    /// Part `index` of scan `scan`'s manifest. (Exports before parts were named by their scan
+    /// wrote `<prefix>manifest/part-00000.ndjson`; an import reads the names the manifest
+    /// gives, so their manifests still import.)
+    pub fn part(&self, scan: &str, index: u32) -> String {
+        format!("{}manifest/{scan}/part-{index:05}.ndjson", self.prefix)
+    }
+
+    /// Where every manifest part is (of any scan, and of exports before parts were named by
+    /// their scan).
+    pub fn parts(&self) -> String {
+        format!("{}manifest/", self.prefix)
     }
 
     /// Where every data blob of scan `scan` is.
@@ -129,6 +143,10 @@ pub struct PartSummary {
     pub name: String,
     pub blobs: u64,
     pub rows: u64,
+    /// SHA-256 of the part's bytes, base64 (`None` in manifests written before it was
+    /// recorded: such parts are read unchecked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
 }
 
 impl Manifest {
@@ -253,7 +271,8 @@ mod tests {
     fn names_sit_under_the_prefix() {
         let layout = Layout { prefix: "b/2026/" };
         assert_eq!(layout.manifest(), "b/2026/manifest.json");
-        assert_eq!(layout.part(3), "b/2026/manifest/part-00003.ndjson");
+        assert_eq!(layout.part("s1", 3), "b/2026/manifest/s1/part-00003.ndjson");
+        assert!(layout.part("s1", 3).starts_with(&layout.parts()));
         assert_eq!(
             layout.data("s1", "item", 2, Compression::Gzip),
             "b/2026/data/s1/item.2.ndjson.gz"
@@ -285,6 +304,21 @@ mod tests {
         assert_eq!(BlobEntry::from_entity(&row).unwrap(), entries[0]);
         let broken = parse_part(b"{\"name\":\"a\"}\n").unwrap_err();
         assert!(broken.contains("line 1"), "{broken}");
+    }
+
+    #[test]
+    fn a_part_summary_without_its_sha256_still_reads() {
+        let old: PartSummary =
+            serde_json::from_str(r#"{"name":"p/manifest/part-00000.ndjson","blobs":2,"rows":9}"#)
+                .unwrap();
+        assert_eq!(old.sha256, None);
+        let new = PartSummary {
+            sha256: Some("x".into()),
+            ..old.clone()
+        };
+        let text = serde_json::to_string(&new).unwrap();
+        assert!(text.contains("\"sha256\":\"x\""), "{text}");
+        assert!(!serde_json::to_string(&old).unwrap().contains("sha256"));
     }
 
     #[test]

@@ -18,8 +18,8 @@ use time::OffsetDateTime;
 use super::exports::BlobEntry;
 use super::notes::RowNotes;
 use super::rows::{
-    self, counter_key, date, done_key, millis, pending_key, shard_of, text, DoneRow, FailedRow,
-    PendingRow, ScanRow, Tallies, LEDGER_FORMAT, SHARDS,
+    self, counter_key, date, done_key, failed_key, millis, pending_key, shard_of, text, DoneRow,
+    FailedRow, PendingRow, ScanRow, Tallies, LEDGER_FORMAT, SHARDS,
 };
 use super::spec::ScanSpec;
 use super::store::LedgerTable;
@@ -127,8 +127,11 @@ pub enum Begin {
     Superseded,
     /// No scan with this id exists.
     UnknownScan,
-    /// The scan exists but never recorded this item (or it failed for good already).
+    /// The scan exists but never recorded this item.
     UnknownItem,
+    /// The item failed for good already (its cause is in the status): a duplicate delivery,
+    /// with nothing to do.
+    FailedForGood,
     /// A child written ahead of a finish that never completed with it (the step ran again and
     /// chose other children): dropped, it was never counted.
     Orphan,
@@ -307,7 +310,9 @@ impl Ledger {
         }
     }
 
-    /// Marks a scan cancelled; its remaining work items are dropped as they arrive.
+    /// Marks a scan cancelled; its remaining work items are dropped as they arrive, or by the
+    /// re-drive sweep if their messages are gone (the scan is listed in flight again for it:
+    /// a scan cancelled before the sweep dropped items may have left the list already).
     pub async fn cancel(
         &self,
         id: &str,
@@ -316,6 +321,7 @@ impl Ledger {
         let Some(mut record) = self.scan(id).await? else {
             return Ok(None);
         };
+        self.list_active(id).await?;
         if record.cancelled_at.is_none() {
             self.table
                 .update(
@@ -332,7 +338,7 @@ impl Ledger {
     /// Submits `operations` together with `delta` added to counter shard `shard`, reading the
     /// shard and trying again while other finishes update it first. A failure of one of
     /// `operations` comes back as it is (its index is its index in `operations`).
-    async fn commit_counted(
+    pub(crate) async fn commit_counted(
         &self,
         scan: &str,
         shard: u8,
@@ -398,7 +404,10 @@ impl Ledger {
                     DoneRow::children_of(&done).unwrap_or_default(),
                 )),
                 None if scan.cancelled_at.is_some() => Ok(Begin::Cancelled),
-                None => Ok(Begin::UnknownItem),
+                None => match self.table.get_entity(&item.scan, &failed_key(&id)).await? {
+                    Some(_) => Ok(Begin::FailedForGood),
+                    None => Ok(Begin::UnknownItem),
+                },
             };
         };
         let pending = PendingRow::from_entity(&entity)
@@ -415,7 +424,13 @@ impl Ledger {
                 }
             }
         }
+        let now_ms = millis(now);
         if scan.cancelled_at.is_some() {
+            if !pending.is_free(now_ms) {
+                // A step runs it: that step stops at its next page and records what it did
+                // (or, if it dies, the re-drive sweep drops the item once its claim lapses).
+                return Ok(Begin::Cancelled);
+            }
             // Dropped, and counted as dropped so that the scan's unsettled count falls to zero.
             let drop = vec![Operation::Delete {
                 partition_key: item.scan.clone(),
@@ -438,7 +453,6 @@ impl Ledger {
             }
             return Ok(Begin::Cancelled);
         }
-        let now_ms = millis(now);
         // Put more than a second (its time's precision) before the re-drive.
         let superseded = sent.is_some_and(|sent| millis(sent) + 1_000 < pending.redriven_at);
         if !pending.is_free(now_ms) && superseded {
@@ -579,7 +593,7 @@ impl Ledger {
     }
 
     /// Whether a child written ahead of its parent's finish (see `finish`) belongs to the scan.
-    async fn written_ahead(
+    pub(crate) async fn written_ahead(
         &self,
         scan: &str,
         parent: &str,
@@ -602,7 +616,12 @@ impl Ledger {
         )
     }
 
-    async fn delete_quietly(&self, scan: &str, row: &str, etag: &str) -> Result<(), LedgerError> {
+    pub(crate) async fn delete_quietly(
+        &self,
+        scan: &str,
+        row: &str,
+        etag: &str,
+    ) -> Result<(), LedgerError> {
         match self
             .table
             .delete(scan, row, &IfMatch::Etag(etag.to_string()))
@@ -891,7 +910,10 @@ impl Ledger {
     /// Makes up to `limit` of a scan's failed items pending again, each in one transaction
     /// (its failed row deleted, a fresh pending row, `retried` counted), and returns their
     /// messages to send. The scan is listed in flight again so that the re-drive looks after
-    /// it. Counts stay exact: a failed item never counted rows, and runs once more from scratch.
+    /// it: before, and after its items are pending, so that a sweep that read the scan settled
+    /// before then cannot take it off the list (`Ledger::settle` is conditional on the entry
+    /// as read). Counts stay exact: a failed item never counted rows, and runs once more from
+    /// scratch.
     pub async fn retry_failed(&self, scan: &str, limit: u16) -> Result<Vec<String>, LedgerError> {
         self.list_active(scan).await?;
         let query =
@@ -933,6 +955,9 @@ impl Ledger {
                     if matches!(e.kind(), ErrorKind::Batch { index: 0 | 1, .. }) => {}
                 Err(e) => return Err(e),
             }
+        }
+        if !messages.is_empty() {
+            self.list_active(scan).await?;
         }
         Ok(messages)
     }
@@ -1062,7 +1087,7 @@ pub(crate) fn index_key(id: &str, created_at: OffsetDateTime) -> String {
 }
 
 /// Where a child written ahead of its parent's finish stands.
-enum Ahead {
+pub(crate) enum Ahead {
     /// The parent's done row lists it: an item like any other.
     Counted,
     /// The parent is still pending: its finish may yet list the child.

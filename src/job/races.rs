@@ -554,6 +554,7 @@ async fn deliver(ledger: &Ledger, item: &WorkItem, now: OffsetDateTime) -> Vec<W
         Begin::Cancelled
         | Begin::UnknownScan
         | Begin::UnknownItem
+        | Begin::FailedForGood
         | Begin::Orphan
         | Begin::Superseded => Vec::new(),
     }

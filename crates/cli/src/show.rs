@@ -314,6 +314,13 @@ pub fn list(page: &Value) -> String {
             scan["createdAt"].as_str().unwrap_or(""),
         ));
     }
+    for scan in page["unreadableScans"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "{}  could not be read: {}\n",
+            scan["id"].as_str().unwrap_or("?"),
+            scan["error"].as_str().unwrap_or("?"),
+        ));
+    }
     let rejected = page["rejectedMessages"].as_array().map_or(0, Vec::len);
     if rejected > 0 {
         out.push_str(&format!(
@@ -471,5 +478,12 @@ mod tests {
             "{text}"
         );
         assert_eq!(list(&json!({"scans": []})), "no scans\n");
+        let damaged =
+            json!({"scans": [], "unreadableScans": [{"id": "c", "error": "15 counter shards"}]});
+        assert!(
+            list(&damaged).contains("c  could not be read: 15 counter shards"),
+            "{}",
+            list(&damaged)
+        );
     }
 }
