@@ -225,6 +225,22 @@ async fn a_manifest_that_cannot_be_written_is_reported_and_fails_the_scan_in_bou
         seal_record(&working, ledger, &record).await,
         Ok(Sealed::NotWaiting)
     );
+    // Once the cause is fixed, a retry writes it, and the scan succeeds.
+    let fixed = TestHost::serve(working.clone()).await;
+    let retried = fixed
+        .http(
+            "RetryScan",
+            "POST",
+            &format!("/api/scans/{id}/retry"),
+            &[("id", &id)],
+            None,
+        )
+        .await;
+    let (code, body) = retried.res();
+    assert_eq!(code, 202, "{body}");
+    let (_, after) = fixed.status(&id).await;
+    assert_eq!(after["state"], "succeeded", "{after}");
+    assert!(after["export"]["manifest"].is_string(), "{after}");
 }
 
 fn base64_of_zeros() -> String {

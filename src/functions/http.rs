@@ -1105,6 +1105,24 @@ pub async fn retry_scan(state: &AppState, body: &[u8]) -> Response {
             )
         }
     };
+    // An export that gave up on its manifest (every step done) tries it again now.
+    if failed == 0 {
+        if let Ok(Some(record)) = ledger.scan(id).await {
+            if record.manifest_trouble.gave_up_at.is_some() {
+                if let Err(e) = ledger
+                    .clear_manifest_trouble(id, OffsetDateTime::now_utc())
+                    .await
+                {
+                    return error(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        None,
+                        format!("the export's manifest could not be tried again: {e}"),
+                    );
+                }
+                super::manifest::seal_if_done(state, ledger, id).await;
+            }
+        }
+    }
     let messages = match ledger.retry_failed(id, RETRY_PER_REQUEST).await {
         Ok(messages) => messages,
         Err(e) => {

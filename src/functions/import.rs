@@ -38,6 +38,8 @@ pub(super) async fn run(
             "the work item belongs to an import, and its scan is not one".into(),
         ));
     };
+    // Before the import's container is read (its blob steps check again in `action_for`).
+    super::plan::permitted(state, &scan.spec).map_err(StepFailure::permanent)?;
     let Some(manifest) = &import.manifest else {
         return Err(StepFailure::permanent(
             "the import's manifest was not read when it started".into(),

@@ -121,6 +121,7 @@ pub async fn seal_record(
 /// Writes the manifest of `record`, an export whose every step is done.
 async fn write(state: &AppState, ledger: &Ledger, record: &ScanRecord) -> Result<Sealed, String> {
     let scan = record.id.as_str();
+    super::plan::permitted(state, &record.spec)?;
     let ActionSpec::Export {
         container,
         prefix,

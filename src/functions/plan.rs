@@ -73,14 +73,22 @@ fn encoding(encoding: Encoding) -> MessageEncoding {
     }
 }
 
-/// The action a spec asks for, with its clients. Refused when the app's list of connections
-/// (`functions::allowlist`) does not allow what the scan does, whenever the scan started.
-pub fn action_for(state: &AppState, spec: &ScanSpec) -> Result<Action, String> {
+/// Whether the app's list of connections (`functions::allowlist`) allows what the scan does,
+/// checked by every step and by the export's manifest before it touches a connection: a list
+/// set or narrowed after the scan started applies to its remaining work.
+pub fn permitted(state: &AppState, spec: &ScanSpec) -> Result<(), String> {
     if let Some(allowlist) = state.allowlist()? {
         allowlist
             .permits(spec)
             .map_err(|refused| refused.to_string())?;
     }
+    Ok(())
+}
+
+/// The action a spec asks for, with its clients. Refused when the app's list of connections
+/// (`functions::allowlist`) does not allow what the scan does, whenever the scan started.
+pub fn action_for(state: &AppState, spec: &ScanSpec) -> Result<Action, String> {
+    permitted(state, spec)?;
     Ok(match &spec.action {
         ActionSpec::Count => Action::Count,
         ActionSpec::Copy {

@@ -249,6 +249,22 @@ impl Ledger {
         Ok(gave_up)
     }
 
+    /// Lets scan `scan`'s manifest be tried again after the scan gave up on it (a retry).
+    pub async fn clear_manifest_trouble(
+        &self,
+        scan: &str,
+        now: OffsetDateTime,
+    ) -> Result<(), LedgerError> {
+        self.table()
+            .update(
+                &rows::ManifestTrouble::cleared(scan, now),
+                WriteMode::Merge,
+                &IfMatch::Any,
+            )
+            .await?;
+        Ok(())
+    }
+
     /// Records that scan `scan`'s manifest was written.
     pub async fn mark_manifest_written(
         &self,

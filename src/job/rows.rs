@@ -177,8 +177,17 @@ impl ManifestTrouble {
         ManifestTrouble {
             error: text(e, "manifestError"),
             since: date(e, "manifestFailingSince"),
-            gave_up_at: date(e, "manifestGaveUpAt"),
+            // A retry clears it by writing the epoch (a merge cannot remove a property).
+            gave_up_at: date(e, "manifestGaveUpAt").filter(|t| *t > OffsetDateTime::UNIX_EPOCH),
         }
+    }
+
+    /// The merge of the scan row that a retry writes: not given up, and attempts count their
+    /// time again from `now`.
+    pub fn cleared(scan: &str, now: OffsetDateTime) -> Entity {
+        Entity::new(scan, SCAN_ROW)
+            .with("manifestFailingSince", date_value(now))
+            .with("manifestGaveUpAt", date_value(OffsetDateTime::UNIX_EPOCH))
     }
 
     fn write_into(&self, e: &mut Entity) {
