@@ -13,6 +13,7 @@ pub mod plan;
 pub mod protocol;
 pub mod reach;
 pub mod redrive;
+mod scans_list;
 
 pub mod step;
 

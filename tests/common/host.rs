@@ -8,7 +8,9 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 
 use serde_json::{json, Map, Value};
-use tablescan::functions::names::{PARTITION_OUTPUT, RANGE_OUTPUT, SCAN_PARTITION, SCAN_RANGE};
+use tablescan::functions::names::{
+    EXPORT_OUTPUT, PARTITION_OUTPUT, RANGE_OUTPUT, SCAN_EXPORT, SCAN_PARTITION, SCAN_RANGE,
+};
 use tablescan::functions::{router, AppState, Settings};
 
 /// The answer to one invocation.
@@ -224,6 +226,9 @@ impl TestHost {
         }
         for m in answer.messages(PARTITION_OUTPUT) {
             self.queued.push_back((SCAN_PARTITION.to_string(), m));
+        }
+        for m in answer.messages(EXPORT_OUTPUT) {
+            self.queued.push_back((SCAN_EXPORT.to_string(), m));
         }
     }
 
