@@ -5,6 +5,7 @@ pub mod app;
 mod export_checks;
 pub mod guard;
 pub mod http;
+mod http_body;
 mod import;
 pub mod manifest;
 pub mod names;
