@@ -122,13 +122,18 @@ impl std::fmt::Display for ApiError {
                 field_line(field.as_deref(), message)
             ),
             ApiError::Unexpected {
-                status,
+                status: status @ 503,
                 message: Some(message),
                 ..
             } => write!(
                 f,
-                "the app failed ({status}); it may work when tried again\n  {message}"
+                "the app cannot do it now ({status}); it may work when tried again\n  {message}"
             ),
+            ApiError::Unexpected {
+                status,
+                message: Some(message),
+                ..
+            } => write!(f, "the app failed ({status})\n  {message}"),
             ApiError::Unexpected { status, body, .. } => {
                 let body = body.trim();
                 if body.is_empty() {
@@ -304,13 +309,20 @@ impl Api {
 const START_RETRIES: u32 = 3;
 
 impl ApiError {
-    /// Whether the request may have failed on the way (and another try may get an answer):
-    /// no answer at all, or a 5xx. A refusal or a 404 would be the same again.
-    fn worth_another_try(&self) -> bool {
+    /// Whether the answer may have been lost on the way (and another try may get one): no
+    /// answer at all, a gateway's or a busy app's 502, 503 or 504, or a 500 that is not the
+    /// app's own JSON (a handler that stopped mid-request). A refusal, a 404, or the app's own
+    /// 500 (a setting it cannot use) would be the same again.
+    pub fn worth_another_try(&self) -> bool {
         match self {
             // Refused: the request never reached the app.
             ApiError::NotRunning { why, .. } => *why != Transport::Refused,
-            ApiError::Unexpected { status, .. } => *status >= 500,
+            ApiError::Unexpected {
+                status: 500,
+                message,
+                ..
+            } => message.is_none(),
+            ApiError::Unexpected { status, .. } => *status > 500,
             _ => false,
         }
     }
@@ -378,5 +390,38 @@ mod tests {
             bad.to_string(),
             "refused (400)\n  action.table: is required"
         );
+    }
+
+    #[test]
+    fn only_a_start_whose_answer_may_have_been_lost_is_sent_again() {
+        let lost = |why| ApiError::NotRunning {
+            url: "u".into(),
+            why,
+        };
+        let answered = |status, message: Option<&str>| ApiError::Unexpected {
+            status,
+            message: message.map(str::to_string),
+            body: String::new(),
+        };
+        assert!(lost(Transport::Dropped).worth_another_try());
+        assert!(lost(Transport::TimedOut).worth_another_try());
+        assert!(!lost(Transport::Refused).worth_another_try(), "never sent");
+        assert!(answered(503, Some("the ledger is busy")).worth_another_try());
+        assert!(answered(502, None).worth_another_try());
+        assert!(
+            answered(500, None).worth_another_try(),
+            "a handler that stopped"
+        );
+        assert!(
+            !answered(500, Some("TABLESCAN_MAX_ROWS_PER_SECOND: bad")).worth_another_try(),
+            "the app's own answer"
+        );
+        let refused = ApiError::Refused {
+            status: 409,
+            field: None,
+            message: "m".into(),
+            body: Value::Null,
+        };
+        assert!(!refused.worth_another_try());
     }
 }

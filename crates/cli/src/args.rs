@@ -358,4 +358,28 @@ mod tests {
             "{error}"
         );
     }
+
+    /// The help of --max-rows-per-second and of --set says what happens when they are left
+    /// out or given a large number.
+    #[test]
+    fn the_help_gives_the_default_pace_and_how_set_types_numbers() {
+        let mut command = Cli::command();
+        let start = command.find_subcommand_mut("start").unwrap();
+        let help = start.render_long_help().to_string();
+        let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            flat.contains("Default: none, unless the app sets TABLESCAN_MAX_ROWS_PER_SECOND"),
+            "{help}"
+        );
+        assert!(
+            flat.contains(
+                "a whole number beyond Int32 (-2147483648 to 2147483647) is sent as Edm.Int64"
+            ),
+            "{help}"
+        );
+        assert!(
+            flat.contains("null is refused: --remove takes a property away"),
+            "{help}"
+        );
+    }
 }

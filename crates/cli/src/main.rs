@@ -97,17 +97,22 @@ async fn run(cli: Cli) -> i32 {
         Command::Remove { id } => remove(&api, id, json).await,
     };
     outcome.unwrap_or_else(|error| {
-        if json {
-            if let Some(body) = error.json() {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&body).unwrap_or_default()
-                );
-            }
-        }
-        eprintln!("tablescan: {error}");
+        report(&error, json);
         error.exit_code()
     })
+}
+
+/// Says why a call failed (stderr), with the app's JSON answer on stdout for --json.
+fn report(error: &ApiError, json: bool) {
+    if json {
+        if let Some(body) = error.json() {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&body).unwrap_or_default()
+            );
+        }
+    }
+    eprintln!("tablescan: {error}");
 }
 
 /// The API client for the app the flags name.
@@ -131,20 +136,15 @@ async fn start(api: &Api, args: &StartArgs, body: Value, json: bool) -> Result<i
         .unwrap_or_else(|| format!("tablescan-cli-{}", uuid::Uuid::new_v4().simple()));
     let answer = match api.start(&body, &key).await {
         Ok(answer) => answer,
-        Err(error @ (ApiError::NotRunning { .. } | ApiError::Unexpected { .. })) => {
-            if !matches!(
-                error,
-                ApiError::NotRunning {
-                    why: api::Transport::Refused,
-                    ..
-                }
-            ) {
-                eprintln!(
-                    "tablescan: the start may have reached the app; run the same command with \
-                     --idempotency-key {key} to get its scan rather than start a second one"
-                );
-            }
-            return Err(error);
+        // No answer came back (the command sent the start again and gave up): it may have
+        // started a scan, which the same key finds.
+        Err(error) if error.worth_another_try() => {
+            report(&error, json);
+            eprintln!(
+                "tablescan: the start may have reached the app; run the same command with \
+                 --idempotency-key {key} to get its scan rather than start a second one"
+            );
+            return Ok(error.exit_code());
         }
         Err(error) => return Err(error),
     };
