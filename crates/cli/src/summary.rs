@@ -84,13 +84,11 @@ pub fn summary(status: &Value) -> String {
     if let Some(note) = status["activity"]["note"].as_str() {
         out.row("note", cli_words(note, id));
     }
-    for error in status["errors"].as_array().into_iter().flatten().take(5) {
-        let text = error["error"]
-            .as_str()
-            .or_else(|| error["message"].as_str())
-            .map(str::to_string)
-            .unwrap_or_else(|| error.to_string());
-        out.row("error", text);
+    for (text, steps) in errors(status) {
+        match steps {
+            1 => out.row("error", text),
+            n => out.row("error", format!("{text} ({n} steps)")),
+        }
     }
     for failure in status["rowFailures"]
         .as_array()
@@ -112,6 +110,29 @@ pub fn summary(status: &Value) -> String {
         out.row("next", next);
     }
     out.0
+}
+
+/// The errors of the steps that failed for good, each text once with how many of the listed
+/// steps met it (their storage request ids, which differ, left to --json), at most five.
+fn errors(status: &Value) -> Vec<(String, usize)> {
+    let mut seen: Vec<(String, usize)> = Vec::new();
+    for error in status["errors"].as_array().into_iter().flatten() {
+        let text = error["error"]
+            .as_str()
+            .or_else(|| error["message"].as_str())
+            .map(str::to_string)
+            .unwrap_or_else(|| error.to_string());
+        let text = match text.rfind(" (request id ") {
+            Some(at) if text.ends_with(')') => text[..at].to_string(),
+            _ => text,
+        };
+        match seen.iter_mut().find(|(t, _)| *t == text) {
+            Some((_, n)) => *n += 1,
+            None => seen.push((text, 1)),
+        }
+    }
+    seen.truncate(5);
+    seen
 }
 
 /// `PartitionKey / RowKey: why`.
@@ -149,14 +170,14 @@ fn outcome(out: &mut Lines, status: &Value, scan: &Scan) {
             ),
         ),
         "count" => {
-            let (rows, partitions) = match status["result"].as_object() {
-                Some(result) => (number(&result["rows"]), number(&result["partitions"])),
-                None => (acted, partitions),
+            let (rows, partitions, all) = match status["result"].as_object() {
+                Some(result) => (number(&result["rows"]), number(&result["partitions"]), ""),
+                None => (acted, partitions, " so far, not the whole scope"),
             };
             out.row(
                 "counted",
                 format!(
-                    "{} in {}",
+                    "{} in {}{all}",
                     count(rows, "row", "rows"),
                     count(partitions, "partition", "partitions")
                 ),
@@ -318,9 +339,17 @@ fn cli_words(text: &str, id: &str) -> String {
 fn next_step(status: &Value, id: &str) -> Option<String> {
     let p = &status["progress"];
     match status["state"].as_str()? {
-        "failed" if number(&p["stepsFailed"]) > 0 => Some(format!(
-            "`tablescan retry {id}` runs the failed steps again, once their cause is fixed"
-        )),
+        // Unless the app's own reason says so already (in the command's words, `cli_words`).
+        "failed"
+            if number(&p["stepsFailed"]) > 0
+                && !status["failedBecause"]
+                    .as_str()
+                    .is_some_and(|why| why.contains("/retry")) =>
+        {
+            Some(format!(
+                "`tablescan retry {id}` runs the failed steps again, once their cause is fixed"
+            ))
+        }
         "running" | "pending" | "cancelling" => Some(format!(
             "`tablescan status {id} --watch` follows it, `tablescan cancel {id}` stops it"
         )),

@@ -155,19 +155,37 @@ fn an_export_names_its_blobs_and_manifest() {
 fn a_failed_scan_names_the_command_that_retries_it() {
     let mut failed = status(
         json!({"table": "logs", "action": {"type": "count"}}),
-        json!({"rowsRead": 5, "stepsFailed": 2}),
+        json!({"rowsRead": 5, "rowsActed": 5, "stepsFailed": 2}),
     );
     failed["state"] = json!("failed");
     failed["failedBecause"] =
         json!("2 steps failed for good (see errors; POST /api/scans/s1/retry runs them again)");
-    failed["errors"] = json!([{"step": "x", "error": "table gone", "attempts": 1}]);
+    failed["errors"] = json!([
+        {"step": "x", "error": "table gone (request id 1)", "attempts": 1},
+        {"step": "y", "error": "table gone (request id 2)", "attempts": 1},
+        {"step": "z", "error": "credentials refused", "attempts": 1}
+    ]);
     let text = summary(&failed);
     assert!(!text.contains("POST"), "{text}");
     assert!(
         text.contains("failed because  2 steps failed for good (see errors; `tablescan retry s1` runs them again)"),
         "{text}"
     );
-    assert!(text.contains("error           table gone\n"), "{text}");
+    assert!(
+        text.contains("error           table gone (2 steps)\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("error           credentials refused\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("counted         5 rows in 0 partitions so far, not the whole scope"),
+        "{text}"
+    );
+    assert_eq!(text.matches("`tablescan retry s1`").count(), 1, "{text}");
+    failed["failedBecause"] = Value::Null;
+    let text = summary(&failed);
     assert!(
         text.contains("next            `tablescan retry s1`"),
         "{text}"
