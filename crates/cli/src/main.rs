@@ -160,7 +160,10 @@ async fn start(api: &Api, args: &StartArgs, body: Value, json: bool) -> Result<i
     }
     if !args.wait {
         print_json_or(json, &answer, || format!("{id}\n"));
-        if !json {
+        if json {
+            // The answer on stdout is the API's; the key, for a script that wants it, here.
+            eprintln!("started scan {id} (idempotency key {key})");
+        } else {
             eprintln!(
                 "started scan {id} (idempotency key {key}): `tablescan status {id} --watch` \
                  follows it, `tablescan cancel {id}` stops it"

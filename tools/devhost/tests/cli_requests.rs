@@ -259,10 +259,12 @@ async fn a_start_whose_answer_was_lost_is_sent_again_and_makes_one_scan() {
     let messages = drain_queue(&queue, MessageEncoding::Text).await;
     assert_eq!(messages.len(), rows.len(), "every row enqueued once");
 
-    // The key printed gets the same scan again, by hand.
+    // The key printed gets the same scan again, by hand (with --json: the API's answer on
+    // stdout, the key on stderr).
     let again = tablescan(
         &url(&host),
         &[
+            "--json",
             "start",
             "--table",
             source.name(),
@@ -277,6 +279,11 @@ async fn a_start_whose_answer_was_lost_is_sent_again_and_makes_one_scan() {
     )
     .await;
     assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
-    assert_eq!(text(&again.stdout).trim(), id);
+    let answer: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(answer["id"], id.as_str());
+    assert_eq!(
+        text(&again.stderr),
+        format!("started scan {id} (idempotency key {key})\n")
+    );
     assert_eq!(scans(&url(&host)).await.len(), 1);
 }
