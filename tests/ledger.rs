@@ -64,7 +64,7 @@ async fn one_delivery_at_a_time_and_a_lost_claim_is_noticed() {
             .finish(&root, &first, counts, &[], later)
             .await
             .unwrap(),
-        Finish::AlreadyFinished
+        Finish::ClaimLost
     );
     let child = root.follow_up(Task::Partition {
         partition_key: "p".into(),
@@ -137,7 +137,7 @@ async fn failures_release_the_claim_and_the_last_one_fails_the_scan() {
     assert_eq!(status.errors[0].attempts, 2);
     assert!(matches!(
         ledger.begin(&root, now, lease).await.unwrap(),
-        Begin::UnknownItem
+        Begin::FailedForGood
     ));
 }
 

@@ -92,6 +92,8 @@ async fn fill(ledger: &Ledger, root: &WorkItem, items: usize) -> Vec<WorkItem> {
             depth: u64::from(item.depth),
             finished_at: now,
             children,
+            // As a finish writes it: a claim's token.
+            finished_by: Some(format!("{:032x}", rows.len())),
         };
         rows.push(Operation::UpsertReplace(done.to_entity(scan, &id)));
         let shard = &mut shards[usize::from(shard_of(&id))];
@@ -222,7 +224,7 @@ async fn measure(ledger: &Ledger, counter: &Counter<'_>) -> Vec<String> {
             .await;
 
         let (stranded, look_cost) = counter
-            .cost(ledger.stranded(&root.scan, now, Duration::minutes(15)))
+            .cost(ledger.stranded(&root.scan, now, Duration::minutes(15), None))
             .await;
         assert!(stranded.unwrap().is_empty(), "nothing is 15 minutes old");
 

@@ -1,6 +1,7 @@
 //! The timer function `RedriveScans` against Azurite: a scan whose only message was lost, with
 //! nobody reading its status, is found by the sweep and finishes exactly; scans that settled
-//! leave the list of scans in flight; a cancelled scan is not re-driven.
+//! leave the list of scans in flight; a cancelled scan is not re-driven (its items whose
+//! messages are gone are dropped).
 
 mod common;
 
@@ -164,9 +165,22 @@ async fn a_cancelled_scan_is_not_re_driven_and_leaves_the_list() {
     assert_eq!(status, 200, "{body}");
     tokio::time::sleep(Duration::from_millis(1200)).await;
 
-    // Neither the status read nor the sweep sends the cancelled scan's item again.
+    // Neither the status read nor the sweep sends the cancelled scan's item again: the sweep
+    // drops it (its message is gone), and takes the scan off the list at its next run.
     let (_, status) = host.status(&id).await;
     assert_eq!(status["state"], "cancelled");
+    assert_eq!(status["progress"]["stepsPending"], 1, "{status}");
+    assert_eq!(
+        sweep(&state, &ledger).await.unwrap(),
+        Sweep {
+            scans: 1,
+            dropped: 1,
+            ..Sweep::default()
+        }
+    );
+    let (_, status) = host.status(&id).await;
+    assert_eq!(status["state"], "cancelled");
+    assert_eq!(status["progress"]["stepsPending"], 0, "{status}");
     assert_eq!(
         sweep(&state, &ledger).await.unwrap(),
         Sweep {
@@ -207,6 +221,7 @@ async fn a_re_drive_starts_nothing_after_its_deadline_and_leaves_the_rest_strand
                 &id,
                 time::OffsetDateTime::now_utc(),
                 time::Duration::seconds(1),
+                time::Duration::MINUTE,
             )
             .await
             .unwrap()

@@ -107,6 +107,10 @@ pub const LEDGER_CONNECTION_SETTING: &str = "TABLESCAN_LEDGER_CONNECTION";
 /// scan per process this often: 20 entities a second at 100 processes.
 pub const CANCEL_CHECK_EVERY: Duration = Duration::from_secs(5);
 
+/// How long one removal call works before it answers `"more": true`: well inside the 230 s
+/// Azure's front end gives an HTTP call.
+pub const REMOVAL_TIME: Duration = Duration::from_secs(20);
+
 /// Everything the functions share.
 pub struct AppState {
     pub settings: Settings,
@@ -123,6 +127,9 @@ pub struct AppState {
     /// How long a work item may keep failing for transient reasons (throttling, an outage)
     /// before it is failed for good (`TABLESCAN_OUTAGE_WINDOW_SECONDS`).
     pub outage_window: Duration,
+    /// How long one call of `DELETE /api/scans/{id}` (or `DELETE /api/rejected`) removes rows
+    /// before it answers `"more": true` ([`REMOVAL_TIME`]; tests shorten it to see many rounds).
+    pub removal_time: Duration,
     /// The queues of range and partition work items, as the app's function.json files name
     /// them (see [`item_queues`]).
     pub item_queues: ItemQueues,
@@ -131,6 +138,9 @@ pub struct AppState {
     /// The cap a scan gets when its request names none, or why the app setting
     /// [`MAX_ROWS_PER_SECOND_SETTING`] could not be read (then starts are refused with that).
     pub default_cap: Result<Option<u32>, String>,
+    /// The connections scans may use (`TABLESCAN_CONNECTIONS`): `None` for every one, or why
+    /// the setting could not be read (then starts are refused with that, and steps fail).
+    pub connections: Result<Option<super::allowlist::Allowlist>, String>,
     /// This process's share of each running scan's cap, and the slots of its steps.
     pub pacing: super::pacing::Pacing,
     clients: Mutex<HashMap<String, Clients>>,
@@ -304,8 +314,13 @@ impl AppState {
         if let Err(why) = &default_cap {
             tracing::error!("{why}; scans cannot start until it is mended");
         }
+        let connections = super::allowlist::Allowlist::from_settings(&settings);
+        if let Err(why) = &connections {
+            tracing::error!("{why}; scans cannot start or run until it is mended");
+        }
         let state = AppState {
             default_cap,
+            connections,
             pacing: super::pacing::Pacing::default(),
             ledger_connection,
             settings: settings.clone(),
@@ -314,6 +329,7 @@ impl AppState {
             lease,
             redrive_after,
             outage_window,
+            removal_time: REMOVAL_TIME,
             item_queues: item_queues(&std::env::current_dir().unwrap_or_default()),
             host_queues: host_queues(&std::env::current_dir().unwrap_or_default()),
             clients: Mutex::new(HashMap::new()),
@@ -452,6 +468,15 @@ impl AppState {
         };
         cache.insert(key, clients.clone());
         Ok(clients)
+    }
+
+    /// The connections scans may use: `None` for every one; an error naming the setting when
+    /// its value could not be read.
+    pub fn allowlist(&self) -> Result<Option<&super::allowlist::Allowlist>, String> {
+        self.connections
+            .as_ref()
+            .map(Option::as_ref)
+            .map_err(Clone::clone)
     }
 
     pub fn ledger(&self) -> Result<&Ledger, String> {

@@ -170,6 +170,7 @@ pub(super) async fn prepare_import(
         )
     })?;
     let source = Place::new(
+        Service::Blob,
         account.blob_endpoint().map_or("", |e| e.as_str()),
         &import.container,
     );

@@ -4,31 +4,35 @@
 //! its own source as a copy's target (a copy of a table onto itself rewrites every row for
 //! nothing, or, with `select`, strips them).
 //!
-//! Storage is named by its service endpoint and its name, so a queue called `tablescan-range`
-//! in another account is allowed: only the app's own are protected.
+//! Storage is named by its account, its service and its name (`functions::account`), so a queue
+//! called `tablescan-range` in another account is allowed: only the app's own are protected,
+//! through whichever URL of their account a connection reaches them.
 
+use super::account::AccountService;
+use super::reach::Service;
 use crate::job::spec::{ActionSpec, ScanSpec};
 
-/// A table or a queue: the endpoint of its service, and its name.
+/// A table, a queue or a container: the account and service it lives in, and its name.
 #[derive(Debug, Clone)]
 pub struct Place {
-    pub endpoint: String,
+    pub account: AccountService,
     pub name: String,
 }
 
 impl Place {
-    pub fn new(endpoint: &str, name: &str) -> Place {
+    /// The place `name` of `service` at `endpoint` (the service's base URL, in any of the
+    /// forms its account answers at).
+    pub fn new(service: Service, endpoint: &str, name: &str) -> Place {
         Place {
-            endpoint: endpoint.to_string(),
+            account: AccountService::of(service, endpoint),
             name: name.to_string(),
         }
     }
 
-    /// Whether both name the same storage: table and queue names are case-insensitive, and so
-    /// are an endpoint's scheme and host.
+    /// Whether both name the same storage: the same service of the same account, and the same
+    /// name (table and queue names are case-insensitive).
     fn is(&self, other: &Place) -> bool {
-        let endpoint = |p: &Place| p.endpoint.trim_end_matches('/').to_ascii_lowercase();
-        endpoint(self) == endpoint(other) && self.name.eq_ignore_ascii_case(&other.name)
+        self.account == other.account && self.name.eq_ignore_ascii_case(&other.name)
     }
 }
 
@@ -43,7 +47,11 @@ pub struct Protected {
 impl Protected {
     fn is_app_queue(&self, queue: &Place) -> bool {
         self.work_queues.iter().any(|own| {
-            own.is(queue) || Place::new(&own.endpoint, &format!("{}-poison", own.name)).is(queue)
+            let poison = Place {
+                account: own.account.clone(),
+                name: format!("{}-poison", own.name),
+            };
+            own.is(queue) || poison.is(queue)
         })
     }
 }
@@ -130,10 +138,10 @@ mod tests {
 
     fn protected() -> Protected {
         Protected {
-            ledger: Place::new(APP_TABLES, "tablescanledger"),
+            ledger: Place::new(Service::Table, APP_TABLES, "tablescanledger"),
             work_queues: vec![
-                Place::new(APP, "tablescan-range"),
-                Place::new(APP, "tablescan-partition"),
+                Place::new(Service::Queue, APP, "tablescan-range"),
+                Place::new(Service::Queue, APP, "tablescan-partition"),
             ],
         }
     }
@@ -147,9 +155,12 @@ mod tests {
 
     fn touches(source: &str, table: Option<(&str, &str)>, queues: &[(&str, &str)]) -> Touches {
         Touches {
-            source: Place::new(APP_TABLES, source),
-            target_table: table.map(|(e, n)| Place::new(e, n)),
-            target_queues: queues.iter().map(|(e, n)| Place::new(e, n)).collect(),
+            source: Place::new(Service::Table, APP_TABLES, source),
+            target_table: table.map(|(e, n)| Place::new(Service::Table, e, n)),
+            target_queues: queues
+                .iter()
+                .map(|(e, n)| Place::new(Service::Queue, e, n))
+                .collect(),
         }
     }
 
@@ -214,6 +225,95 @@ mod tests {
         assert_eq!(refused.unwrap_err().field, "table");
         let count = spec(r#"{"table":"tablescanledger","action":{"type":"count"}}"#);
         assert!(check(&count, &touches("tablescanledger", None, &[]), &protected()).is_ok());
+    }
+
+    /// The same account reached through another URL is the same account: the guard compares
+    /// accounts by name and service, not endpoint strings (the old comparison let every form
+    /// below through but the first two).
+    #[test]
+    fn the_apps_storage_is_recognised_through_every_url_of_its_account() {
+        let key = crate::storage::connection_string::EMULATOR_KEY;
+        let from_connection_string = |text: &str| {
+            crate::storage::StorageAccount::from_connection_string(text)
+                .unwrap()
+                .table_endpoint()
+                .unwrap()
+                .as_str()
+                .to_string()
+        };
+        let azure = "https://acct.table.core.windows.net";
+        let azure_forms = [
+            "https://ACCT.table.core.windows.net/".to_string(),
+            "https://acct.table.core.windows.net:443".to_string(),
+            "http://acct.table.core.windows.net".to_string(),
+            "http://Acct.Table.Core.Windows.Net:80/".to_string(),
+            "https://acct-secondary.table.core.windows.net".to_string(),
+            from_connection_string(&format!(
+                "AccountName=acct;AccountKey={key};EndpointSuffix=core.windows.net"
+            )),
+            from_connection_string(&format!(
+                "AccountName=acct;AccountKey={key};TableEndpoint=https://Acct.Table.Core.Windows.Net/"
+            )),
+        ];
+        let emulator_forms = [
+            format!("{APP_TABLES}/"),
+            "HTTP://127.0.0.1:10002/DevStoreAccount1".to_string(),
+            "http://localhost:10002/devstoreaccount1".to_string(),
+            "http://[::1]:10002/devstoreaccount1/".to_string(),
+            "http://devstoreaccount1.table.localhost:10002".to_string(),
+            from_connection_string("UseDevelopmentStorage=true"),
+        ];
+        for (ledger, forms) in [(azure, &azure_forms[..]), (APP_TABLES, &emulator_forms[..])] {
+            let protected = Protected {
+                ledger: Place::new(Service::Table, ledger, "tablescanledger"),
+                work_queues: Vec::new(),
+            };
+            let copy =
+                spec(r#"{"table":"trial","action":{"type":"copy","table":"tablescanledger"}}"#);
+            let delete = spec(r#"{"table":"tablescanledger","action":{"type":"delete"}}"#);
+            for form in forms.iter() {
+                let into = touches("trial", Some((form.as_str(), "TablescanLedger")), &[]);
+                assert_eq!(
+                    check(&copy, &into, &protected).map_err(|r| r.field),
+                    Err("action.table"),
+                    "a copy into the ledger through {form}"
+                );
+                let from = Touches {
+                    source: Place::new(Service::Table, form, "tablescanledger"),
+                    target_table: None,
+                    target_queues: Vec::new(),
+                };
+                assert_eq!(
+                    check(&delete, &from, &protected).map_err(|r| r.field),
+                    Err("table"),
+                    "a delete of the ledger through {form}"
+                );
+            }
+        }
+        // The app's queues through another URL of the emulator.
+        let enqueue =
+            spec(r#"{"table":"trial","action":{"type":"enqueue","queue":"tablescan-range"}}"#);
+        for form in [
+            "http://localhost:10001/devstoreaccount1/",
+            "http://127.0.0.1:10001/DEVSTOREACCOUNT1",
+        ] {
+            let refused = check(
+                &enqueue,
+                &touches("trial", None, &[(form, "tablescan-range")]),
+                &protected(),
+            );
+            assert_eq!(refused.map_err(|r| r.field), Err("action.queue"), "{form}");
+        }
+        // Other accounts, and a name that merely starts like the app's, stay allowed.
+        let copy = spec(r#"{"table":"trial","action":{"type":"copy","table":"tablescanledger"}}"#);
+        for other in [
+            "https://other.table.core.windows.net",
+            "https://acctx.table.core.windows.net",
+            "http://127.0.0.1:10002/otheraccount",
+        ] {
+            let into = touches("trial", Some((other, "tablescanledger")), &[]);
+            assert!(check(&copy, &into, &protected()).is_ok(), "{other}");
+        }
     }
 
     #[test]

@@ -15,7 +15,7 @@ use super::reach::{self, Check, Service};
 use super::scans_list::ListQuery;
 use crate::job::ledger::{is_scan_id, new_scan_id};
 use crate::job::read_budget::{ReadBudget, ReadCost, STATUS_READ};
-use crate::job::spec::{ActionSpec, ScanSpec, SpecError};
+use crate::job::spec::{ActionSpec, ScanSpec};
 use crate::job::{Created, State, StatusRead};
 use crate::scan::item::WorkItem;
 use crate::storage::table::query::Query;
@@ -118,10 +118,15 @@ async fn try_start_scan(state: &AppState, body: &[u8]) -> Result<Response, HttpE
         Ok(cap) => *cap,
         Err(why) => return refuse(StatusCode::INTERNAL_SERVER_ERROR, None, why.clone()),
     };
-    let mut spec = match ScanSpec::parse_with(text, &state.settings, default_cap) {
+    let mut spec = match super::allowlist::parse_start(state, text, default_cap).and_then(|spec| {
+        spec.check_stored_size()
+            .map(|()| spec)
+            .map_err(super::allowlist::Refused::Request)
+    }) {
         Ok(spec) => spec,
-        Err(SpecError { field, message }) => {
-            return refuse(StatusCode::BAD_REQUEST, Some(&field), message)
+        Err(refused) => {
+            let (status, field, message) = refused.answer();
+            return refuse(status, field.as_deref(), message);
         }
     };
     let ledger = match state.ledger() {
@@ -136,6 +141,10 @@ async fn try_start_scan(state: &AppState, body: &[u8]) -> Result<Response, HttpE
         },
     };
     prepare(state, &mut spec, &id).await?;
+    // What a start adds to the request (an import's manifest summary) must fit too.
+    if let Err(crate::job::SpecError { field, message }) = spec.check_stored_size() {
+        return refuse(StatusCode::BAD_REQUEST, Some(&field), message);
+    }
     let root = match &spec.import {
         // An import starts from the first part of the export's manifest.
         Some(_) => WorkItem {
@@ -252,7 +261,7 @@ fn guard(
         .map_err(unavailable)?;
     let app_queues = app.queues().map_err(unavailable)?;
     let protected = Protected {
-        ledger: Place::new(ledger_tables.endpoint(), ledger_table),
+        ledger: Place::new(Service::Table, ledger_tables.endpoint(), ledger_table),
         // The queues the app's function.json files name (renamed ones too), and the built-in
         // names in case a file could not be read.
         work_queues: [
@@ -263,7 +272,7 @@ fn guard(
             names::PARTITION_QUEUE,
             names::EXPORT_QUEUE,
         ]
-        .map(|queue| Place::new(app_queues.endpoint(), queue))
+        .map(|queue| Place::new(Service::Queue, app_queues.endpoint(), queue))
         .to_vec(),
     };
     let not_usable = |e: String| refusal(StatusCode::BAD_REQUEST, Some("action.connection"), e);
@@ -274,7 +283,10 @@ fn guard(
         } => {
             let target = target(connection)?;
             let tables = target.tables().map_err(not_usable)?;
-            (Some(Place::new(tables.endpoint(), table)), Vec::new())
+            (
+                Some(Place::new(Service::Table, tables.endpoint(), table)),
+                Vec::new(),
+            )
         }
         ActionSpec::Enqueue { connection, .. } | ActionSpec::PartitionKeys { connection, .. } => {
             let target = target(connection)?;
@@ -283,7 +295,7 @@ fn guard(
                 .action
                 .target_queues()
                 .iter()
-                .map(|queue| Place::new(endpoint, queue))
+                .map(|queue| Place::new(Service::Queue, endpoint, queue))
                 .collect();
             (None, places)
         }
@@ -357,7 +369,7 @@ async fn prepare(state: &AppState, spec: &mut ScanSpec, id: &str) -> Result<(), 
         }
         Err(e) => return Err(refused(&check, what, &e)),
     }
-    let source = Place::new(source.endpoint(), &spec.table);
+    let source = Place::new(Service::Table, source.endpoint(), &spec.table);
     guard(state, spec, source, ledger_tables, ledger.table().name())?;
     prepare_target(state, spec, id).await
 }
@@ -525,7 +537,11 @@ pub async fn get_scan(state: &AppState, body: &[u8]) -> Response {
                 status.pace = pace(ledger, &status, &mut budget).await;
             }
             if super::redrive::wants_redrive(status.state) {
-                redrive_look(state, ledger, &read).await;
+                let abandoned = status
+                    .activity
+                    .as_ref()
+                    .is_some_and(|a| a.steps_abandoned > 0);
+                redrive_look(state, ledger, &read, abandoned).await;
             }
             answer(
                 StatusCode::OK,
@@ -584,20 +600,43 @@ async fn pace(
 
 /// The status read's re-drive look (`job::redrive`): when it is due and this reader wins the
 /// scan's turn, items found stranded are sent again (the next read counts them). Failures
-/// never fail the read: they are logged, and the next turn or sweep tries again.
-async fn redrive_look(state: &AppState, ledger: &crate::job::Ledger, read: &StatusRead) {
+/// never fail the read: they are logged, and the next turn or sweep tries again. While the
+/// read saw `abandoned` claims (a host died), the look is due once a lease rather than once
+/// a minute, so that a watched scan resumes soon after a crash.
+async fn redrive_look(
+    state: &AppState,
+    ledger: &crate::job::Ledger,
+    read: &StatusRead,
+    abandoned: bool,
+) {
     let id = read.status.id.as_str();
     let now = OffsetDateTime::now_utc();
     let after = super::redrive::redrive_after(state);
-    let every = super::redrive::status_look_every(state);
-    if !crate::job::redrive::look_due(read.created_at, read.redrive_looked_at, now, after, every) {
+    // A claim can be abandoned once a lease has passed, long before an item can be stranded.
+    let lease = time::Duration::try_from(state.lease).unwrap_or(time::Duration::MINUTE);
+    let every = match abandoned {
+        true => super::redrive::status_look_every(state).min(lease),
+        false => super::redrive::status_look_every(state),
+    };
+    let old_enough = after.min(lease);
+    if !crate::job::redrive::look_due(
+        read.created_at,
+        read.redrive_looked_at,
+        now,
+        old_enough,
+        every,
+    ) {
         return;
     }
     let looked = async {
         if !ledger.take_look_turn(id, &read.scan_etag, now).await? {
             return Ok(Vec::new());
         }
-        ledger.stranded(id, now, after).await
+        let stall = crate::job::redrive::stall_after(lease);
+        let quiet = crate::job::redrive::quiet_for(&read.status, now);
+        ledger
+            .stranded(id, now, after, (quiet >= stall).then_some(stall))
+            .await
     };
     let stranded = match looked.await {
         Ok(stranded) => stranded,
@@ -721,25 +760,28 @@ async fn activity(
         true => queued_messages(state, status, budget).await,
         false => None,
     };
-    let note = if awaits_manifest {
+    let manifest_error = status
+        .export
+        .as_ref()
+        .is_some_and(|e| e.manifest_error.is_some());
+    let note = if awaits_manifest && manifest_error {
+        Some(
+            "every step is done, but the export's manifest could not be written yet (see \
+             export.manifestError); the re-drive sweep tries again, and the scan fails if it \
+             still cannot after TABLESCAN_OUTAGE_WINDOW_SECONDS"
+                .to_string(),
+        )
+    } else if awaits_manifest {
         Some(
             "every step is done; the export's manifest is being written (if the step that \
              finished last stopped before writing it, the next re-drive sweep writes it)"
                 .to_string(),
         )
     } else if claims.abandoned > 0 {
-        let by = abandoned_return_by_ms
-            .map(|ms| {
-                format!(
-                    " (by {} seconds from now)",
-                    ms.saturating_sub(now_ms) / 1000
-                )
-            })
-            .unwrap_or_default();
         Some(format!(
-            "{} work item(s) were held by a step that stopped without finishing (its host stopped); \
-             their messages come back when the host's hold on them ends (at most 10 minutes after \
-             delivery){by}, and the scan goes on",
+            "{} work item(s) were held by a step that stopped without finishing (its host \
+             stopped); the next re-drive look (a status read, or the timer within a minute) \
+             sends them again, and the scan goes on",
             claims.abandoned
         ))
     } else if claims.running == 0 && since >= 60 && queued_messages == Some(0) {
@@ -807,11 +849,21 @@ pub async fn list_scans(state: &AppState, body: &[u8]) -> Response {
     };
     let now = OffsetDateTime::now_utc();
     let mut scans = Vec::new();
+    let mut unreadable = page.unreadable;
     for record in page.scans {
         let status = match ledger.status(&record.id, now).await {
             Ok(Some(status)) => status,
             Ok(None) => continue,
-            Err(e) => return unavailable(e),
+            // One scan that cannot be read (damaged, or a read that failed) is reported
+            // beside the others, not a reason to list none.
+            Err(e) => {
+                tracing::warn!(scan = %record.id, "the scans list could not read a scan: {e}");
+                unreadable.push(crate::job::housekeeping::Unreadable {
+                    id: record.id,
+                    error: e.to_string(),
+                });
+                continue;
+            }
         };
         if query.keeps(&status) {
             scans.push(super::scans_list::entry(&status));
@@ -819,13 +871,10 @@ pub async fn list_scans(state: &AppState, body: &[u8]) -> Response {
     }
     answer(
         StatusCode::OK,
-        json!({ "scans": scans, "next": page.next, "rejectedMessages": rejected }),
+        json!({ "scans": scans, "next": page.next, "unreadableScans": unreadable, "rejectedMessages": rejected }),
     )
     .into_response()
 }
-
-/// How long one removal call works before it answers `"more": true`.
-const REMOVAL_TIME: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// `DELETE /api/scans/{id}`: removes a finished scan's ledger rows, in rounds of at most 20 s.
 pub async fn delete_scan(state: &AppState, body: &[u8]) -> Response {
@@ -847,7 +896,9 @@ pub async fn delete_scan(state: &AppState, body: &[u8]) -> Response {
                 "only a finished scan can be removed; cancel it first",
             )
         }
-        Ok(Some(_)) => match ledger.scan(id).await {
+        // A scan whose rows are damaged (one half removed by an earlier version, which deleted
+        // its counter shards first) cannot run any more: its removal may go on.
+        Ok(Some(_)) | Err(crate::job::LedgerError::Corrupt(..)) => match ledger.scan(id).await {
             Ok(Some(record)) => record,
             Ok(None) => return error(StatusCode::NOT_FOUND, None, "no scan has this id"),
             Err(e) => return unavailable_ledger(e),
@@ -856,7 +907,7 @@ pub async fn delete_scan(state: &AppState, body: &[u8]) -> Response {
         Err(e) => return unavailable_ledger(e),
     };
     match ledger
-        .remove_scan(&record, std::time::Instant::now() + REMOVAL_TIME)
+        .remove_scan(&record, std::time::Instant::now() + state.removal_time)
         .await
     {
         Ok(removed) => removal_answer(removed, json!({ "id": id, "removedRows": removed.rows })),
@@ -874,7 +925,7 @@ pub async fn clear_rejected(state: &AppState, body: &[u8]) -> Response {
         Err(why) => return error(StatusCode::SERVICE_UNAVAILABLE, None, why),
     };
     match ledger
-        .clear_rejected(std::time::Instant::now() + REMOVAL_TIME)
+        .clear_rejected(std::time::Instant::now() + state.removal_time)
         .await
     {
         Ok(removed) => removal_answer(removed, json!({ "removed": removed.rows })),
@@ -947,27 +998,40 @@ pub async fn cancel_scan(state: &AppState, body: &[u8]) -> Response {
     }
 }
 
+/// Whether `retry` has work in a scan: `failed` (for good), or any item failed for good while
+/// the scan runs again after an earlier retry; never once it was cancelled.
+fn retriable(status: &crate::job::ScanStatus) -> bool {
+    match status.state {
+        State::Failed => true,
+        State::Pending | State::Running => status.progress.steps_failed > 0,
+        State::Succeeded | State::Cancelling | State::Cancelled => false,
+    }
+}
+
 /// How many failed items one retry request makes pending again; a scan with more answers
 /// `"more": true` and is retried by calling again.
 pub const RETRY_PER_REQUEST: u16 = 500;
 
-/// `POST /api/scans/{id}/retry`: runs a failed scan's failed items again. Each becomes pending
-/// with a fresh message; the scan is `running` until they finish, and its counts stay exact.
+/// `POST /api/scans/{id}/retry`: runs a scan's items that failed for good again. Each becomes
+/// pending with a fresh message; the scan is `running` until they finish, and its counts stay
+/// exact. A scan with more failed items than one call retries is `running` after the first
+/// call: the next calls go on while any item is failed (a cancelled scan's are left alone).
 pub async fn retry_scan(state: &AppState, body: &[u8]) -> Response {
     let (ledger, id) = match scan_target(state, body) {
         Ok(target) => target,
         Err(response) => return *response,
     };
     let id = id.as_str();
-    match ledger.status(id, OffsetDateTime::now_utc()).await {
-        Ok(Some(status)) if status.state == State::Failed => {}
+    let failed = match ledger.status(id, OffsetDateTime::now_utc()).await {
+        Ok(Some(status)) if retriable(&status) => status.progress.steps_failed,
         Ok(Some(status)) => {
             return error(
                 StatusCode::CONFLICT,
                 None,
                 format!(
-                    "only a failed scan can be retried; this one is {}",
-                    serde_json::to_value(status.state).unwrap_or(Value::Null)
+                    "only a scan with failed items can be retried (and not once cancelled); this one is {} with {} failed",
+                    serde_json::to_value(status.state).unwrap_or(Value::Null),
+                    status.progress.steps_failed
                 ),
             )
         }
@@ -979,7 +1043,7 @@ pub async fn retry_scan(state: &AppState, body: &[u8]) -> Response {
                 format!("the scan could not be read: {e}"),
             )
         }
-    }
+    };
     let messages = match ledger.retry_failed(id, RETRY_PER_REQUEST).await {
         Ok(messages) => messages,
         Err(e) => {
@@ -991,7 +1055,9 @@ pub async fn retry_scan(state: &AppState, body: &[u8]) -> Response {
         }
     };
     let retried = messages.len();
-    let more = retried == usize::from(RETRY_PER_REQUEST);
+    // Failed items beyond this call's (counted exactly when the status was read; an item that
+    // fails meanwhile is found by the next call all the same).
+    let more = failed > retried as u64;
     tracing::info!(scan = %id, "{retried} failed work items sent again");
     let answer = Outcome::default().http(
         HTTP_RESPONSE,

@@ -14,9 +14,9 @@ use super::plan::action_for;
 use super::step::{ActionSink, FailureKind, StepDone, StepFailure};
 use crate::actions::export::format::{next_chunk, parse_line, sha256_base64, Compression};
 use crate::actions::{ActionCounts, RowFailure};
-use crate::job::exports::{parse_part, Layout};
+use crate::job::exports::{parse_part, Layout, Manifest, PartSummary};
 use crate::job::notes::{NotedRow, RowNotes};
-use crate::job::spec::ImportSource;
+use crate::job::spec::{ImportSource, ManifestSummary};
 use crate::job::{ScanRecord, StepCounts};
 use crate::scan::item::{Task, WorkItem};
 use crate::scan::{Clock, RowSink, SystemClock};
@@ -55,7 +55,7 @@ pub(super) async fn run(
     let started = std::time::Instant::now();
     let done = match &item.task {
         Task::ExportPart { part, from } => {
-            run_part(item, import, manifest.parts, &container, *part, *from).await?
+            run_part(item, import, manifest, &container, *part, *from).await?
         }
         Task::ExportBlob { .. } => {
             let read = BlobRead {
@@ -100,16 +100,19 @@ fn blob_failure(what: &str, error: StorageError) -> StepFailure {
 }
 
 /// Makes work items of up to [`BLOBS_PER_STEP`] of the blobs part `part` lists, from the
-/// `from`-th, and one more item for what is left of the part (or for the next part).
+/// `from`-th, and one more item for what is left of the part (or for the next part). The part
+/// is the one the export's manifest names, checked against the SHA-256 the manifest recorded,
+/// and every blob it lists must be the export's own: a part another export into the same prefix
+/// wrote is refused, never imported.
 async fn run_part(
     item: &WorkItem,
     import: &ImportSource,
-    parts: u32,
+    manifest: &ManifestSummary,
     container: &ContainerClient,
     part: u32,
     from: u32,
 ) -> Result<StepDone, StepFailure> {
-    if part >= parts {
+    if part >= manifest.parts {
         // An export of no rows has no parts: nothing to import.
         return Ok(StepDone {
             counts: StepCounts::default(),
@@ -118,17 +121,40 @@ async fn run_part(
             follow_ups: Vec::new(),
         });
     }
-    let name = Layout {
+    let layout = Layout {
         prefix: &import.prefix,
-    }
-    .part(part);
+    };
+    let described = manifest_part(import, manifest, container, part).await?;
+    let name = described.name;
     let what = format!("manifest part {}/{name}", import.container);
+    if !name.starts_with(&layout.parts()) {
+        return Err(StepFailure::permanent(format!(
+            "{what} is not under the export's prefix ({}); the manifest was edited",
+            layout.parts()
+        )));
+    }
     let text = container
         .get(&name)
         .await
         .map_err(|e| blob_failure(&what, e))?;
+    if let Some(expected) = &described.sha256 {
+        if sha256_base64(&text) != *expected {
+            return Err(StepFailure::permanent(format!(
+                "{what} is not the part its manifest describes: its SHA-256 is not the one the \
+                 manifest recorded (it was changed or replaced since the export wrote it)"
+            )));
+        }
+    }
     let entries = parse_part(&text)
         .map_err(|why| StepFailure::permanent(format!("{what} cannot be read: {why}")))?;
+    let own = layout.data_of(&manifest.scan);
+    if let Some(foreign) = entries.iter().find(|entry| !entry.name.starts_with(&own)) {
+        return Err(StepFailure::permanent(format!(
+            "{what} lists {}, which is not a blob of export {} (its blobs are under {own}): \
+             another export wrote into the same prefix",
+            foreign.name, manifest.scan
+        )));
+    }
     let start = (from as usize).min(entries.len());
     let end = (start + BLOBS_PER_STEP).min(entries.len());
     let mut follow_ups: Vec<WorkItem> = entries[start..end]
@@ -148,7 +174,7 @@ async fn run_part(
             part,
             from: end as u32,
         }));
-    } else if part + 1 < parts {
+    } else if part + 1 < manifest.parts {
         follow_ups.push(item.follow_up(Task::ExportPart {
             part: part + 1,
             from: 0,
@@ -160,6 +186,39 @@ async fn run_part(
         blob: None,
         follow_ups,
     })
+}
+
+/// Part `part` as the export's manifest describes it (its name, and its SHA-256 when the
+/// manifest recorded one). The manifest is read again, one small blob per part step: the
+/// import's spec keeps only its summary. It must still be the manifest the import started
+/// from: one written since by another export into the same prefix is refused.
+async fn manifest_part(
+    import: &ImportSource,
+    manifest: &ManifestSummary,
+    container: &ContainerClient,
+    part: u32,
+) -> Result<PartSummary, StepFailure> {
+    let name = Layout {
+        prefix: &import.prefix,
+    }
+    .manifest();
+    let what = format!("the manifest {}/{name}", import.container);
+    let bytes = container
+        .get(&name)
+        .await
+        .map_err(|e| blob_failure(&what, e))?;
+    let read = Manifest::parse(&bytes)
+        .map_err(|why| StepFailure::permanent(format!("{what} cannot be read: {why}")))?;
+    if read.scan != manifest.scan {
+        return Err(StepFailure::permanent(format!(
+            "{what} was replaced since the import started: it describes export {} now, not {}",
+            read.scan, manifest.scan
+        )));
+    }
+    read.parts
+        .into_iter()
+        .nth(part as usize)
+        .ok_or_else(|| StepFailure::permanent(format!("{what} lists no part {part}")))
 }
 
 /// One step over a data blob.
@@ -220,8 +279,6 @@ impl BlobRead<'_> {
                 Err(e) => return Err(StepFailure::permanent(format!("{what} is damaged: {e}"))),
             };
             let (rows, bad) = parse_rows(&chunk.text, here);
-            // Rows of the chunk an earlier step finished were counted by it.
-            rows_read += rows.len().saturating_sub(skip) as u64;
             if skip == 0 {
                 rows_read += bad.len() as u64;
                 sink.note_failures(bad);
@@ -234,6 +291,9 @@ impl BlobRead<'_> {
                     .map_err(|e| {
                         StepFailure::from(crate::scan::StepError::<StorageError>::Action(e))
                     })?;
+            // The rows this step finished: those of the chunk an earlier step finished were
+            // counted by it, and those it did not reach are counted by the step that does.
+            rows_read += finished.min(count) as u64;
             if sink.cancelled {
                 break;
             }

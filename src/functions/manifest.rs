@@ -12,6 +12,7 @@ use std::collections::HashSet;
 use time::OffsetDateTime;
 
 use super::app::AppState;
+use crate::actions::export::format::sha256_base64;
 use crate::job::exports::{
     part_text, Layout, Manifest, PartSummary, MANIFEST_FORMAT, MANIFEST_KIND,
 };
@@ -82,9 +83,44 @@ pub async fn seal_record(
         .consistent_totals(scan)
         .await
         .map_err(|e| format!("the scan's totals could not be read: {e}"))?;
-    if !settled || totals.failed_now() > 0 {
+    if !settled || totals.failed_now() > 0 || totals.dropped > 0 {
         return Ok(Sealed::NotDone);
     }
+    // The caller's record may predate a cancel (a step reads its scan when it claims its
+    // item): a cancel written since drops the items not yet run, and their drops settle the
+    // totals as surely as their finishes would. Read the scan again, after the settling read:
+    // a manifest only ever describes a whole export.
+    let record = match ledger.scan(scan).await {
+        Ok(Some(now)) if now.cancelled_at.is_none() => now,
+        Ok(_) => return Ok(Sealed::NotDone),
+        Err(e) => return Err(format!("the scan could not be read again: {e}")),
+    };
+    if record.manifest_at.is_some() || record.manifest_trouble.gave_up_at.is_some() {
+        return Ok(Sealed::NotWaiting);
+    }
+    match write(state, ledger, &record).await {
+        Ok(sealed) => Ok(sealed),
+        Err(why) => {
+            // Recorded for the status, and bounded: after the outage window the scan fails
+            // with this cause instead of waiting for ever with every step done.
+            let window = time::Duration::try_from(state.outage_window)
+                .unwrap_or(time::Duration::MINUTE * 30);
+            match ledger
+                .note_manifest_failure(&record, &why, OffsetDateTime::now_utc(), window)
+                .await
+            {
+                Ok(true) => tracing::error!(scan, "gave up writing the export's manifest: {why}"),
+                Ok(false) => {}
+                Err(e) => tracing::warn!(scan, "could not record the manifest's failure: {e}"),
+            }
+            Err(why)
+        }
+    }
+}
+
+/// Writes the manifest of `record`, an export whose every step is done.
+async fn write(state: &AppState, ledger: &Ledger, record: &ScanRecord) -> Result<Sealed, String> {
+    let scan = record.id.as_str();
     let ActionSpec::Export {
         container,
         prefix,
@@ -110,14 +146,13 @@ pub async fn seal_record(
             .await
             .map_err(|e| format!("the export's blobs could not be read from the ledger: {e}"))?;
         if !entries.is_empty() {
-            let name = layout.part(parts.len() as u32);
+            // Named by its scan, and checked by the import against its SHA-256 (issue 32).
+            let name = layout.part(scan, parts.len() as u32);
             let part_rows = entries.iter().map(|e| e.rows).sum();
+            let text = part_text(&entries).into_bytes();
+            let sha256 = sha256_base64(&text);
             container
-                .put(
-                    &name,
-                    part_text(&entries).into_bytes(),
-                    "application/x-ndjson",
-                )
+                .put(&name, text, "application/x-ndjson")
                 .await
                 .map_err(|e| format!("manifest part {name} could not be written: {e}"))?;
             rows += part_rows;
@@ -126,6 +161,7 @@ pub async fn seal_record(
                 name,
                 blobs: entries.len() as u64,
                 rows: part_rows,
+                sha256: Some(sha256),
             });
             recorded.extend(entries.into_iter().map(|e| e.name));
         }
@@ -138,6 +174,7 @@ pub async fn seal_record(
     let manifest = Manifest {
         kind: MANIFEST_KIND.into(),
         format: MANIFEST_FORMAT,
+        complete: true,
         scan: scan.to_string(),
         spec: record.spec.clone(),
         table: record.spec.table.clone(),

@@ -1,6 +1,8 @@
 //! The Azure Functions custom handler: the invocation protocol (with the real host's quirks),
 //! one handler per function, and the router.
 
+pub mod account;
+pub mod allowlist;
 pub mod app;
 mod export_checks;
 pub mod guard;

@@ -23,10 +23,14 @@ pub const DELETE_SCAN: &str = "DeleteScan";
 pub const CLEAR_REJECTED: &str = "ClearRejected";
 pub const REDRIVE_SCANS: &str = "RedriveScans";
 
-/// When `RedriveScans` runs (NCRONTAB, with seconds): every five minutes. A work item counts as
-/// stranded after `TABLESCAN_REDRIVE_AFTER_SECONDS` (15 minutes by default), so a lost message
-/// is sent again within 20 minutes, and a sweep of an idle app reads one empty partition.
-pub const REDRIVE_SCHEDULE: &str = "0 */5 * * * *";
+/// When `RedriveScans` runs (NCRONTAB, with seconds): every minute. A claim abandoned by a
+/// host that died counts as stranded as soon as its lease has run out, and a scan with no
+/// claim alive and no step finished for a lease has its unclaimed items sent again, so after
+/// a crash work resumes within about two minutes (a lease, then the next sweep) instead of
+/// waiting out the dead host's 10-minute hold on its messages; an item whose message was lost counts after
+/// `TABLESCAN_REDRIVE_AFTER_SECONDS` (15 minutes by default). A sweep of an idle app reads one
+/// empty partition.
+pub const REDRIVE_SCHEDULE: &str = "0 */1 * * * *";
 /// The timer trigger's binding name.
 pub const TIMER_BINDING: &str = "timer";
 

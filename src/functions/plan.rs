@@ -73,8 +73,14 @@ fn encoding(encoding: Encoding) -> MessageEncoding {
     }
 }
 
-/// The action a spec asks for, with its clients.
+/// The action a spec asks for, with its clients. Refused when the app's list of connections
+/// (`functions::allowlist`) does not allow what the scan does, whenever the scan started.
 pub fn action_for(state: &AppState, spec: &ScanSpec) -> Result<Action, String> {
+    if let Some(allowlist) = state.allowlist()? {
+        allowlist
+            .permits(spec)
+            .map_err(|refused| refused.to_string())?;
+    }
     Ok(match &spec.action {
         ActionSpec::Count => Action::Count,
         ActionSpec::Copy {

@@ -66,6 +66,18 @@ impl Invocation {
         }
     }
 
+    /// When the queue message was put (the host's `InsertionTime`, to the second).
+    pub fn insertion_time(&self) -> Option<time::OffsetDateTime> {
+        let Value::String(text) = self.metadata_value("InsertionTime")? else {
+            return None;
+        };
+        time::OffsetDateTime::parse(
+            unquote(text).trim(),
+            &time::format_description::well_known::Rfc3339,
+        )
+        .ok()
+    }
+
     /// The queue message id, without the host's extra quotes. A message's own `id` field can
     /// overwrite it (fields of JSON messages leak into Metadata), so it is only used in logs.
     pub fn message_id(&self) -> Option<String> {
@@ -306,6 +318,10 @@ mod tests {
         let invocation = Invocation::parse(QUEUE_STRING.as_bytes()).unwrap();
         assert_eq!(invocation.queue_message("inMsg").unwrap(), "aaaaa");
         assert_eq!(invocation.dequeue_count(), Some(1));
+        assert_eq!(
+            invocation.insertion_time().map(|t| t.unix_timestamp()),
+            Some(1_655_100_006)
+        );
         assert_eq!(
             invocation.message_id().as_deref(),
             Some("a0004923-f050-417a-9742-6d7c7b984134")

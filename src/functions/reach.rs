@@ -68,7 +68,7 @@ fn endpoint_of(check: &Check<'_>) -> String {
     .map_or("(none)".to_string(), |e| e.as_str().to_string())
 }
 
-/// Which endpoint of an account a check used.
+/// Which service of an account: the endpoint a check used, or where a guarded place lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Service {
     Table,

@@ -12,8 +12,10 @@ use time::OffsetDateTime;
 use super::app::AppState;
 use super::names::STORAGE_CONNECTION;
 use super::protocol::{Failure, Invocation, Outcome};
+use crate::job::active::Listing;
+use crate::job::cancel_drop::DROP_LOOKS_PER_SWEEP;
 use crate::job::redrive::Stranded;
-use crate::job::{Ledger, State};
+use crate::job::{Ledger, ScanStatus, State};
 use crate::scan::WorkItem;
 use crate::storage::queue::{MessageEncoding, PutOptions};
 
@@ -90,7 +92,8 @@ pub async fn redrive_stranded(
                 }
             }
         }
-        if waits_in_backlog(item.touched_ms, oldest[queue]) {
+        // An abandoned claim's message is not in the backlog: the dead host holds it.
+        if !item.abandoned && waits_in_backlog(item.touched_ms, oldest[queue]) {
             continue;
         }
         let resent = async {
@@ -144,9 +147,18 @@ pub fn waits_in_backlog(touched_ms: u64, oldest_ms: Option<u64>) -> bool {
 }
 
 /// Whether a scan in `state` may still have work for its stranded items: a cancelled scan's
-/// items are left alone, and a settled scan has none.
+/// items are dropped instead (see [`wants_drops`]), and a settled scan has none.
 pub fn wants_redrive(state: State) -> bool {
     matches!(state, State::Pending | State::Running)
+}
+
+/// Whether a cancelled scan may still have pending items for the sweep to drop (see
+/// `job::cancel_drop`): it is `cancelling` (a step holds an item, or more items are pending
+/// than the status looks at, counted or written ahead and never counted), or its counters say
+/// items are pending. The sweep keeps it listed until it has none.
+pub fn wants_drops(status: &ScanStatus) -> bool {
+    status.state == State::Cancelling
+        || (status.state == State::Cancelled && status.progress.steps_pending > 0)
 }
 
 /// What one sweep over the scans in flight did.
@@ -155,6 +167,9 @@ pub struct Sweep {
     pub scans: usize,
     pub sent: u64,
     pub settled: usize,
+    /// Pending items of cancelled scans dropped (their messages may be gone: see
+    /// `job::cancel_drop`).
+    pub dropped: u64,
     /// Scans left for the next sweep: the time budget ran out or their ledger could not be read.
     pub left: usize,
 }
@@ -174,8 +189,8 @@ pub async fn sweep_handler(state: &AppState, body: &[u8]) -> Response {
     match sweep(state, ledger).await {
         Ok(done) => {
             let line = format!(
-                "re-drive sweep: {} scans in flight, {} work items sent again, {} settled, {} left for the next run",
-                done.scans, done.sent, done.settled, done.left
+                "re-drive sweep: {} scans in flight, {} work items sent again, {} of cancelled scans dropped, {} settled, {} left for the next run",
+                done.scans, done.sent, done.dropped, done.settled, done.left
             );
             // One line per sweep, on stdout (the host logs it with the invocation's time).
             tracing::info!("{line}");
@@ -190,22 +205,25 @@ pub async fn sweep_handler(state: &AppState, body: &[u8]) -> Response {
 }
 
 /// Looks at each scan in flight, within the step time budget: sends again the messages of its
-/// stranded items, or takes it off the list once it has settled (or does not exist).
+/// stranded items, drops the unclaimed items of a cancelled one, or takes it off the list once
+/// it has settled (or does not exist).
 pub async fn sweep(state: &AppState, ledger: &Ledger) -> Result<Sweep, String> {
     let deadline = Instant::now() + state.budget.max_duration;
-    let ids = ledger.active_scans().await.map_err(|e| e.to_string())?;
+    let listings = ledger.listings().await.map_err(|e| e.to_string())?;
     let after = redrive_after(state);
+    let lease = time::Duration::try_from(state.lease).unwrap_or(time::Duration::MINUTE);
     let mut done = Sweep {
-        scans: ids.len(),
+        scans: listings.len(),
         ..Sweep::default()
     };
-    for id in &ids {
+    for listing in &listings {
+        let id = &listing.id;
         if Instant::now() >= deadline {
             done.left += 1;
             continue;
         }
         let looked = ledger
-            .status_and_stranded(id, OffsetDateTime::now_utc(), after)
+            .status_and_stranded(id, OffsetDateTime::now_utc(), after, lease)
             .await
             .map_err(|e| e.to_string());
         let result = match looked {
@@ -219,11 +237,39 @@ pub async fn sweep(state: &AppState, ledger: &Ledger) -> Result<Sweep, String> {
                     .await
                     .map(|sent| done.sent += sent)
             }
-            Ok(_) => ledger
-                .settle(id)
-                .await
-                .map(|()| done.settled += 1)
-                .map_err(|e| e.to_string()),
+            Ok(Some((status, _))) if wants_drops(&status) => {
+                match ledger
+                    .drop_unclaimed(
+                        id,
+                        OffsetDateTime::now_utc(),
+                        DROP_LOOKS_PER_SWEEP,
+                        deadline,
+                    )
+                    .await
+                {
+                    Ok(dropped) => {
+                        done.dropped += dropped.dropped;
+                        if dropped.dropped > 0 {
+                            tracing::info!(
+                                scan = id.as_str(),
+                                dropped = dropped.dropped,
+                                "dropped pending items of a cancelled scan"
+                            );
+                        }
+                        if dropped.complete && dropped.dropped == 0 && dropped.left == 0 {
+                            // No pending row is left (its counters may lag behind a drop
+                            // made meanwhile): nothing for the sweep to wait for.
+                            settle(ledger, listing, &mut done).await
+                        } else {
+                            Ok(())
+                        }
+                    }
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+            // No such scan: one being created (its entry is written first) is left alone.
+            Ok(None) if !listing.orphaned_at(OffsetDateTime::now_utc()) => Ok(()),
+            Ok(_) => settle(ledger, listing, &mut done).await,
             Err(why) => Err(why),
         };
         if let Err(why) = result {
@@ -232,6 +278,14 @@ pub async fn sweep(state: &AppState, ledger: &Ledger) -> Result<Sweep, String> {
         }
     }
     Ok(done)
+}
+
+/// Takes a scan off the list as its entry was read (see [`Ledger::settle`]), counting it.
+async fn settle(ledger: &Ledger, listing: &Listing, done: &mut Sweep) -> Result<(), String> {
+    if ledger.settle(listing).await.map_err(|e| e.to_string())? {
+        done.settled += 1;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -86,7 +86,8 @@ async fn run_item(
         Admission::NotNow(why) => return give_back(state, queue, &item, &why).await,
         Admission::Undecided => None,
     };
-    let begin = match begin_when_free(state, ledger, &item, &mut admitted).await {
+    let sent = invocation.insertion_time();
+    let begin = match begin_when_free(state, ledger, &item, sent, &mut admitted).await {
         Ok(begin) => begin,
         Err(e) => {
             return Failure::new(
@@ -99,27 +100,18 @@ async fn run_item(
     let claim = match begin {
         Begin::Run(claim) => claim,
         Begin::AlreadyDone(children) => {
-            // A redelivery of finished work. Its children's messages may have been lost with
-            // the first answer: send again those not started yet, and nothing else (a done
-            // child's subtree is never walked again).
-            let unstarted = match ledger
-                .unstarted(&item.scan, &children, OffsetDateTime::now_utc())
-                .await
-            {
-                Ok(messages) => messages,
-                Err(e) => {
-                    tracing::warn!("could not look for unstarted children of {id}: {e}");
-                    Vec::new()
-                }
-            };
-            let resent = unstarted.len();
-            tracing::info!("already done; {resent} unstarted children sent again");
-            // Its first delivery may have stopped between its finish and the manifest.
-            super::manifest::seal_if_done(state, ledger, &item.scan).await;
-            return with_items(Outcome::default(), unstarted).into_response();
+            tracing::info!("a redelivery of a finished step");
+            return send_unstarted(state, ledger, &item, &children).await;
         }
         Begin::Orphan => {
             tracing::info!("written ahead by a finish that chose other work; dropped");
+            return Outcome::default().into_response();
+        }
+        Begin::Superseded => {
+            tracing::info!(
+                "an older message of a step sent again after its claim was abandoned; the \
+                 newer message's delivery runs it, this one is dropped"
+            );
             return Outcome::default().into_response();
         }
         Begin::Cancelled => {
@@ -137,11 +129,12 @@ async fn run_item(
             let why = format!("scan {} does not exist", item.scan);
             return reject(ledger, message_id, &why, text).await;
         }
+        Begin::FailedForGood => {
+            tracing::info!("failed for good already; this delivery is a duplicate");
+            return Outcome::default().into_response();
+        }
         Begin::UnknownItem => {
-            let why = format!(
-                "step {id} is not recorded in scan {} (or failed for good already)",
-                item.scan
-            );
+            let why = format!("step {id} is not recorded in scan {}", item.scan);
             return reject(ledger, message_id, &why, text).await;
         }
     };
@@ -167,9 +160,25 @@ async fn run_item(
                 .await
             {
                 Ok(Finish::Recorded) => {}
-                Ok(Finish::AlreadyFinished) => {
+                Ok(Finish::FinishedByAnother(children)) => {
                     tracing::info!("finished by another delivery; this one's counts are dropped");
+                    return send_unstarted(state, ledger, &item, &children).await;
+                }
+                Ok(Finish::ClaimLost) => {
+                    tracing::info!(
+                        "its claim was lost (another delivery runs the step, or the scan \
+                         dropped it); this one's counts are dropped"
+                    );
                     return Outcome::default().into_response();
+                }
+                Err(e) if e.refused_for_good() => {
+                    // Refused the same way at every attempt (an entity twice in the
+                    // transaction, a done row already there, a transaction too large): more
+                    // deliveries would only loop through the poison queue and the re-drive.
+                    let why = format!("the step ran but its finish cannot be recorded: {e}");
+                    let attempt = invocation.dequeue_count().unwrap_or(claim.attempt);
+                    let failure = StepFailure::permanent(why);
+                    return on_failure(state, ledger, queue, &item, &claim, attempt, failure).await;
                 }
                 Err(e) => {
                     return Failure::new(
@@ -205,6 +214,34 @@ async fn run_item(
             on_failure(state, ledger, queue, &item, &claim, attempt, failure).await
         }
     }
+}
+
+/// Answers for a step finished by another delivery (or an earlier one): sends again those of
+/// its recorded `children` not started yet (their messages may have been lost with that
+/// delivery's answer), and nothing else (a done child's subtree is never walked again); writes
+/// the export's manifest if that delivery stopped before it.
+async fn send_unstarted(
+    state: &AppState,
+    ledger: &crate::job::Ledger,
+    item: &WorkItem,
+    children: &[String],
+) -> Response {
+    let unstarted = match ledger
+        .unstarted(&item.scan, children, OffsetDateTime::now_utc())
+        .await
+    {
+        Ok(messages) => messages,
+        Err(e) => {
+            tracing::warn!(
+                "could not look for unstarted children of {}: {e}",
+                item.id()
+            );
+            Vec::new()
+        }
+    };
+    tracing::info!("{} unstarted children sent again", unstarted.len());
+    super::manifest::seal_if_done(state, ledger, &item.scan).await;
+    with_items(Outcome::default(), unstarted).into_response()
 }
 
 /// Records a failed step and answers the host.
@@ -451,12 +488,15 @@ async fn begin_when_free(
     state: &AppState,
     ledger: &crate::job::Ledger,
     item: &WorkItem,
+    sent: Option<OffsetDateTime>,
     admitted: &mut Option<StepPace>,
 ) -> Result<Begin, crate::job::LedgerError> {
     let lease = time::Duration::try_from(state.lease).unwrap_or(time::Duration::MINUTE);
     let mut waited = std::time::Duration::ZERO;
     loop {
-        let begin = ledger.begin(item, OffsetDateTime::now_utc(), lease).await?;
+        let begin = ledger
+            .begin_sent(item, sent, OffsetDateTime::now_utc(), lease)
+            .await?;
         let Begin::Busy(remaining) = begin else {
             return Ok(begin);
         };

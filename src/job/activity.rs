@@ -55,16 +55,17 @@ impl Ledger {
                 &["leaseUntil", "redrivenAt", "Timestamp"],
             )
             .await?;
-        // (lease until, last touched) of each pending row seen.
+        // (lease until, last touched) of each pending row seen; a lapsed claim whose item was
+        // sent again since is no longer abandoned (its new message is on its way).
         let rows: Vec<(u64, u64)> = window
             .rows
             .iter()
             .map(|row| {
                 let written = row.timestamp.map_or(0, |t| millis(t.time()));
-                (
-                    number(row, "leaseUntil"),
-                    written.max(number(row, "redrivenAt")),
-                )
+                let until = number(row, "leaseUntil");
+                let redriven = number(row, "redrivenAt");
+                let until = if redriven >= until { 0 } else { until };
+                (until, written.max(redriven))
             })
             .collect();
         let running = rows.iter().filter(|(until, _)| *until > now_ms).count() as u64;

@@ -4,9 +4,14 @@
 //!
 //! ```text
 //! <prefix>manifest.json                      what was exported, and the list of parts
-//! <prefix>manifest/part-00000.ndjson         one line per data blob (up to 1,000 a part)
+//! <prefix>manifest/<scan>/part-00000.ndjson  one line per data blob (up to 1,000 a part)
 //! <prefix>data/<scan>/<item>.<attempt>.ndjson.gz
 //! ```
+//!
+//! Every blob an export writes but `manifest.json` names its scan: two exports started at
+//! once into one empty prefix (both pass the start's check) never overwrite each other's
+//! parts, so the manifest that lands last still lists its own export whole. The manifest
+//! records each part's SHA-256, and an import reads the parts it names and checks them.
 //!
 //! A step's finish records its blob in a `blob:<item>` row of the ledger (in the same
 //! transaction that marks the step done), so exactly the blobs of counted steps are recorded,
@@ -25,8 +30,11 @@ use crate::storage::table::entity::{Entity, Value};
 use crate::storage::table::query::{Continuation, Query};
 use crate::storage::table::WriteMode;
 
-/// The manifest format written by this version.
-pub const MANIFEST_FORMAT: u32 = 1;
+/// The manifest format written by this version: 2 says `complete` (format 1, written before
+/// it, has no such field, and is read as it always was).
+pub const MANIFEST_FORMAT: u32 = 2;
+/// The oldest manifest format this version reads.
+pub const OLDEST_MANIFEST_FORMAT: u32 = 1;
 /// What a manifest says it is, so that an import refuses any other JSON file.
 pub const MANIFEST_KIND: &str = "tablescan-export";
 /// The most data blobs one manifest part lists (a page of the ledger's `blob:` rows).
@@ -43,8 +51,17 @@ impl Layout<'_> {
         format!("{}manifest.json", self.prefix)
     }
 
-    pub fn part(&self, index: u32) -> String {
-        format!("{}manifest/part-{index:05}.ndjson", self.prefix)
+    /// Part `index` of scan `scan`'s manifest. (Exports before parts were named by their scan
+    /// wrote `<prefix>manifest/part-00000.ndjson`; an import reads the names the manifest
+    /// gives, so their manifests still import.)
+    pub fn part(&self, scan: &str, index: u32) -> String {
+        format!("{}manifest/{scan}/part-{index:05}.ndjson", self.prefix)
+    }
+
+    /// Where every manifest part is (of any scan, and of exports before parts were named by
+    /// their scan).
+    pub fn parts(&self) -> String {
+        format!("{}manifest/", self.prefix)
     }
 
     /// Where every data blob of scan `scan` is.
@@ -100,6 +117,10 @@ pub struct Manifest {
     /// Always [`MANIFEST_KIND`].
     pub kind: String,
     pub format: u32,
+    /// Written only when every step of the export is done and none was dropped or failed: an
+    /// import refuses a manifest (of format 2 on) that does not say so.
+    #[serde(default)]
+    pub complete: bool,
     /// The scan that wrote the export, and the request it was started with.
     pub scan: String,
     pub spec: ScanSpec,
@@ -122,6 +143,10 @@ pub struct PartSummary {
     pub name: String,
     pub blobs: u64,
     pub rows: u64,
+    /// SHA-256 of the part's bytes, base64 (`None` in manifests written before it was
+    /// recorded: such parts are read unchecked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
 }
 
 impl Manifest {
@@ -135,12 +160,22 @@ impl Manifest {
             ));
         }
         let format = value.get("format").and_then(|f| f.as_u64()).unwrap_or(0);
-        if format != u64::from(MANIFEST_FORMAT) {
+        if !(u64::from(OLDEST_MANIFEST_FORMAT)..=u64::from(MANIFEST_FORMAT)).contains(&format) {
             return Err(format!(
-                "it is of manifest format {format}; this version reads format {MANIFEST_FORMAT}"
+                "it is of manifest format {format}; this version reads formats \
+                 {OLDEST_MANIFEST_FORMAT} to {MANIFEST_FORMAT}"
             ));
         }
-        serde_json::from_value(value).map_err(|e| format!("it is malformed: {e}"))
+        let manifest: Manifest =
+            serde_json::from_value(value).map_err(|e| format!("it is malformed: {e}"))?;
+        if format >= 2 && !manifest.complete {
+            return Err(
+                "it does not describe a whole export (it is not marked complete): the export \
+                 was cancelled or failed before all of its rows were written"
+                    .into(),
+            );
+        }
+        Ok(manifest)
     }
 }
 
@@ -194,6 +229,26 @@ impl Ledger {
         Ok((entries, page.continuation))
     }
 
+    /// Records that writing scan `scan`'s manifest failed at `now` (its record `record` as
+    /// read before the attempt); gives up, failing the scan, once attempts have failed for
+    /// `give_up_after`. Returns whether it gave up.
+    pub async fn note_manifest_failure(
+        &self,
+        record: &super::ScanRecord,
+        error: &str,
+        now: OffsetDateTime,
+        give_up_after: time::Duration,
+    ) -> Result<bool, LedgerError> {
+        let merge = record
+            .manifest_trouble
+            .failed_attempt(&record.id, error, now, give_up_after);
+        let gave_up = merge.properties.contains_key("manifestGaveUpAt");
+        self.table()
+            .update(&merge, WriteMode::Merge, &IfMatch::Any)
+            .await?;
+        Ok(gave_up)
+    }
+
     /// Records that scan `scan`'s manifest was written.
     pub async fn mark_manifest_written(
         &self,
@@ -216,7 +271,8 @@ mod tests {
     fn names_sit_under_the_prefix() {
         let layout = Layout { prefix: "b/2026/" };
         assert_eq!(layout.manifest(), "b/2026/manifest.json");
-        assert_eq!(layout.part(3), "b/2026/manifest/part-00003.ndjson");
+        assert_eq!(layout.part("s1", 3), "b/2026/manifest/s1/part-00003.ndjson");
+        assert!(layout.part("s1", 3).starts_with(&layout.parts()));
         assert_eq!(
             layout.data("s1", "item", 2, Compression::Gzip),
             "b/2026/data/s1/item.2.ndjson.gz"
@@ -251,6 +307,21 @@ mod tests {
     }
 
     #[test]
+    fn a_part_summary_without_its_sha256_still_reads() {
+        let old: PartSummary =
+            serde_json::from_str(r#"{"name":"p/manifest/part-00000.ndjson","blobs":2,"rows":9}"#)
+                .unwrap();
+        assert_eq!(old.sha256, None);
+        let new = PartSummary {
+            sha256: Some("x".into()),
+            ..old.clone()
+        };
+        let text = serde_json::to_string(&new).unwrap();
+        assert!(text.contains("\"sha256\":\"x\""), "{text}");
+        assert!(!serde_json::to_string(&old).unwrap().contains("sha256"));
+    }
+
+    #[test]
     fn only_tablescan_manifests_are_read() {
         assert!(Manifest::parse(b"{\"kind\":\"other\"}")
             .unwrap_err()
@@ -262,5 +333,40 @@ mod tests {
         assert!(Manifest::parse(later.as_bytes())
             .unwrap_err()
             .contains("format 99"));
+    }
+
+    fn spec() -> ScanSpec {
+        ScanSpec::parse(
+            r#"{"table":"logs","action":{"type":"count"}}"#,
+            &|name: &str| {
+                (name == "AzureWebJobsStorage").then(|| "UseDevelopmentStorage=true".into())
+            },
+        )
+        .expect("a valid spec")
+    }
+
+    fn manifest_text(format: u32, complete: Option<bool>) -> String {
+        let mut manifest = serde_json::json!({
+            "kind": MANIFEST_KIND, "format": format, "scan": "s",
+            "spec": serde_json::to_value(spec()).unwrap(),
+            "table": "t", "compression": "gzip", "rows": 1, "blobs": 1, "bytes": 1,
+            "parts": [], "startedAt": "2026-11-25T00:00:00Z", "writtenAt": "2026-11-25T00:00:00Z",
+        });
+        if let Some(complete) = complete {
+            manifest["complete"] = complete.into();
+        }
+        manifest.to_string()
+    }
+
+    #[test]
+    fn a_manifest_not_marked_complete_is_refused_from_format_2_on() {
+        let read = |format, complete| Manifest::parse(manifest_text(format, complete).as_bytes());
+        assert!(read(2, Some(true)).unwrap().complete);
+        for incomplete in [Some(false), None] {
+            let why = read(2, incomplete).unwrap_err();
+            assert!(why.contains("not marked complete"), "{why}");
+        }
+        // Format 1 had no such mark: read as it always was.
+        assert!(!read(1, None).unwrap().complete);
     }
 }

@@ -8,7 +8,7 @@ use std::time::Instant;
 use super::ledger::{
     index_key, Ledger, LedgerError, ScanRecord, INDEX_PARTITION, REJECTED_PARTITION,
 };
-use super::rows::{self, text};
+use super::rows::{self, counter_key, text, SHARDS};
 use crate::storage::table::batch::{IfMatch, Operation};
 use crate::storage::table::filter::{Comparison, Filter};
 use crate::storage::table::query::Query;
@@ -19,6 +19,16 @@ pub struct ScanPage {
     pub scans: Vec<ScanRecord>,
     /// Where the next page starts (pass it back as `after`); `None` on the last page.
     pub next: Option<String>,
+    /// Scans of the page whose record could not be read, with why: left out of `scans`, so
+    /// that one damaged scan never hides the others.
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// A scan the list could not read.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Unreadable {
+    pub id: String,
+    pub error: String,
 }
 
 /// How far a bounded removal got.
@@ -47,6 +57,7 @@ impl Ledger {
                 return Ok(ScanPage {
                     scans: Vec::new(),
                     next: None,
+                    unreadable: Vec::new(),
                 })
             }
             Err(e) => return Err(e.into()),
@@ -58,6 +69,7 @@ impl Ledger {
             None
         };
         let mut scans = Vec::new();
+        let mut unreadable = Vec::new();
         for entry in &page.entities {
             let Some(id) = text(entry, "scan") else {
                 continue;
@@ -66,29 +78,41 @@ impl Ledger {
                 Ok(Some(record)) => scans.push(record),
                 // Removed, or written by an earlier ledger format: not listed.
                 Ok(None) | Err(LedgerError::OldFormat(..)) => {}
-                Err(e) => return Err(e),
+                Err(e) => unreadable.push(Unreadable {
+                    id,
+                    error: e.to_string(),
+                }),
             }
         }
-        Ok(ScanPage { scans, next })
+        Ok(ScanPage {
+            scans,
+            next,
+            unreadable,
+        })
     }
 
-    /// Deletes rows of scan `id`'s partition until `deadline`, the `scan` row last (with the
-    /// scan's index and in-flight entries), so that a scan half removed is still found and its
-    /// removal can be finished by calling again. The caller checks that the scan is finished.
+    /// Deletes rows of scan `id`'s partition until `deadline`, and its `scan` row and counter
+    /// shards last, in one transaction (after the scan's index and in-flight entries), so that
+    /// a scan half removed still reads whole (its status, the list) and its removal is
+    /// finished by calling again. The caller checks that the scan is finished.
     pub async fn remove_scan(
         &self,
         record: &ScanRecord,
         deadline: Instant,
     ) -> Result<Removed, LedgerError> {
         let id = record.id.as_str();
-        let everything_else = Filter::partition_key(Comparison::Eq, id)
-            .and(Filter::row_key(Comparison::Ne, rows::SCAN_ROW));
+        let (counters_from, counters_to) = rows::counter_range();
+        let kept_last = Filter::row_key(Comparison::Lt, &counters_from).or(Filter::row_key(
+            Comparison::Ge,
+            &counters_to,
+        )
+        .and(Filter::row_key(Comparison::Ne, rows::SCAN_ROW)));
+        let everything_else = Filter::partition_key(Comparison::Eq, id).and(kept_last);
         let removed = self.remove_where(id, everything_else, deadline).await?;
         if removed.more {
             return Ok(removed);
         }
         for (partition, row) in [
-            (id.to_string(), rows::SCAN_ROW.to_string()),
             (
                 INDEX_PARTITION.to_string(),
                 index_key(id, record.created_at),
@@ -100,8 +124,34 @@ impl Ledger {
                 _ => {}
             }
         }
+        let last: Vec<String> = (0..SHARDS)
+            .map(counter_key)
+            .chain([rows::SCAN_ROW.to_string()])
+            .collect();
+        let deletes: Vec<Operation> = last
+            .iter()
+            .map(|row| Operation::Delete {
+                partition_key: id.to_string(),
+                row_key: row.clone(),
+                if_match: IfMatch::Any,
+            })
+            .collect();
+        match self.table().submit_transaction(&deletes).await {
+            Ok(_) => {}
+            // Some of them are gone already (a scan half removed by an earlier version, which
+            // deleted the shards first): the rest one by one.
+            Err(e) if e.is_not_found() => {
+                for row in &last {
+                    match self.table().delete(id, row, &IfMatch::Any).await {
+                        Err(e) if !e.is_not_found() => return Err(e.into()),
+                        _ => {}
+                    }
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
         Ok(Removed {
-            rows: removed.rows + 1,
+            rows: removed.rows + last.len() as u64,
             more: false,
         })
     }
@@ -114,7 +164,8 @@ impl Ledger {
     }
 
     /// Deletes the rows of `partition` that `filter` selects, a page at a time in transactions
-    /// of 100, until none is left or `deadline` passes.
+    /// of 100, until none is left or `deadline` passes (after one transaction at least, so
+    /// that every call makes progress).
     async fn remove_where(
         &self,
         partition: &str,
@@ -124,7 +175,7 @@ impl Ledger {
         let query = Query::filtered(filter).select(["RowKey"]).top(1000);
         let mut rows = 0;
         loop {
-            if Instant::now() >= deadline {
+            if rows > 0 && Instant::now() >= deadline {
                 return Ok(Removed { rows, more: true });
             }
             let page = match self.table().query_page(&query, None).await {

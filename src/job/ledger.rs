@@ -18,8 +18,8 @@ use time::OffsetDateTime;
 use super::exports::BlobEntry;
 use super::notes::RowNotes;
 use super::rows::{
-    self, counter_key, date, done_key, millis, pending_key, shard_of, text, DoneRow, FailedRow,
-    PendingRow, ScanRow, Tallies, LEDGER_FORMAT, SHARDS,
+    self, counter_key, date, done_key, failed_key, millis, pending_key, shard_of, text, DoneRow,
+    FailedRow, PendingRow, ScanRow, Tallies, LEDGER_FORMAT, SHARDS,
 };
 use super::spec::ScanSpec;
 use super::store::LedgerTable;
@@ -49,6 +49,10 @@ pub enum LedgerError {
     Storage(#[from] StorageError),
     #[error("the ledger entry {0} is unreadable: {1}")]
     Corrupt(String, String),
+    /// A write the ledger must refuse whatever the service says: it would record something
+    /// wrong (a step that chose one child twice).
+    #[error("{0}")]
+    Refused(String),
     #[error("scan {0} was started by an earlier version of tablescan (ledger format {1}, this version reads {LEDGER_FORMAT}); finish or cancel it with that version")]
     OldFormat(String, u64),
 }
@@ -56,6 +60,25 @@ pub enum LedgerError {
 impl LedgerError {
     pub fn is_transient(&self) -> bool {
         matches!(self, LedgerError::Storage(e) if e.is_transient())
+    }
+
+    /// Whether the ledger would refuse the same write the same way every time: a transaction
+    /// the client refuses to send (an entity twice, over 100 operations or 4 MiB), one the
+    /// service finds malformed (400), too large (413) or in conflict with a row that will not
+    /// go away (409: a done row already there), or an unreadable ledger row. Trying again
+    /// cannot help; a step whose finish is refused so fails for good with the cause. Not:
+    /// throttling, timeouts, a lost connection, a conditional write that lost a race (412 or
+    /// 404, for which the callers have their own answers).
+    pub fn refused_for_good(&self) -> bool {
+        match self {
+            LedgerError::Corrupt(..) | LedgerError::OldFormat(..) | LedgerError::Refused(_) => true,
+            LedgerError::Storage(e) => match e.kind() {
+                ErrorKind::InvalidRequest(_) => true,
+                ErrorKind::Batch { error, .. } => matches!(error.status, 400 | 409 | 413),
+                ErrorKind::Service(error) => matches!(error.status, 400 | 413),
+                _ => false,
+            },
+        }
     }
 }
 
@@ -69,6 +92,8 @@ pub struct ScanRecord {
     pub cancelled_at: Option<OffsetDateTime>,
     /// An export's: when its manifest was written (its scan succeeds then, not before).
     pub manifest_at: Option<OffsetDateTime>,
+    /// An export's: why its manifest could not be written, if it could not.
+    pub manifest_trouble: rows::ManifestTrouble,
     /// When a status read last took its turn at the re-drive look (`job::redrive`).
     pub redrive_looked_at: Option<OffsetDateTime>,
     /// The cap learned from the accounts' refusals, if any (see `job::learning`).
@@ -97,10 +122,16 @@ pub enum Begin {
     Cancelled,
     /// Another delivery of the same item holds the claim for this much longer.
     Busy(std::time::Duration),
+    /// This message was put before the item was sent again (its claim was abandoned), and the
+    /// newer message's delivery holds the claim: this one is a leftover, to be dropped.
+    Superseded,
     /// No scan with this id exists.
     UnknownScan,
-    /// The scan exists but never recorded this item (or it failed for good already).
+    /// The scan exists but never recorded this item.
     UnknownItem,
+    /// The item failed for good already (its cause is in the status): a duplicate delivery,
+    /// with nothing to do.
+    FailedForGood,
     /// A child written ahead of a finish that never completed with it (the step ran again and
     /// chose other children): dropped, it was never counted.
     Orphan,
@@ -111,6 +142,9 @@ pub enum Begin {
 pub struct Claim {
     pub scan: ScanRecord,
     etag: String,
+    /// This claim's own mark on the pending row (and, once finished, on the done row): a
+    /// write whose answer was lost is told from another delivery's by it.
+    token: String,
     /// How many times this item has been started, this time included.
     pub attempt: u32,
     /// When its current run of transient failures began (ms since the epoch), if it is in one.
@@ -137,9 +171,16 @@ pub struct StepCounts {
 /// How recording a step's end went.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Finish {
+    /// This delivery's finish is recorded (also when its transaction applied and its answer
+    /// was lost: the done row carries this claim's token).
     Recorded,
-    /// Another delivery finished the item first; this one's effects are not counted.
-    AlreadyFinished,
+    /// Another delivery of the item finished it first (after this one's lease ran out); this
+    /// one's effects are not counted. These are the children that delivery recorded, whose
+    /// messages its host may not have sent.
+    FinishedByAnother(Vec<String>),
+    /// This delivery's claim is gone and the item is not done: another delivery holds it now,
+    /// or it was dropped by a cancel or failed for good. Nothing to record or send.
+    ClaimLost,
 }
 
 /// How a failed attempt is recorded.
@@ -269,7 +310,9 @@ impl Ledger {
         }
     }
 
-    /// Marks a scan cancelled; its remaining work items are dropped as they arrive.
+    /// Marks a scan cancelled; its remaining work items are dropped as they arrive, or by the
+    /// re-drive sweep if their messages are gone (the scan is listed in flight again for it:
+    /// a scan cancelled before the sweep dropped items may have left the list already).
     pub async fn cancel(
         &self,
         id: &str,
@@ -278,6 +321,7 @@ impl Ledger {
         let Some(mut record) = self.scan(id).await? else {
             return Ok(None);
         };
+        self.list_active(id).await?;
         if record.cancelled_at.is_none() {
             self.table
                 .update(
@@ -294,7 +338,7 @@ impl Ledger {
     /// Submits `operations` together with `delta` added to counter shard `shard`, reading the
     /// shard and trying again while other finishes update it first. A failure of one of
     /// `operations` comes back as it is (its index is its index in `operations`).
-    async fn commit_counted(
+    pub(crate) async fn commit_counted(
         &self,
         scan: &str,
         shard: u8,
@@ -338,6 +382,18 @@ impl Ledger {
         now: OffsetDateTime,
         lease: time::Duration,
     ) -> Result<Begin, LedgerError> {
+        self.begin_sent(item, None, now, lease).await
+    }
+
+    /// [`Ledger::begin`] for a message put at `sent` (to the second): a message older than
+    /// the item's re-drive finds it [`Begin::Superseded`] while another delivery holds it.
+    pub async fn begin_sent(
+        &self,
+        item: &WorkItem,
+        sent: Option<OffsetDateTime>,
+        now: OffsetDateTime,
+        lease: time::Duration,
+    ) -> Result<Begin, LedgerError> {
         let Some(scan) = self.scan(&item.scan).await? else {
             return Ok(Begin::UnknownScan);
         };
@@ -348,7 +404,10 @@ impl Ledger {
                     DoneRow::children_of(&done).unwrap_or_default(),
                 )),
                 None if scan.cancelled_at.is_some() => Ok(Begin::Cancelled),
-                None => Ok(Begin::UnknownItem),
+                None => match self.table.get_entity(&item.scan, &failed_key(&id)).await? {
+                    Some(_) => Ok(Begin::FailedForGood),
+                    None => Ok(Begin::UnknownItem),
+                },
             };
         };
         let pending = PendingRow::from_entity(&entity)
@@ -365,7 +424,13 @@ impl Ledger {
                 }
             }
         }
+        let now_ms = millis(now);
         if scan.cancelled_at.is_some() {
+            if !pending.is_free(now_ms) {
+                // A step runs it: that step stops at its next page and records what it did
+                // (or, if it dies, the re-drive sweep drops the item once its claim lapses).
+                return Ok(Begin::Cancelled);
+            }
             // Dropped, and counted as dropped so that the scan's unsettled count falls to zero.
             let drop = vec![Operation::Delete {
                 partition_key: item.scan.clone(),
@@ -388,7 +453,11 @@ impl Ledger {
             }
             return Ok(Begin::Cancelled);
         }
-        let now_ms = millis(now);
+        // Put more than a second (its time's precision) before the re-drive.
+        let superseded = sent.is_some_and(|sent| millis(sent) + 1_000 < pending.redriven_at);
+        if !pending.is_free(now_ms) && superseded {
+            return Ok(Begin::Superseded);
+        }
         if !pending.is_free(now_ms) {
             return Ok(Begin::Busy(std::time::Duration::from_millis(
                 pending.lease_until - now_ms,
@@ -396,9 +465,11 @@ impl Ledger {
         }
         let attempt = pending.attempts + 1;
         let failing_since = pending.failing_since;
+        let token = uuid::Uuid::new_v4().simple().to_string();
         let mut claimed = pending;
         claimed.lease_until = now_ms + lease.whole_milliseconds().max(0) as u64;
         claimed.attempts = attempt;
+        claimed.claimed_by = Some(token.clone());
         let etag = match self
             .table
             .update(
@@ -409,9 +480,13 @@ impl Ledger {
             .await
         {
             Ok(etag) => etag,
-            // Another delivery claimed it between our read and our write.
+            // Another delivery claimed it between our read and our write, or ours applied and
+            // its retry met it: the row says whose claim it is.
             Err(e) if e.reason().is_gone_or_changed() => {
-                return Ok(Begin::Busy(lease.unsigned_abs()))
+                match self.own_pending(&item.scan, &id, &token).await? {
+                    Some(etag) => etag,
+                    None => return Ok(Begin::Busy(lease.unsigned_abs())),
+                }
             }
             Err(e) => return Err(e.into()),
         };
@@ -427,6 +502,7 @@ impl Ledger {
         Ok(Begin::Run(Box::new(Claim {
             scan,
             etag,
+            token,
             attempt: attempt.min(u64::from(u32::MAX)) as u32,
             failing_since,
         })))
@@ -442,29 +518,82 @@ impl Ledger {
         now: OffsetDateTime,
         lease: time::Duration,
     ) -> Result<bool, LedgerError> {
+        let id = item.id();
         let until = millis(now) + lease.whole_milliseconds().max(0) as u64;
-        let extended = Entity::new(item.scan.clone(), pending_key(&item.id()))
-            .with("leaseUntil", rows::int(until));
-        match self
-            .table
-            .update(
-                &extended,
-                WriteMode::Merge,
-                &IfMatch::Etag(claim.etag.clone()),
-            )
-            .await
-        {
-            Ok(etag) => {
-                claim.etag = etag;
-                Ok(true)
+        let extended =
+            Entity::new(item.scan.clone(), pending_key(&id)).with("leaseUntil", rows::int(until));
+        // A second try when the row changed under a claim that is still ours: an earlier
+        // renewal that applied but answered an error, or a re-drive's mark on a lapsed claim.
+        for _ in 0..2 {
+            match self
+                .table
+                .update(
+                    &extended,
+                    WriteMode::Merge,
+                    &IfMatch::Etag(claim.etag.clone()),
+                )
+                .await
+            {
+                Ok(etag) => {
+                    claim.etag = etag;
+                    return Ok(true);
+                }
+                Err(e) if e.reason().is_gone_or_changed() => {
+                    match self.own_pending(&item.scan, &id, &claim.token).await? {
+                        Some(etag) => claim.etag = etag,
+                        None => return Ok(false),
+                    }
+                }
+                Err(e) => return Err(e.into()),
             }
-            Err(e) if e.reason().is_gone_or_changed() => Ok(false),
-            Err(e) => Err(e.into()),
         }
+        Ok(false)
+    }
+
+    /// The etag of item `id`'s pending row if the claim marked `token` still holds it: no
+    /// other delivery claimed it since (a claim replaces the mark) and it is not finished.
+    async fn own_pending(
+        &self,
+        scan: &str,
+        id: &str,
+        token: &str,
+    ) -> Result<Option<String>, LedgerError> {
+        let Some(entity) = self.table.get_entity(scan, &pending_key(id)).await? else {
+            return Ok(None);
+        };
+        let row = PendingRow::from_entity(&entity);
+        Ok(row
+            .filter(|row| row.claimed_by.as_deref() == Some(token))
+            .and_then(|row| row.etag))
+    }
+
+    /// Why a finish's delete of its pending row found it gone or changed: this very finish
+    /// applied and its answer was lost (the done row carries this claim's token), another
+    /// delivery finished the item, or the claim is still this delivery's under a new etag
+    /// (`Err` with that etag: the finish is tried again with it).
+    async fn after_refused_finish(
+        &self,
+        scan: &str,
+        id: &str,
+        token: &str,
+    ) -> Result<Result<Finish, String>, LedgerError> {
+        if let Some(done) = self.table.get_entity(scan, &done_key(id)).await? {
+            return Ok(Ok(
+                if DoneRow::finished_by(&done).as_deref() == Some(token) {
+                    Finish::Recorded
+                } else {
+                    Finish::FinishedByAnother(DoneRow::children_of(&done).unwrap_or_default())
+                },
+            ));
+        }
+        Ok(match self.own_pending(scan, id, token).await? {
+            Some(etag) => Err(etag),
+            None => Ok(Finish::ClaimLost),
+        })
     }
 
     /// Whether a child written ahead of its parent's finish (see `finish`) belongs to the scan.
-    async fn written_ahead(
+    pub(crate) async fn written_ahead(
         &self,
         scan: &str,
         parent: &str,
@@ -487,7 +616,12 @@ impl Ledger {
         )
     }
 
-    async fn delete_quietly(&self, scan: &str, row: &str, etag: &str) -> Result<(), LedgerError> {
+    pub(crate) async fn delete_quietly(
+        &self,
+        scan: &str,
+        row: &str,
+        etag: &str,
+    ) -> Result<(), LedgerError> {
         match self
             .table
             .delete(scan, row, &IfMatch::Etag(etag.to_string()))
@@ -538,7 +672,47 @@ impl Ledger {
         children: &[WorkItem],
         now: OffsetDateTime,
     ) -> Result<Finish, LedgerError> {
+        let mut claim = claim.clone();
+        // Once more if the first finish met its own claim under a new etag.
+        for _ in 0..2 {
+            match self
+                .try_finish(item, &claim, counts, notes, blob, children, now)
+                .await?
+            {
+                Ok(finish) => return Ok(finish),
+                Err(etag) => claim.etag = etag,
+            }
+        }
+        Ok(Finish::ClaimLost)
+    }
+
+    /// One try of [`Ledger::finish_noting`]: `Err` with the pending row's etag when it was
+    /// refused but the claim is still this delivery's.
+    #[allow(clippy::too_many_arguments)]
+    async fn try_finish(
+        &self,
+        item: &WorkItem,
+        claim: &Claim,
+        counts: StepCounts,
+        notes: &RowNotes,
+        blob: Option<&BlobEntry>,
+        children: &[WorkItem],
+        now: OffsetDateTime,
+    ) -> Result<Result<Finish, String>, LedgerError> {
         let id = item.id();
+        // Two children of one id would be one pending row counted twice (children beyond
+        // one transaction are written in earlier ones, where nothing refuses a repeat): the
+        // item's unsettled count would never reach zero. Refused before anything is written.
+        let mut seen = std::collections::HashSet::new();
+        if let Some(twice) = children
+            .iter()
+            .map(WorkItem::id)
+            .find(|c| !seen.insert(c.clone()))
+        {
+            return Err(LedgerError::Refused(format!(
+                "step {id} chose child {twice} twice (a manifest part listing a blob twice?)"
+            )));
+        }
         // The notes row and the blob row each take one of the transaction's places.
         let in_finish =
             CHILDREN_IN_FINISH - usize::from(!notes.is_empty()) - usize::from(blob.is_some());
@@ -573,6 +747,7 @@ impl Ledger {
             depth: u64::from(item.depth),
             finished_at: now,
             children: Some(child_ids),
+            finished_by: Some(claim.token.clone()),
         };
         last.push(Operation::Insert(done.to_entity(&item.scan, &id)));
         if !notes.is_empty() {
@@ -601,12 +776,13 @@ impl Ledger {
             .commit_counted(&item.scan, shard_of(&id), last, delta)
             .await
         {
-            Ok(()) => Ok(Finish::Recorded),
+            Ok(()) => Ok(Ok(Finish::Recorded)),
             Err(LedgerError::Storage(e))
                 if matches!(e.kind(), ErrorKind::Batch { index, error }
                     if *index == delete_index && error.reason().is_gone_or_changed()) =>
             {
-                Ok(Finish::AlreadyFinished)
+                self.after_refused_finish(&item.scan, &id, &claim.token)
+                    .await
             }
             Err(e) => Err(e),
         }
@@ -616,6 +792,43 @@ impl Ledger {
     /// `record` is final, the item failed for good; `throttled` is how many of the attempt's
     /// storage requests were answered "too busy".
     pub async fn fail(
+        &self,
+        item: &WorkItem,
+        claim: &Claim,
+        error: &str,
+        record: FailureRecord,
+        throttled: u64,
+        now: OffsetDateTime,
+    ) -> Result<(), LedgerError> {
+        let mut claim = claim.clone();
+        // Once more if the row changed under a claim still this delivery's (its own renewal
+        // applied with its answer lost, or a re-drive's mark).
+        for _ in 0..2 {
+            match self
+                .try_fail(item, &claim, error, record, throttled, now)
+                .await
+            {
+                Err(LedgerError::Storage(e))
+                    if matches!(e.kind(), ErrorKind::Batch { index: 0, error }
+                        if error.reason().is_gone_or_changed()) =>
+                {
+                    match self
+                        .own_pending(&item.scan, &item.id(), &claim.token)
+                        .await?
+                    {
+                        Some(etag) => claim.etag = etag,
+                        // The claim was lost: another delivery owns the item now.
+                        None => return Ok(()),
+                    }
+                }
+                other => return other,
+            }
+        }
+        Ok(())
+    }
+
+    /// One try of [`Ledger::fail`].
+    async fn try_fail(
         &self,
         item: &WorkItem,
         claim: &Claim,
@@ -667,19 +880,8 @@ impl Ledger {
                 (operations, delta)
             }
         };
-        match self
-            .commit_counted(&item.scan, shard_of(&id), operations, delta)
+        self.commit_counted(&item.scan, shard_of(&id), operations, delta)
             .await
-        {
-            // The claim was lost: another delivery owns the item now.
-            Err(LedgerError::Storage(e))
-                if matches!(e.kind(), ErrorKind::Batch { index: 0, error }
-                    if error.reason().is_gone_or_changed()) =>
-            {
-                Ok(())
-            }
-            other => other,
-        }
     }
 
     /// The messages of those of `children` that are pending and not claimed: after a finished
@@ -708,7 +910,10 @@ impl Ledger {
     /// Makes up to `limit` of a scan's failed items pending again, each in one transaction
     /// (its failed row deleted, a fresh pending row, `retried` counted), and returns their
     /// messages to send. The scan is listed in flight again so that the re-drive looks after
-    /// it. Counts stay exact: a failed item never counted rows, and runs once more from scratch.
+    /// it: before, and after its items are pending, so that a sweep that read the scan settled
+    /// before then cannot take it off the list (`Ledger::settle` is conditional on the entry
+    /// as read). Counts stay exact: a failed item never counted rows, and runs once more from
+    /// scratch.
     pub async fn retry_failed(&self, scan: &str, limit: u16) -> Result<Vec<String>, LedgerError> {
         self.list_active(scan).await?;
         let query =
@@ -750,6 +955,9 @@ impl Ledger {
                     if matches!(e.kind(), ErrorKind::Batch { index: 0 | 1, .. }) => {}
                 Err(e) => return Err(e),
             }
+        }
+        if !messages.is_empty() {
+            self.list_active(scan).await?;
         }
         Ok(messages)
     }
@@ -879,7 +1087,7 @@ pub(crate) fn index_key(id: &str, created_at: OffsetDateTime) -> String {
 }
 
 /// Where a child written ahead of its parent's finish stands.
-enum Ahead {
+pub(crate) enum Ahead {
     /// The parent's done row lists it: an item like any other.
     Counted,
     /// The parent is still pending: its finish may yet list the child.
@@ -910,6 +1118,7 @@ fn record_from(id: &str, entity: &Entity) -> Result<ScanRecord, LedgerError> {
         started_at: row.started_at,
         cancelled_at: row.cancelled_at,
         manifest_at: row.manifest_at,
+        manifest_trouble: row.manifest_trouble,
         redrive_looked_at: row.redrive_looked_at,
         learned_cap: row.learned_cap,
         learn_round_ms: row.learn_round_ms,

@@ -3,6 +3,8 @@
 
 pub mod active;
 pub mod activity;
+pub mod cancel_drop;
+pub mod connections;
 mod duplicate_keys;
 pub mod exports;
 pub mod housekeeping;
@@ -18,6 +20,7 @@ pub mod slices;
 pub mod spec;
 pub mod status;
 pub mod store;
+pub mod stored_size;
 pub mod window;
 
 pub use ledger::{

@@ -20,7 +20,7 @@ use super::spec::ScanSpec;
 use super::status::State;
 use crate::scan::item::{Task, WorkItem};
 use crate::scan::keys::KeyRange;
-use crate::storage::table::in_memory::InMemoryTable;
+use crate::storage::table::in_memory::{InMemoryTable, Retry};
 
 const LEASE: Duration = Duration::seconds(60);
 
@@ -116,7 +116,7 @@ async fn a_claim_whose_lease_ran_out_is_lost_and_its_finish_does_not_count() {
         .finish(&root, &slow, reading(7), &[child(&root, 1)], at(63))
         .await
         .unwrap();
-    assert_eq!(late, Finish::AlreadyFinished);
+    assert_eq!(late, Finish::ClaimLost);
     let on_time = ledger
         .finish(&root, &fast, reading(5), &[child(&root, 2)], at(64))
         .await
@@ -337,6 +337,175 @@ async fn a_redelivered_root_of_a_finished_thousand_item_scan_sends_nothing() {
     assert!(sent.is_empty());
 }
 
+/// A finish whose transaction applied but whose answer was lost, sent again by the client's
+/// retry: the retry's delete finds nothing, and the done row says the finish was this
+/// delivery's own. (Failed before: reported "already finished", so the step sent none of its
+/// children and the scan waited for a re-drive.)
+#[tokio::test]
+async fn a_finish_applied_whose_answer_was_lost_is_recorded() {
+    let (ledger, table, root) = started().await;
+    let c = claim(&ledger, &root, at(1)).await;
+    let children = [child(&root, 1), child(&root, 2)];
+    table.lose_answer(2, Retry::Yes); // the shard read, then the transaction
+    let finish = ledger
+        .finish(&root, &c, reading(3), &children, at(2))
+        .await
+        .unwrap();
+    assert_eq!(finish, Finish::Recorded);
+    let sum = totals(&ledger, &root).await;
+    assert_eq!((sum.created, sum.done, sum.rows_read), (3, 1, 3));
+}
+
+/// A renewal applied but answered an error (its retry met its own new etag): the claim is
+/// still this delivery's, the renewal says so, and the finish counts. (Failed before: the
+/// renewal said the claim was lost, and the step stopped acting.)
+#[tokio::test]
+async fn a_renewal_applied_whose_answer_was_lost_keeps_the_claim() {
+    let (ledger, table, root) = started().await;
+    let mut c = claim(&ledger, &root, at(1)).await;
+    table.lose_answer(1, Retry::Yes);
+    assert!(ledger.renew(&root, &mut c, at(20), LEASE).await.unwrap());
+    // Lost with no retry: the caller saw an error, and its etag is stale.
+    table.lose_answer(1, Retry::No);
+    assert!(ledger.renew(&root, &mut c, at(40), LEASE).await.is_err());
+    let finish = ledger
+        .finish(&root, &c, reading(2), &[child(&root, 1)], at(41))
+        .await
+        .unwrap();
+    assert_eq!(finish, Finish::Recorded);
+    assert_eq!(totals(&ledger, &root).await.done, 1);
+}
+
+/// A claim applied whose answer was lost is this delivery's: it runs, rather than waiting for
+/// its own lease as if another delivery held the item. (Failed before: `Busy`.)
+#[tokio::test]
+async fn a_claim_applied_whose_answer_was_lost_is_taken() {
+    let (ledger, table, root) = started().await;
+    // The scan row, the pending row, then the claim's write.
+    table.lose_answer(3, Retry::Yes);
+    let begin = ledger.begin(&root, at(1), LEASE).await.unwrap();
+    assert!(matches!(begin, Begin::Run(_)), "{begin:?}");
+}
+
+/// A delivery whose lease ran out finishes after another delivery finished the item: it is
+/// told so, with the children that delivery recorded (to send those not started yet).
+#[tokio::test]
+async fn a_finish_after_another_deliverys_finish_gets_its_children() {
+    let (ledger, table, root) = started().await;
+    let slow = claim(&ledger, &root, at(0)).await;
+    table.set_now(at(61));
+    let fast = claim(&ledger, &root, at(61)).await;
+    let chosen = [child(&root, 1), child(&root, 2)];
+    let on_time = ledger
+        .finish(&root, &fast, reading(5), &chosen, at(62))
+        .await
+        .unwrap();
+    assert_eq!(on_time, Finish::Recorded);
+    let late = ledger
+        .finish(&root, &slow, reading(7), &[child(&root, 3)], at(63))
+        .await
+        .unwrap();
+    let ids: Vec<String> = chosen.iter().map(WorkItem::id).collect();
+    assert_eq!(late, Finish::FinishedByAnother(ids));
+    let sum = totals(&ledger, &root).await;
+    assert_eq!((sum.created, sum.done, sum.rows_read), (3, 1, 5));
+}
+
+/// The message of an item whose claim was abandoned comes back after the item was sent again
+/// and claimed by the newer message's delivery: it is a leftover and is dropped at once, not
+/// held for two leases waiting for a claim it must not take.
+#[tokio::test]
+async fn an_old_message_of_an_item_sent_again_is_superseded_while_the_new_one_runs() {
+    let (ledger, table, root) = started().await;
+    let sent = at(0);
+    let _dead = claim(&ledger, &root, at(1)).await;
+    // The claim lapses; a re-drive marks the item and sends it again at 70 s.
+    table.set_now(at(70));
+    let stranded = ledger
+        .stranded(&root.scan, at(70), Duration::minutes(15), None)
+        .await
+        .unwrap();
+    assert_eq!(stranded.len(), 1, "abandoned, so stranded at once");
+    assert!(stranded[0].abandoned);
+    assert!(ledger
+        .mark_redriven(&root.scan, &stranded[0], at(70))
+        .await
+        .unwrap());
+    // The new message's delivery claims it.
+    let begin = ledger
+        .begin_sent(&root, Some(at(70)), at(71), LEASE)
+        .await
+        .unwrap();
+    assert!(matches!(begin, Begin::Run(_)), "{begin:?}");
+    // The old message returns while the new delivery runs.
+    let old = ledger
+        .begin_sent(&root, Some(sent), at(72), LEASE)
+        .await
+        .unwrap();
+    assert!(matches!(old, Begin::Superseded), "{old:?}");
+    // A message not older than the re-drive waits as any duplicate does.
+    let twin = ledger
+        .begin_sent(&root, Some(at(70)), at(72), LEASE)
+        .await
+        .unwrap();
+    assert!(matches!(twin, Begin::Busy(_)), "{twin:?}");
+}
+
+/// A stalled scan (no step finished for a while, no live claim in the window): its unclaimed
+/// items, whose messages a dead host took but never started, count as stranded after the
+/// stall time instead of the re-drive's 15 minutes; a live claim in the window says somebody
+/// is working, and they wait.
+#[tokio::test]
+async fn a_stalled_scans_unclaimed_items_are_stranded_after_the_stall_time() {
+    let (ledger, table, root) = started().await;
+    let c = claim(&ledger, &root, at(1)).await;
+    let children = [child(&root, 1), child(&root, 2)];
+    ledger
+        .finish(&root, &c, reading(1), &children, at(2))
+        .await
+        .unwrap();
+    let long = Duration::minutes(15);
+    let stall = Some(Duration::seconds(20));
+    table.set_now(at(40));
+    let found = ledger
+        .stranded(&root.scan, at(40), long, stall)
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 2, "stalled and nobody working");
+    assert!(found.iter().all(|s| !s.abandoned));
+    assert!(ledger
+        .stranded(&root.scan, at(40), long, None)
+        .await
+        .unwrap()
+        .is_empty());
+    // One child claimed and live: the other waits for the usual time.
+    let _running = claim(&ledger, &children[0], at(40)).await;
+    let found = ledger
+        .stranded(&root.scan, at(41), long, stall)
+        .await
+        .unwrap();
+    assert!(found.is_empty(), "{found:?}");
+}
+
+/// A step that chose one child twice is refused before anything is written, for good: with
+/// more children than one transaction holds, the repeat would otherwise be written in two
+/// transactions as one row counted twice, and the scan would never settle.
+#[tokio::test]
+async fn a_child_chosen_twice_is_refused_before_anything_is_written() {
+    let (ledger, table, root) = started().await;
+    let c = claim(&ledger, &root, at(1)).await;
+    let mut children: Vec<WorkItem> = (0..150).map(|n| child(&root, n)).collect();
+    children.push(child(&root, 3));
+    let rows_before = table.len();
+    let refused = ledger
+        .finish(&root, &c, reading(1), &children, at(2))
+        .await
+        .unwrap_err();
+    assert!(refused.refused_for_good(), "{refused}");
+    assert!(refused.to_string().contains("twice"), "{refused}");
+    assert_eq!(table.len(), rows_before, "nothing written");
+}
+
 /// What happens to one delivered message in the property test.
 #[derive(Debug, Clone, Copy)]
 enum Delivery {
@@ -382,7 +551,12 @@ async fn deliver(ledger: &Ledger, item: &WorkItem, now: OffsetDateTime) -> Vec<W
         }
         // Held by another delivery: the message comes back later.
         Begin::Busy(_) => vec![item.clone()],
-        Begin::Cancelled | Begin::UnknownScan | Begin::UnknownItem | Begin::Orphan => Vec::new(),
+        Begin::Cancelled
+        | Begin::UnknownScan
+        | Begin::UnknownItem
+        | Begin::FailedForGood
+        | Begin::Orphan
+        | Begin::Superseded => Vec::new(),
     }
 }
 

@@ -13,7 +13,7 @@
 //! when the scan's other work has drained, which is when it would hold up completion.
 //!
 //! A status read looks at most once per [`LOOK_EVERY`] per scan, however many processes serve
-//! reads (the `RedriveScans` sweep looks at every run, every 5 minutes): the reader records
+//! reads (the `RedriveScans` sweep looks at every run, every minute): the reader records
 //! its turn on the scan row with the etag it read it with, so of the readers that saw the
 //! same row one wins and the others skip the look. Nor does any reader look while the scan is
 //! younger than the time an item takes to become stranded (its items are younger still).
@@ -55,28 +55,86 @@ pub struct Stranded {
     /// When it was last touched (ms since the epoch): its message, if it was sent then and
     /// not lost, was put in the queue at about this time.
     pub touched_ms: u64,
+    /// Its claim ran out without a finish or a failure recorded: the host that ran it died,
+    /// and holds its message out of sight until its visibility timeout (10 minutes).
+    pub abandoned: bool,
     etag: String,
 }
 
-/// Whether a pending row is stranded at `now_ms`: not claimed now, and last touched (written
-/// or sent again) at least `after_ms` ago.
+/// How long after a claim's lease ran out it counts as abandoned: clocks of processes differ
+/// a little, and a step renews its claim a third of the way through its lease.
+pub const ABANDONED_AFTER_MS: u64 = 5_000;
+
+/// Whether a pending row's claim was abandoned at `now_ms`: claimed, its lease over for
+/// [`ABANDONED_AFTER_MS`], and not sent again since (a failed attempt releases its claim with
+/// a lease of 0, and is not abandoned).
+pub fn is_abandoned(row: &PendingRow, now_ms: u64) -> bool {
+    row.lease_until > 0
+        && row.lease_until.saturating_add(ABANDONED_AFTER_MS) <= now_ms
+        && row.redriven_at < row.lease_until
+}
+
+/// Whether a pending row is stranded at `now_ms`: its claim abandoned, or not claimed now and
+/// last touched (written or sent again) at least `after_ms` ago.
 pub fn is_stranded(row: &PendingRow, now_ms: u64, after_ms: u64) -> bool {
-    row.is_free(now_ms) && now_ms.saturating_sub(row.last_touched_ms()) >= after_ms
+    is_abandoned(row, now_ms)
+        || (row.is_free(now_ms) && now_ms.saturating_sub(row.last_touched_ms()) >= after_ms)
+}
+
+/// How long a scan in flight may make no progress (no step finished) before its unclaimed
+/// items count as stranded after a lease instead of `after`: when a host dies, the
+/// messages it had taken but not started are held out of sight with the ones it was running,
+/// and nothing in the ledger marks them. A scan with no live claim in its window and no step
+/// finished for this long has nobody working on it (a live step renews its claim three times
+/// a lease).
+pub fn stall_after(lease: Duration) -> Duration {
+    lease
+}
+
+/// How long scan `status` has made no progress at `now`: since its last step finished, or
+/// since it started (or was created) if none has.
+pub fn quiet_for(status: &super::ScanStatus, now: OffsetDateTime) -> Duration {
+    let last = status
+        .progress
+        .last_step_at
+        .as_deref()
+        .or(status.started_at.as_deref())
+        .unwrap_or(&status.created_at);
+    crate::storage::table::entity::EdmDateTime::parse(last)
+        .map(|at| now - at.time())
+        .unwrap_or(Duration::ZERO)
 }
 
 impl Ledger {
-    /// Scan `id`'s pending items stranded for `after`, among one window of its pending rows.
+    /// Scan `id`'s pending items stranded for `after` (or for `stalled`, when the scan is
+    /// stalled and no claim in the window is live), among one window of its pending rows.
     pub async fn stranded(
         &self,
         id: &str,
         now: OffsetDateTime,
         after: Duration,
+        stalled: Option<Duration>,
     ) -> Result<Vec<Stranded>, LedgerError> {
-        if after >= Duration::MAX || after.is_negative() {
+        if after.is_negative() {
             return Ok(Vec::new());
         }
         let window = self.pending_window(id, STRANDED_WINDOW, None).await?;
         let now_ms = millis(now);
+        // The stall rule needs evidence that nobody works on the scan: no live claim among all
+        // of its pending rows (a window of a larger scan may miss the running ones: a
+        // throttled scan whose steps keep failing must not be flooded with copies), or a
+        // claim abandoned by a host that died.
+        let rows: Vec<PendingRow> = window
+            .rows
+            .iter()
+            .filter_map(PendingRow::from_entity)
+            .collect();
+        let live = rows.iter().any(|row| !row.is_free(now_ms));
+        let crashed = rows.iter().any(|row| is_abandoned(row, now_ms));
+        let after = match stalled {
+            Some(stalled) if crashed || (window.complete && !live) => after.min(stalled),
+            _ => after,
+        };
         let after_ms = after.whole_milliseconds().clamp(0, i128::from(u64::MAX)) as u64;
         Ok(window
             .rows
@@ -86,6 +144,7 @@ impl Ledger {
                 is_stranded(&row, now_ms, after_ms).then(|| Stranded {
                     row_key: e.row_key.clone(),
                     touched_ms: row.last_touched_ms(),
+                    abandoned: is_abandoned(&row, now_ms),
                     message: row.message,
                     etag: row.etag.unwrap_or_default(),
                 })
@@ -200,6 +259,34 @@ mod tests {
             (
                 pending(long_ago, ms(long_ago + Duration::seconds(60)), 0),
                 true,
+            ),
+            // A claim that ran out ten seconds ago, written a minute ago: abandoned by a host
+            // that died, stranded at once (its message is held by the dead host for 10
+            // minutes). Failed before: not stranded until 15 minutes after its last write.
+            (
+                pending(
+                    now - Duration::minutes(1),
+                    ms(now - Duration::seconds(10)),
+                    0,
+                ),
+                true,
+            ),
+            // ... but not within the few seconds' grace for clocks, nor once sent again.
+            (
+                pending(
+                    now - Duration::minutes(1),
+                    ms(now - Duration::seconds(2)),
+                    0,
+                ),
+                false,
+            ),
+            (
+                pending(
+                    now - Duration::minutes(1),
+                    ms(now - Duration::seconds(30)),
+                    ms(now - Duration::seconds(20)),
+                ),
+                false,
             ),
         ];
         for (n, (row, stranded)) in cases.iter().enumerate() {

@@ -161,6 +161,64 @@ pub fn millis(time: OffsetDateTime) -> u64 {
     (time.unix_timestamp_nanos() / 1_000_000).max(0) as u64
 }
 
+/// Why an export's manifest could not be written (yet), on its scan row.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ManifestTrouble {
+    /// The last attempt's error.
+    pub error: Option<String>,
+    /// When the first failed attempt was.
+    pub since: Option<OffsetDateTime>,
+    /// When the scan gave up: attempts failed for longer than its outage window.
+    pub gave_up_at: Option<OffsetDateTime>,
+}
+
+impl ManifestTrouble {
+    fn from_entity(e: &Entity) -> Self {
+        ManifestTrouble {
+            error: text(e, "manifestError"),
+            since: date(e, "manifestFailingSince"),
+            gave_up_at: date(e, "manifestGaveUpAt"),
+        }
+    }
+
+    fn write_into(&self, e: &mut Entity) {
+        if let Some(error) = &self.error {
+            e.properties
+                .insert("manifestError".into(), Value::String(error.clone()));
+        }
+        for (name, time) in [
+            ("manifestFailingSince", self.since),
+            ("manifestGaveUpAt", self.gave_up_at),
+        ] {
+            if let Some(time) = time {
+                e.properties.insert(name.into(), date_value(time));
+            }
+        }
+    }
+
+    /// The merge of the scan row that records a failed attempt at `now`, given the trouble
+    /// recorded so far: gives up once attempts have failed for `give_up_after`.
+    pub fn failed_attempt(
+        &self,
+        scan: &str,
+        error: &str,
+        now: OffsetDateTime,
+        give_up_after: time::Duration,
+    ) -> Entity {
+        let since = self.since.unwrap_or(now);
+        let next = ManifestTrouble {
+            error: Some(error.chars().take(2000).collect()),
+            since: Some(since),
+            gave_up_at: self
+                .gave_up_at
+                .or((now - since >= give_up_after).then_some(now)),
+        };
+        let mut e = Entity::new(scan, SCAN_ROW);
+        next.write_into(&mut e);
+        e
+    }
+}
+
 /// The `scan` row.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScanRow {
@@ -172,6 +230,9 @@ pub struct ScanRow {
     pub cancelled_at: Option<OffsetDateTime>,
     /// An export's: when its manifest was written.
     pub manifest_at: Option<OffsetDateTime>,
+    /// An export's, while its manifest cannot be written: why, since when, and when the
+    /// scan gave up on it (it is failed then).
+    pub manifest_trouble: ManifestTrouble,
     /// When a status read last took its turn at the re-drive look (see `job::redrive`).
     pub redrive_looked_at: Option<OffsetDateTime>,
     /// The cap learned from the accounts' refusals, entities per second (see `job::learning`).
@@ -190,6 +251,7 @@ impl ScanRow {
             started_at: None,
             cancelled_at: None,
             manifest_at: None,
+            manifest_trouble: ManifestTrouble::default(),
             redrive_looked_at: None,
             learned_cap: None,
             learn_round_ms: 0,
@@ -211,6 +273,7 @@ impl ScanRow {
                 e.properties.insert(name.into(), date_value(time));
             }
         }
+        self.manifest_trouble.write_into(&mut e);
         if let Some(cap) = self.learned_cap {
             e.properties.insert(LEARNED_CAP.into(), Value::Double(cap));
         }
@@ -229,6 +292,7 @@ impl ScanRow {
             started_at: date(e, "startedAt"),
             cancelled_at: date(e, "cancelledAt"),
             manifest_at: date(e, "manifestWrittenAt"),
+            manifest_trouble: ManifestTrouble::from_entity(e),
             redrive_looked_at: date(e, REDRIVE_LOOKED_AT),
             learned_cap: match e.properties.get(LEARNED_CAP) {
                 Some(Value::Double(cap)) if cap.is_finite() && *cap >= 1.0 => Some(*cap),
@@ -285,6 +349,9 @@ pub struct PendingRow {
     /// When its current run of transient failures began (ms since the epoch); cleared by an
     /// attempt that fails otherwise.
     pub failing_since: Option<u64>,
+    /// The token of the delivery that claimed it last (see `Claim`): how a delivery whose
+    /// write applied but whose answer was lost tells its own write from another's.
+    pub claimed_by: Option<String>,
     /// The row's etag and last write, when read from storage.
     pub etag: Option<String>,
     pub written_at: Option<OffsetDateTime>,
@@ -301,6 +368,7 @@ impl PendingRow {
             redriven_at: 0,
             parent: None,
             failing_since: None,
+            claimed_by: None,
             etag: None,
             written_at: None,
         }
@@ -327,6 +395,10 @@ impl PendingRow {
         if let Some(since) = self.failing_since {
             e.properties.insert("failingSince".into(), int(since));
         }
+        if let Some(token) = &self.claimed_by {
+            e.properties
+                .insert("claimedBy".into(), Value::String(token.clone()));
+        }
         e
     }
 
@@ -340,6 +412,7 @@ impl PendingRow {
             redriven_at: number(e, "redrivenAt"),
             parent: text(e, "parent"),
             failing_since: Some(number(e, "failingSince")).filter(|&t| t > 0),
+            claimed_by: text(e, "claimedBy"),
             etag: e.etag.clone(),
             written_at: e.timestamp.as_ref().map(EdmDateTime::time),
         })
@@ -368,6 +441,8 @@ pub struct DoneRow {
     /// The ids of the children it recorded, so a redelivery can look for unstarted ones;
     /// `None` when there were too many to store.
     pub children: Option<Vec<String>>,
+    /// The token of the claim whose finish wrote it (none in rows of older versions).
+    pub finished_by: Option<String>,
 }
 
 /// Children ids are stored in string properties of at most this many bytes of JSON each...
@@ -396,6 +471,10 @@ impl DoneRow {
             .with("durationMs", int(c.duration_ms))
             .with("depth", int(self.depth))
             .with("finishedAt", date_value(self.finished_at));
+        if let Some(token) = &self.finished_by {
+            e.properties
+                .insert("finishedBy".into(), Value::String(token.clone()));
+        }
         if let Some(children) = &self.children {
             // In properties of at most 60 KiB each (a string property holds 64 KiB): enough
             // for some 30,000 children, far more than a step makes.
@@ -420,6 +499,11 @@ impl DoneRow {
             }
         }
         e
+    }
+
+    /// The token of the claim whose finish wrote done row `e`.
+    pub fn finished_by(e: &Entity) -> Option<String> {
+        text(e, "finishedBy")
     }
 
     /// The children ids of a done row; `None` if it stored none.
@@ -650,6 +734,7 @@ mod tests {
                 depth: 1,
                 finished_at: now,
                 children: Some(children.clone()),
+                finished_by: None,
             };
             let entity = done.to_entity("s", "i");
             assert!(entity.json_len_upper_bound() < 1024 * 1024);

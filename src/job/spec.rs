@@ -10,7 +10,8 @@ use serde_json::{Map, Value};
 use crate::scan::keys::{KeyProperty, KeyRange};
 use crate::scan::step::Strategy;
 use crate::storage::names::{
-    validate_container_name, validate_key, validate_queue_name, validate_table_name, KeyKind,
+    first_dot_segment, validate_container_name, validate_key, validate_queue_name,
+    validate_table_name, KeyKind,
 };
 use crate::storage::table::entity::{EdmDateTime, Entity};
 use crate::storage::table::filter::{Comparison, Filter, Literal, Property};
@@ -441,10 +442,29 @@ impl ScanSpec {
         Self::parse_at(body, settings, default_cap, time::OffsetDateTime::now_utc())
     }
 
-    /// [`ScanSpec::parse_with`], resolving `olderThan` against `now`.
+    /// [`ScanSpec::parse_with`], resolving `olderThan` against `now`. Every connection the
+    /// request names must be an app setting (or identity settings) that gives an account; a
+    /// refusal says which and why, naming settings, never their values.
     pub fn parse_at(
         body: &str,
         settings: &dyn SettingLookup,
+        default_cap: Option<u32>,
+        now: time::OffsetDateTime,
+    ) -> Result<ScanSpec, SpecError> {
+        let spec = Self::parse_unresolved_at(body, default_cap, now)?;
+        for used in spec.connection_uses() {
+            if let Err(error) = crate::storage::connection::resolve(used.name, settings) {
+                return refuse(used.field, error.to_string());
+            }
+        }
+        Ok(spec)
+    }
+
+    /// [`ScanSpec::parse_at`] without looking the connections up: each is only checked to be
+    /// a setting's name. For a caller that decides itself which connections may be used and
+    /// what it tells the caller about the others (`functions::allowlist`).
+    pub fn parse_unresolved_at(
+        body: &str,
         default_cap: Option<u32>,
         now: time::OffsetDateTime,
     ) -> Result<ScanSpec, SpecError> {
@@ -462,7 +482,7 @@ impl ScanSpec {
         let mut fields = Fields::new(object, "");
         let import = match fields.take("import") {
             None | Some(Value::Null) => None,
-            Some(Value::Object(import)) => Some(parse_import(import, settings)?),
+            Some(Value::Object(import)) => Some(parse_import(import)?),
             Some(_) => {
                 return refuse(
                     "import",
@@ -474,7 +494,7 @@ impl ScanSpec {
             None => {
                 let table = fields.required_string("table")?;
                 validate_table_name(&table).or_else(|e| refuse("table", e.to_string()))?;
-                (table, fields.connection("connection", settings)?)
+                (table, fields.connection("connection")?)
             }
             Some(import) => {
                 for field in ["table", "connection"] {
@@ -516,7 +536,7 @@ impl ScanSpec {
             None | Some(Value::Null) => {
                 return refuse("action", "is required (an object with a \"type\")")
             }
-            Some(Value::Object(action)) => parse_action(action, settings)?,
+            Some(Value::Object(action)) => parse_action(action)?,
             Some(_) => return refuse("action", "must be an object with a \"type\""),
         };
         let max_rows_per_second = match fields.take("maxRowsPerSecond") {
@@ -925,10 +945,7 @@ impl ActionSpec {
     }
 }
 
-fn parse_action(
-    object: Map<String, Value>,
-    settings: &dyn SettingLookup,
-) -> Result<ActionSpec, SpecError> {
+fn parse_action(object: Map<String, Value>) -> Result<ActionSpec, SpecError> {
     let mut fields = Fields::new(object, "action.");
     let kind = fields.required_string("type")?;
     let encoding = |fields: &mut Fields| -> Result<Encoding, SpecError> {
@@ -953,7 +970,7 @@ fn parse_action(
         "copy" => {
             let table = fields.required_string("table")?;
             validate_table_name(&table).or_else(|e| refuse("action.table", e.to_string()))?;
-            let connection = fields.connection("connection", settings)?;
+            let connection = fields.connection("connection")?;
             let mode = match fields.optional_string("mode")?.as_deref() {
                 None | Some("replace") => CopyMode::Replace,
                 Some("merge") => CopyMode::Merge,
@@ -988,7 +1005,7 @@ fn parse_action(
                 }
                 Some(_) => return refuse("action.queues", "must be an array of queue names"),
             };
-            let connection = fields.connection("connection", settings)?;
+            let connection = fields.connection("connection")?;
             let per = match fields.optional_string("per")?.as_deref() {
                 None | Some("row") => Per::Row,
                 Some("partition") => Per::Partition,
@@ -1014,7 +1031,7 @@ fn parse_action(
         }
         "partition-keys" => {
             let queue = queue(&mut fields)?;
-            let connection = fields.connection("connection", settings)?;
+            let connection = fields.connection("connection")?;
             let encoding = encoding(&mut fields)?;
             ActionSpec::PartitionKeys {
                 queue,
@@ -1027,7 +1044,7 @@ fn parse_action(
             validate_container_name(&container)
                 .or_else(|e| refuse("action.container", e.to_string()))?;
             let prefix = export_prefix(fields.optional_string("prefix")?, "action.prefix")?;
-            let connection = fields.connection("connection", settings)?;
+            let connection = fields.connection("connection")?;
             let compression = match fields.optional_string("compression")?.as_deref() {
                 None | Some("gzip") => Compression::Gzip,
                 Some("none") => Compression::None,
@@ -1079,6 +1096,15 @@ fn export_prefix(prefix: Option<String>, field: &str) -> Result<String, SpecErro
     if prefix.starts_with('/') {
         return refuse(field, "may not start with '/'");
     }
+    if let Some(segment) = first_dot_segment(&prefix) {
+        return refuse(
+            field,
+            format!(
+                "may not hold a '.' or '..' segment (here {segment:?}): URL parsing removes \
+                 those, so the blobs would land outside the container; name the folder as it is"
+            ),
+        );
+    }
     if !prefix.is_empty() && !prefix.ends_with('/') {
         prefix.push('/');
     }
@@ -1086,10 +1112,7 @@ fn export_prefix(prefix: Option<String>, field: &str) -> Result<String, SpecErro
 }
 
 /// The `import` of a request: the container, prefix and connection of an export.
-fn parse_import(
-    object: Map<String, Value>,
-    settings: &dyn SettingLookup,
-) -> Result<ImportSource, SpecError> {
+fn parse_import(object: Map<String, Value>) -> Result<ImportSource, SpecError> {
     let mut fields = Fields::new(object, "import.");
     let container = fields.required_string("container")?;
     validate_container_name(&container).or_else(|e| refuse("import.container", e.to_string()))?;
@@ -1099,7 +1122,7 @@ fn parse_import(
             .map_or(p.clone(), str::to_string)
     });
     let prefix = export_prefix(prefix, "import.prefix")?;
-    let connection = fields.connection("connection", settings)?;
+    let connection = fields.connection("connection")?;
     fields.finish()?;
     Ok(ImportSource {
         container,
@@ -1210,6 +1233,16 @@ fn parse_update(fields: &mut Fields) -> Result<ActionSpec, SpecError> {
     Ok(ActionSpec::Update { set, remove })
 }
 
+/// Whether `name` can be a connection's name: an app setting's name of 1 to 256 letters,
+/// digits, `_`, `.`, `:` and `-` (never a connection string, which holds `=` and `;`).
+pub fn is_connection_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 256
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.:-".contains(c))
+}
+
 /// The fields of one JSON object, taken one by one; whatever is left over is an unknown field.
 struct Fields {
     object: Map<String, Value>,
@@ -1267,30 +1300,18 @@ impl Fields {
         })
     }
 
-    /// An app setting name that exists and holds a usable connection string.
-    fn connection(
-        &mut self,
-        field: &str,
-        settings: &dyn SettingLookup,
-    ) -> Result<String, SpecError> {
+    /// The name of an app setting, as a connection (the default one when absent). Whether it
+    /// gives an account is checked once the whole request is read ([`ScanSpec::parse_at`]).
+    fn connection(&mut self, field: &str) -> Result<String, SpecError> {
         let name = self
             .optional_string(field)?
             .unwrap_or_else(|| DEFAULT_CONNECTION.to_string());
         let full = self.name(field);
-        if name.is_empty()
-            || name.len() > 256
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "_.:-".contains(c))
-        {
+        if !is_connection_name(&name) {
             return refuse(
                 &full,
                 "must be the name of an app setting (letters, digits, '_', '.', ':', '-')",
             );
-        }
-        // The error names settings only; their values are secrets.
-        if let Err(error) = crate::storage::connection::resolve(&name, settings) {
-            return refuse(&full, error.to_string());
         }
         Ok(name)
     }
@@ -2030,3 +2051,7 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "spec_path_tests.rs"]
+mod path_tests;

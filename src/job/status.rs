@@ -114,6 +114,10 @@ pub struct ExportProgress {
     /// The manifest's name once it is written (the scan has succeeded then); `null` before.
     pub manifest: Option<String>,
     pub manifest_written_at: Option<String>,
+    /// Why the manifest could not be written yet (the last attempt's error), while it cannot;
+    /// absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub manifest_error: Option<String>,
 }
 
 /// How fast a scan in flight goes now.
@@ -301,12 +305,15 @@ impl Ledger {
         id: &str,
         now: OffsetDateTime,
         after: time::Duration,
+        lease: time::Duration,
     ) -> Result<Option<(ScanStatus, Vec<Stranded>)>, LedgerError> {
         let Some(status) = self.status(id, now).await? else {
             return Ok(None);
         };
         let stranded = if matches!(status.state, State::Pending | State::Running) {
-            self.stranded(id, now, after).await?
+            let stall = super::redrive::stall_after(lease);
+            let stalled = (super::redrive::quiet_for(&status, now) >= stall).then_some(stall);
+            self.stranded(id, now, after, stalled).await?
         } else {
             Vec::new()
         };
@@ -380,7 +387,10 @@ fn status_of(
         } else {
             State::Pending
         }
-    } else if t.failed_now() > 0 || too_many_row_failures(&record.spec, &t) {
+    } else if t.failed_now() > 0
+        || too_many_row_failures(&record.spec, &t)
+        || (awaits_manifest(&record) && record.manifest_trouble.gave_up_at.is_some())
+    {
         State::Failed
     } else if awaits_manifest(&record) {
         // Every step is done; the export is whole once its manifest is written.
@@ -406,6 +416,15 @@ fn status_of(
                 "{} row{} could not be acted on, more than maxRowFailures ({most}); see rowFailures",
                 t.rows_failed,
                 if t.rows_failed == 1 { "" } else { "s" }
+            ));
+        }
+        let trouble = &record.manifest_trouble;
+        if let (Some(since), Some(gave_up)) = (trouble.since, trouble.gave_up_at) {
+            reasons.push(format!(
+                "the export's manifest could not be written ({}), tried for {} minutes; the \
+                 blobs are written but no import reads them without a manifest",
+                trouble.error.as_deref().unwrap_or("no cause recorded"),
+                (gave_up - since).whole_minutes()
             ));
         }
         reasons.join("; ")
@@ -448,6 +467,11 @@ fn status_of(
                 .manifest_at
                 .map(|_| super::exports::Layout { prefix }.manifest()),
             manifest_written_at: record.manifest_at.map(format_time),
+            manifest_error: record
+                .manifest_at
+                .is_none()
+                .then(|| record.manifest_trouble.error.clone())
+                .flatten(),
         }),
         _ => None,
     };

@@ -19,6 +19,8 @@ pub struct Listing {
     pub scans: Vec<Value>,
     pub next: Option<String>,
     pub rejected: Vec<Value>,
+    /// Scans of the pages read whose ledger rows could not be read (`{"id", "error"}`).
+    pub unreadable: Vec<Value>,
 }
 
 /// Reads pages until `args.limit` scans are found or no page is left.
@@ -29,6 +31,7 @@ pub async fn read(api: &Api, args: &ListArgs) -> Result<Listing, ApiError> {
         scans: Vec::new(),
         next: args.after.clone(),
         rejected: Vec::new(),
+        unreadable: Vec::new(),
     };
     for _ in 0..MOST_PAGES {
         let wanted = args.limit - listing.scans.len() as u32;
@@ -43,6 +46,12 @@ pub async fn read(api: &Api, args: &ListArgs) -> Result<Listing, ApiError> {
         listing
             .scans
             .extend(page["scans"].as_array().cloned().unwrap_or_default());
+        listing.unreadable.extend(
+            page["unreadableScans"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default(),
+        );
         listing.rejected = page["rejectedMessages"]
             .as_array()
             .cloned()
@@ -78,6 +87,13 @@ pub fn text(listing: &Listing, args: &ListArgs, now: f64) -> String {
             thousands(scan["progress"]["rowsRead"].as_u64().unwrap_or(0)),
             age(scan["createdAt"].as_str().unwrap_or(""), now),
             describe::what(&Scan::of_entry(scan)),
+        ));
+    }
+    for scan in &listing.unreadable {
+        out.push_str(&format!(
+            "{}  could not be read: {}\n",
+            scan["id"].as_str().unwrap_or("?"),
+            scan["error"].as_str().unwrap_or("?"),
         ));
     }
     if let Some(next) = &listing.next {
@@ -118,6 +134,7 @@ pub fn json(listing: &Listing) -> Value {
     serde_json::json!({
         "scans": listing.scans,
         "next": listing.next,
+        "unreadableScans": listing.unreadable,
         "rejectedMessages": listing.rejected,
     })
 }
@@ -152,6 +169,7 @@ mod tests {
             ],
             next: Some("9223-abc".into()),
             rejected: Vec::new(),
+            unreadable: vec![json!({"id": "c".repeat(32), "error": "15 counter shards"})],
         };
         let now = crate::show::unix_seconds("2026-11-22T00:00:00Z").unwrap();
         let text = text(&listing, &args(&["--state=running", "--limit=2"]), now);
@@ -161,15 +179,18 @@ mod tests {
                 "ID                                STATE          ROWS READ   AGE  SCAN\n\
                  {}  running           12,345    1m  copy t -> u in BackupStorage\n\
                  {}  succeeded              5    4h  delete t (dry run)\n\
+                 {}  could not be read: 15 counter shards\n\
                  more: tablescan list --state running --limit 2 --after 9223-abc\n",
                 "a".repeat(32),
-                "b".repeat(32)
+                "b".repeat(32),
+                "c".repeat(32)
             )
         );
         let empty = Listing {
             scans: Vec::new(),
             next: None,
             rejected: Vec::new(),
+            unreadable: Vec::new(),
         };
         assert_eq!(super::text(&empty, &args(&[]), now), "no scans\n");
         assert_eq!(

@@ -40,6 +40,14 @@ pub enum ErrorKind {
     },
     /// Refused before sending: the request would break a documented service limit or rule.
     InvalidRequest(String),
+    /// Refused before sending: the URL, once parsed, would not address the path the request
+    /// was built with (URL parsing removes `.` and `..` segments), so it could reach outside
+    /// `within`, the container, queue or table the request names. Names are checked before
+    /// this; it is the last guard, in case a name slipped through.
+    OutsideResource {
+        /// The first segment of the request's path: its container, queue or table.
+        within: String,
+    },
     /// The service answered something this client cannot read.
     InvalidResponse(String),
     /// No token to send: the identity endpoint refused, or could not be reached (see
@@ -135,6 +143,7 @@ impl StorageError {
             ErrorKind::NoToken(e) => e.transient,
             ErrorKind::Batch { .. }
             | ErrorKind::InvalidRequest(_)
+            | ErrorKind::OutsideResource { .. }
             | ErrorKind::InvalidResponse(_) => false,
         }
     }
@@ -144,7 +153,9 @@ impl StorageError {
         match &*self.kind {
             ErrorKind::Service(e) | ErrorKind::Batch { error: e, .. } => e.reason(),
             ErrorKind::Transport { .. } => Reason::Unreachable,
-            ErrorKind::InvalidRequest(_) => Reason::InvalidRequest,
+            ErrorKind::InvalidRequest(_) | ErrorKind::OutsideResource { .. } => {
+                Reason::InvalidRequest
+            }
             ErrorKind::InvalidResponse(_) => Reason::InvalidResponse,
             ErrorKind::NoToken(e) if e.transient => Reason::Unreachable,
             ErrorKind::NoToken(_) => Reason::Unauthenticated,
@@ -178,6 +189,12 @@ impl fmt::Display for StorageError {
                 write!(f, "no answer from the service: {message}")
             }
             ErrorKind::InvalidRequest(why) => write!(f, "refused before sending: {why}"),
+            ErrorKind::OutsideResource { within } => write!(
+                f,
+                "refused before sending: its URL would not stay within '{}' (URL parsing \
+                 removes '.' and '..' segments)",
+                shorten(within)
+            ),
             ErrorKind::InvalidResponse(why) => write!(f, "unreadable answer: {why}"),
             ErrorKind::NoToken(why) => write!(f, "no token to send: {why}"),
         }?;

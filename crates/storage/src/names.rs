@@ -146,10 +146,46 @@ pub fn validate_blob_name(name: &str) -> Result<(), NameError> {
     if name.chars().any(char::is_control) {
         return fail("it may not contain control characters");
     }
+    if first_dot_segment(name).is_some() {
+        return fail(
+            "it may not hold a '.' or '..' segment (also percent-encoded, as %2e): URL parsing \
+             removes those, so the request would address another blob or leave its container",
+        );
+    }
     if name.ends_with('.') || name.ends_with('/') {
         return fail("it may not end with a dot or a slash");
     }
     Ok(())
+}
+
+/// The first segment of a blob name or prefix that URL parsing would take for `.` or `..` and
+/// remove (with the segment before it, for `..`), so that the URL no longer addresses the blob
+/// the name says and may leave its container: `..`, `.`, and the same with dots
+/// percent-encoded (`%2e%2E`, `.%2e`), also encoded more than once (`%252e`). A backslash
+/// separates segments too, as URL parsers read it in http(s) URLs. `None` when there is none.
+pub fn first_dot_segment(path: &str) -> Option<&str> {
+    path.split(['/', '\\'])
+        .find(|segment| is_dot_segment(segment))
+}
+
+/// Whether a path segment reads as `.` or `..` once percent-decoded, as many times as it
+/// decodes to something new.
+fn is_dot_segment(segment: &str) -> bool {
+    let mut text = segment.to_string();
+    // Each round removes at least one `%25` level; a segment of a blob name is short.
+    for _ in 0..8 {
+        if text == "." || text == ".." {
+            return true;
+        }
+        let decoded = percent_encoding::percent_decode_str(&text)
+            .decode_utf8_lossy()
+            .into_owned();
+        if decoded == text {
+            return false;
+        }
+        text = decoded;
+    }
+    false
 }
 
 fn lowercase_dashed(what: &'static str, name: &str) -> Result<(), NameError> {
@@ -243,6 +279,40 @@ mod tests {
         ] {
             assert!(validate_table_name(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn blob_names_with_dot_segments_are_refused_in_every_spelling() {
+        for bad in [
+            "../$web/x",
+            "a/../../b",
+            "./x",
+            "a/./b",
+            "..",
+            "%2e%2e/x",
+            "%2E%2E/x",
+            ".%2e/x",
+            "%2e./x",
+            "%2e/x",
+            "%252e%252e/x",
+            "a/..\\b",
+            "..\\$web\\x",
+        ] {
+            let error = validate_blob_name(bad).expect_err(bad);
+            assert!(error.rule.contains("'..' segment"), "{bad}: {error}");
+        }
+        for ok in [
+            "a..b/c",
+            "...x/y",
+            "backups/2026-11-25/data/1.ndjson.gz",
+            "a/.hidden/b",
+            "%2e%2ex/y",
+            "x/..y",
+        ] {
+            assert_eq!(validate_blob_name(ok), Ok(()), "{ok}");
+        }
+        assert_eq!(first_dot_segment("a/%2E./b"), Some("%2E."));
+        assert_eq!(first_dot_segment("a/b/"), None);
     }
 
     #[test]

@@ -165,6 +165,9 @@ pub(crate) struct Pipeline {
     http: reqwest::Client,
     credential: Credential,
     endpoint: Endpoint,
+    /// The endpoint's path without its trailing slash (`/devstoreaccount1`, or empty): every
+    /// request's URL path is this, a slash, and the request's path.
+    base_path: String,
     service: Service,
     options: ClientOptions,
 }
@@ -193,10 +196,14 @@ impl Pipeline {
                     transport_message(&e),
                 )
             })?;
+        let base_path = Url::parse(endpoint.as_str())
+            .map(|url| url.path().trim_end_matches('/').to_string())
+            .unwrap_or_default();
         Ok(Pipeline {
             http,
             credential: account.credential().clone(),
             endpoint,
+            base_path,
             service,
             options,
         })
@@ -327,13 +334,35 @@ impl Pipeline {
             text.push(separator);
             text.push_str(token.query());
         }
-        Url::parse(&text).map_err(|_| {
+        let url = Url::parse(&text).map_err(|_| {
             StorageError::invalid_request(
                 request.operation,
                 request.resource.clone(),
                 "the request URL is not valid",
             )
-        })
+        })?;
+        self.stays_where_built(request, &url)?;
+        Ok(url)
+    }
+
+    /// Refuses a URL whose path is not the one the request was built with: URL parsing
+    /// resolves `.` and `..` segments, so a name holding one (`c/../$web/x`) would address
+    /// another container, queue or table than the request names. Every path is made of
+    /// percent-encoded names and the service's fixed syntax, which parsing leaves as it is;
+    /// anything else it changed is refused too.
+    fn stays_where_built(&self, request: &Request, url: &Url) -> Result<(), StorageError> {
+        let built = format!("{}/{}", self.base_path, request.path);
+        if url.path() == built {
+            return Ok(());
+        }
+        let within = request.path.split('/').next().unwrap_or_default();
+        Err(StorageError::new(
+            request.operation,
+            request.resource.clone(),
+            ErrorKind::OutsideResource {
+                within: within.to_string(),
+            },
+        ))
     }
 
     async fn attempt(
@@ -606,6 +635,57 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
+    }
+
+    /// The last guard against a name that leaves its container: a path holding a dot segment,
+    /// which URL parsing would resolve, is refused with its own kind before anything is sent,
+    /// whatever the endpoint's form.
+    #[test]
+    fn a_url_whose_parsed_path_leaves_its_container_is_refused() {
+        let key = crate::connection_string::EMULATOR_KEY;
+        for connection in [
+            format!(
+                "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={key};\
+                 BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;"
+            ),
+            format!("AccountName=acct;AccountKey={key}"),
+        ] {
+            let account = StorageAccount::from_connection_string(&connection).unwrap();
+            let endpoint = account.blob_endpoint().unwrap().clone();
+            let pipeline =
+                Pipeline::new(&account, endpoint, Service::Blob, ClientOptions::default()).unwrap();
+            let request =
+                |path: &str| Request::new("put blob", "blob".into(), Method::PUT, path.to_string());
+            for path in [
+                "backups/../%24web/data/1.ndjson.gz",
+                "backups/a/../../azure-webjobs-secrets/x",
+                "backups/./x",
+                "backups/%2e%2e/%24web/x",
+                "backups/.%2E/%24web/x",
+            ] {
+                let error = pipeline.url(&request(path)).expect_err(path);
+                assert_eq!(
+                    error.kind(),
+                    &ErrorKind::OutsideResource {
+                        within: "backups".into()
+                    },
+                    "{path}"
+                );
+                assert_eq!(error.reason(), crate::Reason::InvalidRequest, "{path}");
+                assert!(!error.is_transient());
+            }
+            // Encoded names, `%252e` (a literal `%2e` in the name) included, are sent as built.
+            for path in [
+                "backups/a%2Fb/c",
+                "backups/%252e%252e/x",
+                "backups/x..y/data",
+                "",
+                "backups",
+            ] {
+                let url = pipeline.url(&request(path)).expect(path);
+                assert!(url.path().ends_with(path), "{path}: {url}");
+            }
+        }
     }
 
     #[test]

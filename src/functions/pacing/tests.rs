@@ -19,6 +19,7 @@ fn record(id: &str, cap: Option<u32>) -> ScanRecord {
         started_at: None,
         cancelled_at: None,
         manifest_at: None,
+        manifest_trouble: Default::default(),
         redrive_looked_at: None,
         learned_cap: None,
         learn_round_ms: 0,

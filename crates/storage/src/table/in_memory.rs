@@ -24,6 +24,22 @@ use super::query::{Continuation, Page, Query, MAX_PAGE_SIZE};
 use super::WriteMode;
 use crate::error::{describe, ErrorKind, ServiceError, StorageError};
 
+/// Whether the client sends a request again after its answer was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    No,
+    Yes,
+}
+
+/// What becomes of a request's answer.
+#[derive(Debug, Clone, Copy)]
+enum Fate {
+    Answered,
+    Lost(Retry),
+}
+
+const TRANSACTION: &str = "submit transaction";
+
 /// Rows keyed as the service orders them: partition key, then row key, by UTF-16 code units.
 type Key = (Vec<u16>, Vec<u16>);
 
@@ -40,6 +56,9 @@ struct State {
     exists: bool,
     /// Request numbers (counting from 1) that are answered 503 instead, each once.
     failing: Vec<u64>,
+    /// Request numbers whose write is applied and whose answer is lost (each once), and
+    /// whether the client's retry then sends it again.
+    lost_answers: Vec<(u64, Retry)>,
     rows: BTreeMap<Key, Entity>,
     /// The clock for `Timestamp`; `None` follows the system clock.
     now: Option<OffsetDateTime>,
@@ -106,19 +125,65 @@ impl InMemoryTable {
         self.state().failing.push(at);
     }
 
+    /// Applies the `n`th request from now (1 is the next) and loses its answer, as a timeout
+    /// after the service acted looks to the caller: with [`Retry::No`] the caller gets 500
+    /// Operation Timed Out; with [`Retry::Yes`] the request is sent again (as the storage
+    /// client's retry policy does) and the caller gets the second answer (a 404 or 412 where
+    /// the first one changed what the second one expects).
+    pub fn lose_answer(&self, n: u64, retry: Retry) {
+        let at = self.requests() + n;
+        self.state().lost_answers.push((at, retry));
+    }
+
     /// Lets other tasks run first (so that concurrent callers interleave request by request),
-    /// then counts the request, or refuses it if it was chosen to fail.
-    async fn request(&self, operation: &'static str, entities: u64) -> Result<(), StorageError> {
+    /// then counts the request, or refuses it if it was chosen to fail; says what becomes of
+    /// its answer.
+    async fn request(&self, operation: &'static str, entities: u64) -> Result<Fate, StorageError> {
         tokio::task::yield_now().await;
         let number = self.counts.requests.fetch_add(1, Ordering::Relaxed) + 1;
         self.counts.entities.fetch_add(entities, Ordering::Relaxed);
         let mut state = self.state();
-        match state.failing.iter().position(|&n| n == number) {
-            Some(at) => {
-                state.failing.swap_remove(at);
-                Err(self.error(operation, 503, "ServerBusy"))
+        if let Some(at) = state.failing.iter().position(|&n| n == number) {
+            state.failing.swap_remove(at);
+            return Err(self.error(operation, 503, "ServerBusy"));
+        }
+        match state.lost_answers.iter().position(|&(n, _)| n == number) {
+            Some(at) => Ok(Fate::Lost(state.lost_answers.swap_remove(at).1)),
+            None => Ok(Fate::Answered),
+        }
+    }
+
+    /// [`InMemoryTable::request`] for a request that changes nothing worth losing (a read, or
+    /// creating the table): a lost answer is an error like any other.
+    async fn read_request(
+        &self,
+        operation: &'static str,
+        entities: u64,
+    ) -> Result<(), StorageError> {
+        match self.request(operation, entities).await? {
+            Fate::Answered => Ok(()),
+            Fate::Lost(_) => Err(self.error(operation, 500, "OperationTimedOut")),
+        }
+    }
+
+    /// The answer to a write of `fate`, applied by `apply` (once, or twice when retried).
+    async fn answer<T>(
+        &self,
+        operation: &'static str,
+        entities: u64,
+        fate: Fate,
+        apply: impl Fn() -> Result<T, StorageError>,
+    ) -> Result<T, StorageError> {
+        let first = apply();
+        match fate {
+            Fate::Answered => first,
+            Fate::Lost(Retry::No) => Err(self.error(operation, 500, "OperationTimedOut")),
+            Fate::Lost(Retry::Yes) => {
+                let Fate::Answered = self.request(operation, entities).await? else {
+                    return Err(self.error(operation, 500, "OperationTimedOut"));
+                };
+                apply()
             }
-            None => Ok(()),
         }
     }
 
@@ -131,7 +196,7 @@ impl InMemoryTable {
     }
 
     pub async fn create_if_missing(&self) -> Result<bool, StorageError> {
-        self.request("create table", 1).await?;
+        self.read_request("create table", 1).await?;
         let mut state = self.state();
         let created = !state.exists;
         state.exists = true;
@@ -143,7 +208,7 @@ impl InMemoryTable {
         partition_key: &str,
         row_key: &str,
     ) -> Result<Option<Entity>, StorageError> {
-        self.request("get entity", 1).await?;
+        self.read_request("get entity", 1).await?;
         let state = self.state();
         if !state.exists {
             return Err(self.error("get entity", 404, "TableNotFound"));
@@ -196,14 +261,25 @@ impl InMemoryTable {
         operation_name: &'static str,
         operation: Operation,
     ) -> Result<String, StorageError> {
-        self.request(operation_name, 1).await?;
+        let fate = self.request(operation_name, 1).await?;
+        self.answer(operation_name, 1, fate, || {
+            self.apply_one_now(operation_name, &operation)
+        })
+        .await
+    }
+
+    fn apply_one_now(
+        &self,
+        operation_name: &'static str,
+        operation: &Operation,
+    ) -> Result<String, StorageError> {
         let mut state = self.state();
         if !state.exists {
             return Err(self.error(operation_name, 404, "TableNotFound"));
         }
         let now = state.clock();
         state
-            .apply(&operation, now)
+            .apply(operation, now)
             .map(Option::unwrap_or_default)
             .map_err(|e| {
                 StorageError::from_service(operation_name, describe("table", &self.name), e)
@@ -215,8 +291,14 @@ impl InMemoryTable {
         &self,
         operations: &[Operation],
     ) -> Result<Vec<Option<String>>, StorageError> {
-        const OP: &str = "submit transaction";
-        self.request(OP, operations.len() as u64).await?;
+        let entities = operations.len() as u64;
+        let fate = self.request(TRANSACTION, entities).await?;
+        self.answer(TRANSACTION, entities, fate, || self.transact(operations))
+            .await
+    }
+
+    fn transact(&self, operations: &[Operation]) -> Result<Vec<Option<String>>, StorageError> {
+        const OP: &str = TRANSACTION;
         let invalid = |why: &str| {
             StorageError::invalid_request(OP, describe("table", &self.name), why.to_string())
         };
@@ -277,7 +359,7 @@ impl InMemoryTable {
         continuation: Option<&Continuation>,
     ) -> Result<Page, StorageError> {
         const OP: &str = "query entities";
-        self.request(OP, 0).await?;
+        self.read_request(OP, 0).await?;
         let top = usize::from(query.top.unwrap_or(MAX_PAGE_SIZE));
         if top == 0 || top > usize::from(MAX_PAGE_SIZE) {
             return Err(StorageError::invalid_request(
@@ -521,6 +603,50 @@ mod tests {
             ErrorKind::InvalidRequest(_)
         ));
         assert_eq!(table.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_lost_answer_is_applied_and_its_retry_meets_what_it_changed() {
+        let table = InMemoryTable::new("t");
+        table.create_if_missing().await.unwrap();
+        let etag = table
+            .upsert(&Entity::new("p", "r"), WriteMode::Replace)
+            .await
+            .unwrap();
+        let change = Entity::new("p", "r").with("n", crate::table::entity::Value::Int32(1));
+        // Applied and answered 500: the caller cannot tell that it was applied.
+        table.lose_answer(1, Retry::No);
+        let lost = table
+            .update(&change, WriteMode::Merge, &IfMatch::Etag(etag.clone()))
+            .await
+            .unwrap_err();
+        assert_eq!(lost.status(), Some(500), "{lost}");
+        let now = table.get_entity("p", "r").await.unwrap().unwrap();
+        assert!(now.properties.contains_key("n"), "applied");
+        assert_ne!(now.etag.as_deref(), Some(etag.as_str()));
+        // Applied, and the retry meets its own change: 412.
+        let etag = now.etag.unwrap();
+        table.lose_answer(1, Retry::Yes);
+        let retried = table
+            .update(&change, WriteMode::Merge, &IfMatch::Etag(etag))
+            .await
+            .unwrap_err();
+        assert!(retried.reason().is_gone_or_changed(), "{retried}");
+        // A transaction retried after it applied: its delete finds nothing (index 0).
+        table.lose_answer(1, Retry::Yes);
+        let gone = table
+            .submit_transaction(&[Operation::Delete {
+                partition_key: "p".into(),
+                row_key: "r".into(),
+                if_match: IfMatch::Any,
+            }])
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(gone.kind(), ErrorKind::Batch { index: 0, .. }),
+            "{gone}"
+        );
+        assert!(table.is_empty());
     }
 
     #[tokio::test]

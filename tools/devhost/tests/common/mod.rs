@@ -180,7 +180,7 @@ pub fn assemble(dir: &Path, suffix: &str) {
             .replace("tablescan-range", &format!("tsr-{suffix}"))
             .replace("tablescan-partition", &format!("tsp-{suffix}"))
             .replace("tablescan-export", &format!("tse-{suffix}"))
-            .replace("0 */5 * * * *", "*/2 * * * * *");
+            .replace("0 */1 * * * *", "*/2 * * * * *");
         let folder = dir.join(entry.file_name());
         std::fs::create_dir_all(&folder).unwrap();
         std::fs::write(folder.join("function.json"), text).unwrap();
