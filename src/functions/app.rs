@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -23,9 +23,9 @@ use crate::storage::{
     TableServiceClient,
 };
 
-/// The largest invocation the handler reads: scan requests are refused above 1 MiB with a 413,
-/// which needs a larger envelope to arrive first.
-const MAX_INVOCATION_BYTES: usize = 32 * 1024 * 1024;
+/// The largest queue-trigger invocation the handler reads (work items are small); HTTP
+/// triggers read theirs through `functions::http_body`, which answers a larger one with a 413.
+const MAX_INVOCATION_BYTES: usize = super::http_body::MAX_INVOCATION_BYTES;
 
 /// App settings (the environment the host gives the handler), looked up by name.
 #[derive(Clone, Default)]
@@ -517,32 +517,53 @@ async fn scan_partition(State(state): State<Arc<AppState>>, body: Bytes) -> Resp
     step::handle(&state, step::Queue::Partition, &body).await
 }
 
-async fn start_scan(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    http::start_scan(&state, &body).await
+async fn start_scan(State(state): State<Arc<AppState>>, body: Body) -> Response {
+    match super::http_body::read(body).await {
+        Ok(body) => http::start_scan(&state, &body).await,
+        Err(refused) => refused,
+    }
 }
 
-async fn get_scan(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    http::get_scan(&state, &body).await
+async fn get_scan(State(state): State<Arc<AppState>>, body: Body) -> Response {
+    match super::http_body::read(body).await {
+        Ok(body) => http::get_scan(&state, &body).await,
+        Err(refused) => refused,
+    }
 }
 
-async fn list_scans(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    http::list_scans(&state, &body).await
+async fn list_scans(State(state): State<Arc<AppState>>, body: Body) -> Response {
+    match super::http_body::read(body).await {
+        Ok(body) => http::list_scans(&state, &body).await,
+        Err(refused) => refused,
+    }
 }
 
-async fn cancel_scan(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    http::cancel_scan(&state, &body).await
+async fn cancel_scan(State(state): State<Arc<AppState>>, body: Body) -> Response {
+    match super::http_body::read(body).await {
+        Ok(body) => http::cancel_scan(&state, &body).await,
+        Err(refused) => refused,
+    }
 }
 
-async fn delete_scan(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    http::delete_scan(&state, &body).await
+async fn delete_scan(State(state): State<Arc<AppState>>, body: Body) -> Response {
+    match super::http_body::read(body).await {
+        Ok(body) => http::delete_scan(&state, &body).await,
+        Err(refused) => refused,
+    }
 }
 
-async fn clear_rejected(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    http::clear_rejected(&state, &body).await
+async fn clear_rejected(State(state): State<Arc<AppState>>, body: Body) -> Response {
+    match super::http_body::read(body).await {
+        Ok(body) => http::clear_rejected(&state, &body).await,
+        Err(refused) => refused,
+    }
 }
 
-async fn retry_scan(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    http::retry_scan(&state, &body).await
+async fn retry_scan(State(state): State<Arc<AppState>>, body: Body) -> Response {
+    match super::http_body::read(body).await {
+        Ok(body) => http::retry_scan(&state, &body).await,
+        Err(refused) => refused,
+    }
 }
 
 async fn redrive_scans(State(state): State<Arc<AppState>>, body: Bytes) -> Response {

@@ -12,6 +12,7 @@ use super::names::{HTTP_REQUEST, HTTP_RESPONSE};
 use super::plan::scope_range;
 use super::protocol::{Failure, HttpRequest, Invocation, Outcome};
 use super::reach::{self, Check, Service};
+use super::scans_list::ListQuery;
 use crate::job::ledger::{is_scan_id, new_scan_id};
 use crate::job::read_budget::{ReadBudget, ReadCost, STATUS_READ};
 use crate::job::spec::{ActionSpec, ScanSpec};
@@ -815,7 +816,8 @@ async fn activity(
     })
 }
 
-/// `GET /api/scans`: the most recent scans and any rejected messages.
+/// `GET /api/scans`: the most recent scans (those the query's filters keep; see
+/// `functions::scans_list`) and any rejected messages.
 pub async fn list_scans(state: &AppState, body: &[u8]) -> Response {
     let req = match request(body) {
         Ok(req) => req,
@@ -863,78 +865,15 @@ pub async fn list_scans(state: &AppState, body: &[u8]) -> Response {
                 continue;
             }
         };
-        if query.state.is_some_and(|wanted| wanted != status.state) {
-            continue;
+        if query.keeps(&status) {
+            scans.push(super::scans_list::entry(&status));
         }
-        let p = &status.progress;
-        scans.push(json!({
-            "id": status.id,
-            "state": status.state,
-            "table": status.spec.table,
-            "action": serde_json::to_value(&status.spec.action).ok().and_then(|a| a.get("type").cloned()),
-            "createdAt": status.created_at,
-            "finishedAt": status.finished_at,
-            "progress": {
-                "rowsRead": p.rows_read, "rowsActed": p.rows_acted,
-                "stepsDone": p.steps_done, "stepsPending": p.steps_pending, "stepsFailed": p.steps_failed,
-            },
-            "status": format!("/api/scans/{}", status.id),
-        }));
     }
     answer(
         StatusCode::OK,
         json!({ "scans": scans, "next": page.next, "unreadableScans": unreadable, "rejectedMessages": rejected }),
     )
     .into_response()
-}
-
-/// The query parameters of `GET /api/scans`.
-struct ListQuery {
-    limit: u16,
-    after: Option<String>,
-    state: Option<State>,
-}
-
-impl ListQuery {
-    fn parse(req: &super::protocol::HttpRequest) -> Result<Self, HttpError> {
-        let bad = |field: &str, why: &str| refusal(StatusCode::BAD_REQUEST, Some(field), why);
-        let limit = match req.query_param("limit") {
-            None => 20,
-            Some(text) => text
-                .parse::<u16>()
-                .ok()
-                .filter(|n| (1..=100).contains(n))
-                .ok_or_else(|| bad("limit", "must be a whole number from 1 to 100"))?,
-        };
-        let after = match req.query_param("after") {
-            None | Some("") => None,
-            Some(text)
-                if text.len() <= 60
-                    && text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') =>
-            {
-                Some(text.to_string())
-            }
-            Some(_) => return Err(bad("after", "must be the `next` value of an earlier page")),
-        };
-        let state = match req.query_param("state") {
-            None | Some("") => None,
-            Some(text) => Some(
-                serde_json::from_value::<State>(Value::String(text.to_ascii_lowercase())).map_err(
-                    |_| {
-                        bad(
-                            "state",
-                            "must be pending, running, succeeded, failed, cancelling or cancelled",
-                        )
-                    },
-                )?,
-            ),
-        };
-        Ok(ListQuery {
-            limit,
-            after,
-            state,
-        })
-    }
 }
 
 /// `DELETE /api/scans/{id}`: removes a finished scan's ledger rows, in rounds of at most 20 s.

@@ -7,6 +7,7 @@ pub mod app;
 mod export_checks;
 pub mod guard;
 pub mod http;
+mod http_body;
 mod import;
 pub mod manifest;
 pub mod names;
@@ -15,6 +16,7 @@ pub mod plan;
 pub mod protocol;
 pub mod reach;
 pub mod redrive;
+mod scans_list;
 
 pub mod step;
 

@@ -45,6 +45,8 @@ pub enum State {
 pub struct ScanStatus {
     pub id: String,
     pub state: State,
+    /// The request as the app normalised it, in the form a request takes (`as_requested`).
+    #[serde(serialize_with = "as_requested")]
     pub spec: ScanSpec,
     /// The cap the scan learned from its accounts' refusals (entities per second), which it is
     /// paced at when lower than its own (see `job::learning`).
@@ -78,6 +80,26 @@ pub struct ScanStatus {
     /// For exports: where the blobs are, how many are written, and the manifest once it is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub export: Option<ExportProgress>,
+}
+
+/// `spec` in the form of a request: an enqueue over several queues names them in `queues`
+/// alone. The ledger keeps its own form (with `queue`, the first of them, too), which the
+/// API would refuse in a request ("name either queue or queues, not both").
+fn as_requested<S: serde::Serializer>(spec: &ScanSpec, serializer: S) -> Result<S::Ok, S::Error> {
+    serde::Serialize::serialize(&spec_as_requested(spec), serializer)
+}
+
+/// `spec` as JSON in the form of a request (see [`as_requested`]).
+pub fn spec_as_requested(spec: &ScanSpec) -> serde_json::Value {
+    let mut value = serde_json::to_value(spec).unwrap_or(serde_json::Value::Null);
+    if let ActionSpec::Enqueue { queues, .. } = &spec.action {
+        if !queues.is_empty() {
+            if let Some(action) = value.get_mut("action").and_then(|a| a.as_object_mut()) {
+                action.remove("queue");
+            }
+        }
+    }
+    value
 }
 
 /// Where an export stands.
@@ -488,5 +510,45 @@ fn status_of(
         result,
         activity: None,
         pace: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::spec::ScanSpec;
+    use crate::storage::SettingLookup;
+
+    struct Settings;
+    impl SettingLookup for Settings {
+        fn setting(&self, name: &str) -> Option<String> {
+            (name == "AzureWebJobsStorage").then(|| "UseDevelopmentStorage=true".to_string())
+        }
+    }
+
+    /// The spec a status shows is one the API takes back as a request, meaning the same.
+    #[test]
+    fn a_status_shows_the_spec_as_a_request_names_it() {
+        for action in [
+            r#"{"type":"enqueue","queues":["qa1","qb2","qc3"],"rowsPerMessage":4}"#,
+            r#"{"type":"enqueue","queue":"qa1","per":"partition"}"#,
+            r#"{"type":"copy","table":"there","mode":"merge"}"#,
+            r#"{"type":"export","container":"backups","prefix":"day"}"#,
+        ] {
+            let request = format!(r#"{{"table":"things","action":{action}}}"#);
+            let spec = ScanSpec::parse(&request, &Settings).unwrap();
+            let shown = spec_as_requested(&spec);
+            let again = ScanSpec::parse(&shown.to_string(), &Settings)
+                .unwrap_or_else(|e| panic!("{shown} is refused: {e}"));
+            assert_eq!(again, spec, "{shown}");
+        }
+        let spec = ScanSpec::parse(
+            r#"{"table":"things","action":{"type":"enqueue","queues":["qa1","qb2"]}}"#,
+            &Settings,
+        )
+        .unwrap();
+        let shown = spec_as_requested(&spec);
+        assert!(shown["action"].get("queue").is_none(), "{shown}");
+        assert_eq!(shown["action"]["queues"], serde_json::json!(["qa1", "qb2"]));
     }
 }

@@ -14,8 +14,8 @@ pub struct Api {
 /// Why a call failed, as the user acts on it.
 #[derive(Debug)]
 pub enum ApiError {
-    /// Nothing answers at the URL.
-    NotRunning { url: String, why: String },
+    /// Nothing answers at the URL, or the answer was lost on the way.
+    NotRunning { url: String, why: Transport },
     /// 401: the key is missing or wrong.
     Unauthorized { had_key: bool },
     /// 404: no such scan.
@@ -25,9 +25,16 @@ pub enum ApiError {
         status: u16,
         field: Option<String>,
         message: String,
+        /// The answer as the app gave it, for `--json`.
+        body: Value,
     },
-    /// An answer this command cannot use (a 5xx, or something that is not the API's JSON).
-    Unexpected { status: u16, body: String },
+    /// A 5xx, or an answer that is not the API's JSON: the app's words, if it gave any.
+    Unexpected {
+        status: u16,
+        message: Option<String>,
+        /// The answer's text (at most 500 characters), shown when it is not the API's JSON.
+        body: String,
+    },
 }
 
 impl ApiError {
@@ -40,11 +47,52 @@ impl ApiError {
             | ApiError::Refused { .. } => 3,
         }
     }
+
+    /// The answer's JSON as the app gave it, if it gave JSON (what `--json` prints).
+    pub fn json(&self) -> Option<Value> {
+        match self {
+            ApiError::Refused { body, .. } => Some(body.clone()),
+            ApiError::Unexpected { body, .. } => serde_json::from_str(body).ok(),
+            _ => None,
+        }
+    }
+}
+
+/// What went wrong on the way to the app.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// Nothing listens: the request never left.
+    Refused,
+    /// No answer in time.
+    TimedOut,
+    /// The connection broke before the whole answer came.
+    Dropped,
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Transport::Refused => "connection refused",
+            Transport::TimedOut => "timed out",
+            Transport::Dropped => "the connection broke before the answer came",
+        })
+    }
+}
+
+/// `field: message`, or the message alone when no field is at fault.
+fn field_line(field: Option<&str>, message: &str) -> String {
+    match field {
+        Some(field) => format!("{field}: {message}"),
+        None => message.to_string(),
+    }
 }
 
 impl std::fmt::Display for ApiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            ApiError::NotRunning { url, why } if *why != Transport::Refused => {
+                write!(f, "no answer from {url} ({why})")
+            }
             ApiError::NotRunning { url, why } => write!(
                 f,
                 "nothing answers at {url} ({why}). Start the app locally with `scripts/dev \
@@ -65,14 +113,34 @@ impl std::fmt::Display for ApiError {
             ApiError::NotFound { what } => write!(f, "{what} (404)"),
             ApiError::Refused {
                 status,
-                field: Some(field),
+                field,
                 message,
-            } => write!(f, "refused ({status}): {field} {message}"),
-            ApiError::Refused {
-                status, message, ..
-            } => write!(f, "refused ({status}): {message}"),
-            ApiError::Unexpected { status, body } => {
-                write!(f, "the app answered {status}: {body}")
+                ..
+            } => write!(
+                f,
+                "refused ({status})\n  {}",
+                field_line(field.as_deref(), message)
+            ),
+            ApiError::Unexpected {
+                status: status @ 503,
+                message: Some(message),
+                ..
+            } => write!(
+                f,
+                "the app cannot do it now ({status}); it may work when tried again\n  {message}"
+            ),
+            ApiError::Unexpected {
+                status,
+                message: Some(message),
+                ..
+            } => write!(f, "the app failed ({status})\n  {message}"),
+            ApiError::Unexpected { status, body, .. } => {
+                let body = body.trim();
+                if body.is_empty() {
+                    write!(f, "the app answered {status} with nothing")
+                } else {
+                    write!(f, "the app answered {status}\n  {body}")
+                }
             }
         }
     }
@@ -92,17 +160,31 @@ impl Api {
         }
     }
 
-    /// `POST /api/scans`: the answer (`id`, `state`, `status`).
-    pub async fn start(
-        &self,
-        body: &Value,
-        idempotency_key: Option<&str>,
-    ) -> Result<Value, ApiError> {
-        let mut request = self.http.post(self.url("scans")).json(body);
-        if let Some(key) = idempotency_key {
-            request = request.header("Idempotency-Key", key);
+    /// `POST /api/scans` with `idempotency_key`: the answer (`id`, `state`, `status`). A start
+    /// whose answer was lost (the connection dropped, a timeout, a 5xx from a host that was
+    /// restarting) is sent again with the same key, which the app answers with the scan the
+    /// first one started, if it did: one scan, never two.
+    pub async fn start(&self, body: &Value, idempotency_key: &str) -> Result<Value, ApiError> {
+        let mut tries = 0;
+        loop {
+            let request = self
+                .http
+                .post(self.url("scans"))
+                .json(body)
+                .header("Idempotency-Key", idempotency_key);
+            match self.send(request, "").await {
+                Err(error) if tries < START_RETRIES && error.worth_another_try() => {
+                    tries += 1;
+                    eprintln!(
+                        "tablescan: no answer to the start ({}); sending it again with the same \
+                         idempotency key",
+                        error.short()
+                    );
+                    tokio::time::sleep(Duration::from_secs(1 << tries.min(3))).await;
+                }
+                answer => return answer,
+            }
         }
-        self.send(request, "").await
     }
 
     /// `GET /api/scans/{id}`.
@@ -114,22 +196,30 @@ impl Api {
         .await
     }
 
-    /// `GET /api/scans`, one page.
-    pub async fn list(
-        &self,
-        state: Option<&str>,
-        limit: u32,
-        after: Option<&str>,
-    ) -> Result<Value, ApiError> {
-        let mut query: Vec<(&str, String)> = vec![("limit", limit.to_string())];
-        if let Some(state) = state {
-            query.push(("state", state.to_string()));
+    /// `GET /api/scans`, one page of `limit` scans read (fewer when filters drop some).
+    pub async fn list(&self, query: &ListQuery<'_>) -> Result<Value, ApiError> {
+        let mut pairs: Vec<(&str, String)> = vec![("limit", query.limit.to_string())];
+        for (name, value) in [
+            ("state", query.state),
+            ("action", query.action),
+            ("table", query.table),
+            ("after", query.after),
+        ] {
+            if let Some(value) = value {
+                pairs.push((name, value.to_string()));
+            }
         }
-        if let Some(after) = after {
-            query.push(("after", after.to_string()));
-        }
-        self.send(self.http.get(self.url("scans")).query(&query), "")
+        self.send(self.http.get(self.url("scans")).query(&pairs), "")
             .await
+    }
+
+    /// `DELETE /api/scans/{id}`: one round of a removal (`removedRows`, `more`).
+    pub async fn remove(&self, id: &str) -> Result<Value, ApiError> {
+        self.send(
+            self.http.delete(self.url(&format!("scans/{}", encode(id)))),
+            id,
+        )
+        .await
     }
 
     /// `POST /api/scans/{id}/cancel`.
@@ -161,18 +251,19 @@ impl Api {
             Some(key) => request.header("x-functions-key", key),
             None => request,
         };
-        let response = request.send().await.map_err(|e| ApiError::NotRunning {
+        let lost = |e: reqwest::Error| ApiError::NotRunning {
             url: self.base.clone(),
             why: if e.is_connect() {
-                "connection refused".to_string()
+                Transport::Refused
             } else if e.is_timeout() {
-                "timed out".to_string()
+                Transport::TimedOut
             } else {
-                "the connection failed".to_string()
+                Transport::Dropped
             },
-        })?;
+        };
+        let response = request.send().await.map_err(lost)?;
         let status = response.status().as_u16();
-        let text = response.text().await.unwrap_or_default();
+        let text = response.text().await.map_err(lost)?;
         let json: Option<Value> = serde_json::from_str(&text).ok();
         match (status, json) {
             (200..=299, Some(json)) => Ok(json),
@@ -198,13 +289,62 @@ impl Api {
                     .as_str()
                     .unwrap_or("(no message)")
                     .to_string(),
+                body: json,
             }),
-            (_, _) => Err(ApiError::Unexpected {
+            (_, json) => Err(ApiError::Unexpected {
                 status,
+                message: json.as_ref().and_then(|j| {
+                    let error = &j["error"];
+                    error["message"]
+                        .as_str()
+                        .map(|m| field_line(error["field"].as_str(), m))
+                }),
                 body: text.chars().take(500).collect(),
             }),
         }
     }
+}
+
+/// How often a start whose answer was lost is sent again.
+const START_RETRIES: u32 = 3;
+
+impl ApiError {
+    /// Whether the answer may have been lost on the way (and another try may get one): no
+    /// answer at all, a gateway's or a busy app's 502, 503 or 504, or a 500 that is not the
+    /// app's own JSON (a handler that stopped mid-request). A refusal, a 404, or the app's own
+    /// 500 (a setting it cannot use) would be the same again.
+    pub fn worth_another_try(&self) -> bool {
+        match self {
+            // Refused: the request never reached the app.
+            ApiError::NotRunning { why, .. } => *why != Transport::Refused,
+            ApiError::Unexpected {
+                status: 500,
+                message,
+                ..
+            } => message.is_none(),
+            ApiError::Unexpected { status, .. } => *status > 500,
+            _ => false,
+        }
+    }
+
+    /// A few words for a retry's line.
+    fn short(&self) -> String {
+        match self {
+            ApiError::NotRunning { why, .. } => why.to_string(),
+            ApiError::Unexpected { status, .. } => format!("the app answered {status}"),
+            other => other.to_string(),
+        }
+    }
+}
+
+/// The query of `GET /api/scans`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ListQuery<'a> {
+    pub limit: u32,
+    pub state: Option<&'a str>,
+    pub action: Option<&'a str>,
+    pub table: Option<&'a str>,
+    pub after: Option<&'a str>,
 }
 
 /// A scan id as a URL path segment.
@@ -233,7 +373,7 @@ mod tests {
     fn errors_say_what_to_do_and_map_to_exit_codes() {
         let down = ApiError::NotRunning {
             url: "http://localhost:7071".into(),
-            why: "connection refused".into(),
+            why: Transport::Refused,
         };
         assert!(down.to_string().contains("scripts/dev --serve"));
         assert_eq!(down.exit_code(), 4);
@@ -244,7 +384,44 @@ mod tests {
             status: 400,
             field: Some("action.table".into()),
             message: "is required".into(),
+            body: Value::Null,
         };
-        assert_eq!(bad.to_string(), "refused (400): action.table is required");
+        assert_eq!(
+            bad.to_string(),
+            "refused (400)\n  action.table: is required"
+        );
+    }
+
+    #[test]
+    fn only_a_start_whose_answer_may_have_been_lost_is_sent_again() {
+        let lost = |why| ApiError::NotRunning {
+            url: "u".into(),
+            why,
+        };
+        let answered = |status, message: Option<&str>| ApiError::Unexpected {
+            status,
+            message: message.map(str::to_string),
+            body: String::new(),
+        };
+        assert!(lost(Transport::Dropped).worth_another_try());
+        assert!(lost(Transport::TimedOut).worth_another_try());
+        assert!(!lost(Transport::Refused).worth_another_try(), "never sent");
+        assert!(answered(503, Some("the ledger is busy")).worth_another_try());
+        assert!(answered(502, None).worth_another_try());
+        assert!(
+            answered(500, None).worth_another_try(),
+            "a handler that stopped"
+        );
+        assert!(
+            !answered(500, Some("TABLESCAN_MAX_ROWS_PER_SECOND: bad")).worth_another_try(),
+            "the app's own answer"
+        );
+        let refused = ApiError::Refused {
+            status: 409,
+            field: None,
+            message: "m".into(),
+            body: Value::Null,
+        };
+        assert!(!refused.worth_another_try());
     }
 }

@@ -65,15 +65,8 @@ pub enum Command {
         #[arg(long)]
         watch: bool,
     },
-    /// List scans, newest first
-    List {
-        /// Only scans in this state
-        #[arg(long, value_enum)]
-        state: Option<State>,
-        /// How many scans (1 to 100)
-        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100))]
-        limit: u32,
-    },
+    /// List scans, newest first, a page at a time
+    List(ListArgs),
     /// Cancel a scan: running steps stop at their next page
     Cancel {
         /// The scan's id
@@ -84,6 +77,45 @@ pub enum Command {
         /// The scan's id
         id: String,
     },
+    /// Delete a finished scan's records from the ledger (its status and counts; not what the
+    /// scan wrote)
+    Remove {
+        /// The scan's id
+        id: String,
+    },
+}
+
+/// `tablescan list`: one page of scans, and filters applied to it.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only scans in this state
+    #[arg(long, value_enum)]
+    pub state: Option<State>,
+    /// Only scans with this action
+    #[arg(long, value_enum)]
+    pub action: Option<ActionKind>,
+    /// Only scans that read or write this table (its source, or a copy's or an import's
+    /// target)
+    #[arg(long)]
+    pub table: Option<String>,
+    /// How many scans (1 to 100)
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub limit: u32,
+    /// Start after this place: the one the "more" line of the previous page gives
+    #[arg(long, value_name = "PLACE")]
+    pub after: Option<String>,
+}
+
+/// An action, as `list --action` names it.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ActionKind {
+    Count,
+    Copy,
+    Enqueue,
+    Delete,
+    Update,
+    PartitionKeys,
+    Export,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -94,19 +126,6 @@ pub enum State {
     Failed,
     Cancelling,
     Cancelled,
-}
-
-impl State {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            State::Pending => "pending",
-            State::Running => "running",
-            State::Succeeded => "succeeded",
-            State::Failed => "failed",
-            State::Cancelling => "cancelling",
-            State::Cancelled => "cancelled",
-        }
-    }
 }
 
 #[derive(Debug, Args)]
@@ -162,7 +181,12 @@ pub struct StartArgs {
     /// How a copy treats a row the target holds already
     #[arg(long, value_enum, help_heading = "Action options")]
     pub mode: Option<CopyMode>,
-    /// Properties an update writes, as entity JSON: '{"Status":"archived"}'
+    /// Properties an update writes, as entity JSON: '{"Status":"archived","Level":3}'.
+    /// Types are read as the Table service reads JSON: a string is Edm.String, true/false
+    /// Edm.Boolean, a number with a fraction Edm.Double, a whole number Edm.Int32, and a whole
+    /// number beyond Int32 (-2147483648 to 2147483647) is sent as Edm.Int64 (not as a Double).
+    /// Other types take an annotation: '{"At":"2026-01-01T00:00:00Z","At@odata.type":
+    /// "Edm.DateTime"}'. null is refused: --remove takes a property away
     #[arg(long, value_name = "JSON", help_heading = "Action options")]
     pub set: Option<String>,
     /// A property an update removes (repeat for several)
@@ -226,7 +250,9 @@ pub struct StartArgs {
     /// Read and count what the action would do; write nothing
     #[arg(long)]
     pub dry_run: bool,
-    /// Makes a repeated start answer the scan the first one started
+    /// Makes a repeated start answer the scan the first one started. Without it, each start
+    /// sends a key of its own (printed), so that the command's retry after a lost answer does
+    /// not start a second scan
     #[arg(long, value_name = "KEY")]
     pub idempotency_key: Option<String>,
     /// Follow the scan to its end with a live line, then print a summary
@@ -330,6 +356,30 @@ mod tests {
         assert!(
             error.contains("--state") && error.contains("running"),
             "{error}"
+        );
+    }
+
+    /// The help of --max-rows-per-second and of --set says what happens when they are left
+    /// out or given a large number.
+    #[test]
+    fn the_help_gives_the_default_pace_and_how_set_types_numbers() {
+        let mut command = Cli::command();
+        let start = command.find_subcommand_mut("start").unwrap();
+        let help = start.render_long_help().to_string();
+        let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            flat.contains("Default: none, unless the app sets TABLESCAN_MAX_ROWS_PER_SECOND"),
+            "{help}"
+        );
+        assert!(
+            flat.contains(
+                "a whole number beyond Int32 (-2147483648 to 2147483647) is sent as Edm.Int64"
+            ),
+            "{help}"
+        );
+        assert!(
+            flat.contains("null is refused: --remove takes a property away"),
+            "{help}"
         );
     }
 }

@@ -2,10 +2,16 @@
 //! API, without curl and polling loops. See docs/cli.md.
 
 mod api;
+mod applies;
 mod args;
 mod azure;
+mod describe;
+mod list;
+mod remove;
 mod request;
+mod set;
 mod show;
+mod summary;
 mod watch;
 
 use clap::Parser;
@@ -34,6 +40,17 @@ async fn main() {
 }
 
 async fn run(cli: Cli) -> i32 {
+    // A start's flags are checked before anything is asked of the app.
+    let body = match &cli.command {
+        Command::Start(args) => match request::start_request(args) {
+            Ok(body) => Some(body),
+            Err(why) => {
+                eprintln!("tablescan: {why}");
+                return REFUSED;
+            }
+        },
+        _ => None,
+    };
     let api = match connect(&cli).await {
         Ok(api) => api,
         Err(why) => {
@@ -42,17 +59,19 @@ async fn run(cli: Cli) -> i32 {
         }
     };
     let json = cli.json;
-    let outcome = match cli.command {
-        Command::Start(args) => start(&api, &args, json).await,
-        Command::Status { id, watch } => status(&api, &id, watch, json).await,
-        Command::List { state, limit } => {
-            let page = api.list(state.map(|s| s.as_str()), limit, None).await;
-            page.map(|page| {
-                print_json_or(json, &page, || show::list(&page));
-                0
-            })
-        }
-        Command::Cancel { id } => api.cancel(&id).await.map(|answer| {
+    let outcome = match &cli.command {
+        Command::Start(args) => start(&api, args, body.unwrap_or_default(), json).await,
+        Command::Status { id, watch } => status(&api, id, *watch, json).await,
+        Command::List(args) => list::read(&api, args).await.map(|listing| {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            print_json_or(json, &list::json(&listing), || {
+                list::text(&listing, args, now)
+            });
+            0
+        }),
+        Command::Cancel { id } => api.cancel(id).await.map(|answer| {
             print_json_or(json, &answer, || {
                 format!(
                     "scan {id}: {} (running steps stop at their next page)\n",
@@ -61,12 +80,12 @@ async fn run(cli: Cli) -> i32 {
             });
             0
         }),
-        Command::Retry { id } => api.retry(&id).await.map(|answer| {
+        Command::Retry { id } => api.retry(id).await.map(|answer| {
             print_json_or(json, &answer, || {
                 let more = if answer["more"] == true {
-                    "; more remain: run retry again"
+                    format!("; more remain: run `tablescan retry {id}` again")
                 } else {
-                    ""
+                    String::new()
                 };
                 format!(
                     "scan {id}: {} failed work items sent again{more}\n",
@@ -75,11 +94,25 @@ async fn run(cli: Cli) -> i32 {
             });
             0
         }),
+        Command::Remove { id } => remove(&api, id, json).await,
     };
     outcome.unwrap_or_else(|error| {
-        eprintln!("tablescan: {error}");
+        report(&error, json);
         error.exit_code()
     })
+}
+
+/// Says why a call failed (stderr), with the app's JSON answer on stdout for --json.
+fn report(error: &ApiError, json: bool) {
+    if json {
+        if let Some(body) = error.json() {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&body).unwrap_or_default()
+            );
+        }
+    }
+    eprintln!("tablescan: {error}");
 }
 
 /// The API client for the app the flags name.
@@ -94,34 +127,51 @@ async fn connect(cli: &Cli) -> Result<Api, String> {
     }
 }
 
-async fn start(api: &Api, args: &StartArgs, json: bool) -> Result<i32, ApiError> {
-    let body = match request::start_request(args) {
-        Ok(body) => body,
-        Err(why) => {
-            eprintln!("tablescan: {why}");
-            return Ok(REFUSED);
+async fn start(api: &Api, args: &StartArgs, body: Value, json: bool) -> Result<i32, ApiError> {
+    // One key per start, so that the command's own retry after a lost answer, or the user's
+    // with --idempotency-key, answers the scan the first attempt started instead of a second.
+    let key = args
+        .idempotency_key
+        .clone()
+        .unwrap_or_else(|| format!("tablescan-cli-{}", uuid::Uuid::new_v4().simple()));
+    let answer = match api.start(&body, &key).await {
+        Ok(answer) => answer,
+        // No answer came back (the command sent the start again and gave up): it may have
+        // started a scan, which the same key finds.
+        Err(error) if error.worth_another_try() => {
+            report(&error, json);
+            eprintln!(
+                "tablescan: the start may have reached the app; run the same command with \
+                 --idempotency-key {key} to get its scan rather than start a second one"
+            );
+            return Ok(error.exit_code());
         }
+        Err(error) => return Err(error),
     };
-    let answer = api.start(&body, args.idempotency_key.as_deref()).await?;
     let id = answer["id"].as_str().unwrap_or_default().to_string();
     if !json {
         // What the scan was started with, as the app recorded it (its defaults filled in).
         if let Ok(status) = api.status(&id).await {
-            let earlier = watch::earlier_count(api, &status["spec"]).await;
+            let earlier = watch::earlier_count(api, &status["spec"])
+                .await
+                .map(|e| (e.rows, e.seconds));
             eprintln!("{}", show::pace_line(&status["spec"], earlier));
         }
     }
     if !args.wait {
         print_json_or(json, &answer, || format!("{id}\n"));
-        if !json {
+        if json {
+            // The answer on stdout is the API's; the key, for a script that wants it, here.
+            eprintln!("started scan {id} (idempotency key {key})");
+        } else {
             eprintln!(
-                "started scan {id}: `tablescan status {id} --watch` follows it, `tablescan \
-                 cancel {id}` stops it"
+                "started scan {id} (idempotency key {key}): `tablescan status {id} --watch` \
+                 follows it, `tablescan cancel {id}` stops it"
             );
         }
         return Ok(0);
     }
-    eprintln!("started scan {id}");
+    eprintln!("started scan {id} (idempotency key {key})");
     follow_to_end(api, &id, json).await
 }
 
@@ -130,7 +180,7 @@ async fn status(api: &Api, id: &str, watch: bool, json: bool) -> Result<i32, Api
         return follow_to_end(api, id, json).await;
     }
     let status = api.status(id).await?;
-    print_json_or(json, &status, || show::summary(&status));
+    print_json_or(json, &status, || summary::summary(&status));
     Ok(if watch::has_ended(&status) {
         watch::exit_code(&status)
     } else {
@@ -141,14 +191,16 @@ async fn status(api: &Api, id: &str, watch: bool, json: bool) -> Result<i32, Api
 /// Follows scan `id` to its end and prints its summary (or its status as JSON).
 async fn follow_to_end(api: &Api, id: &str, json: bool) -> Result<i32, ApiError> {
     let first = api.status(id).await?;
-    let scope_rows = if watch::has_ended(&first) {
+    let total = if watch::has_ended(&first) {
         None
     } else {
-        watch::rows_in_scope(api, &first["spec"]).await
+        watch::earlier_count(api, &first["spec"])
+            .await
+            .and_then(|earlier| earlier.total_for(&first))
     };
-    match watch::follow(api, id, scope_rows).await? {
+    match watch::follow(api, id, total).await? {
         Followed::Ended(status) => {
-            print_json_or(json, &status, || show::summary(&status));
+            print_json_or(json, &status, || summary::summary(&status));
             Ok(watch::exit_code(&status))
         }
         Followed::Interrupted => {
@@ -159,6 +211,51 @@ async fn follow_to_end(api: &Api, id: &str, json: bool) -> Result<i32, ApiError>
             Ok(INTERRUPTED)
         }
     }
+}
+
+/// `tablescan remove`: calls the removal until it is done, saying how far it got.
+async fn remove(api: &Api, id: &str, json: bool) -> Result<i32, ApiError> {
+    let removed = remove::until_done(
+        || api.remove(id),
+        |rows| {
+            eprintln!(
+                "scan {id}: {} ledger rows removed so far; going on",
+                show::thousands(rows)
+            )
+        },
+    )
+    .await;
+    let removed = match removed {
+        Err(ApiError::Refused {
+            status: 409,
+            field,
+            message,
+            body,
+        }) => {
+            return Err(ApiError::Refused {
+                status: 409,
+                field,
+                message: format!("{message} (`tablescan cancel {id}`)"),
+                body,
+            })
+        }
+        other => other?,
+    };
+    let answer = serde_json::json!({"id": id, "removedRows": removed.rows, "more": removed.more});
+    print_json_or(json, &answer, || {
+        if removed.more {
+            format!(
+                "scan {id}: {} ledger rows removed, more are left: run `tablescan remove {id}` again\n",
+                show::thousands(removed.rows)
+            )
+        } else {
+            format!(
+                "scan {id} removed: {} ledger rows (its status and counts; what it wrote stays)\n",
+                show::thousands(removed.rows)
+            )
+        }
+    });
+    Ok(0)
 }
 
 /// Prints `value` as JSON for scripts, or `text()` for people.

@@ -1,6 +1,7 @@
 //! The JSON body of `POST /api/scans` made from `tablescan start`'s flags. The app checks the
 //! values and answers a 400 naming the field; here only what the command line itself carries
-//! is checked (the JSON of `--set`).
+//! is checked: the JSON of `--set` (`set`), and that every flag given applies to the action
+//! (`applies`), so that none is dropped.
 
 use serde_json::{json, Map, Value};
 
@@ -8,6 +9,7 @@ use crate::args::{value_name, StartArgs};
 
 /// The start request, or why a flag's value cannot make one (naming the flag).
 pub fn start_request(args: &StartArgs) -> Result<Value, String> {
+    crate::applies::check(args)?;
     let mut body = Map::new();
     match &args.import {
         Some(export) => {
@@ -94,17 +96,7 @@ fn action(args: &StartArgs) -> Result<Value, String> {
     } else if args.update {
         action.insert("type".into(), json!("update"));
         if let Some(set) = &args.set {
-            let value: Value = serde_json::from_str(set).map_err(|e| {
-                format!(
-                    "--set is not JSON ({e}): give an object such as '{{\"Status\":\"archived\"}}'"
-                )
-            })?;
-            if !value.is_object() {
-                return Err(
-                    "--set must be a JSON object of properties: '{\"Status\":\"archived\"}'".into(),
-                );
-            }
-            action.insert("set".into(), value);
+            action.insert("set".into(), Value::Object(crate::set::properties(set)?));
         }
         if !args.remove.is_empty() {
             action.insert("remove".into(), json!(args.remove));
@@ -269,7 +261,7 @@ mod tests {
     fn a_set_that_is_not_a_json_object_names_the_flag() {
         for bad in ["{oops", "[1]"] {
             let error = request(&["--table=t", "--update", "--set", bad]).unwrap_err();
-            assert!(error.starts_with("--set"), "{error}");
+            assert!(error.starts_with("--set must be a JSON object"), "{error}");
         }
     }
 }

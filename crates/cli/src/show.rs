@@ -1,8 +1,11 @@
-//! How scans read as text: the live line while one runs, the summary when it ends, a status,
-//! a list. Numbers come from the API's status as they are; nothing here is estimated except
-//! the time left, and that only from an earlier count of the same scope.
+//! How scans read as text: numbers, durations and ages, the live line while one runs, and the
+//! pace a start announces (the summary is `summary`, the list `list`). Numbers come from the
+//! API's status as they are; nothing here is estimated except the time left, and that only
+//! from an earlier count of the same scope.
 
 use serde_json::Value;
+
+use crate::describe::Scan;
 
 /// `1234567` as `1,234,567`.
 pub fn thousands(n: u64) -> String {
@@ -30,62 +33,47 @@ pub fn duration(seconds: u64) -> String {
     }
 }
 
-/// What the scan does, in a few words: `copy logs -> logsbackup`, `count logs`.
-pub fn what(status: &Value) -> String {
-    let spec = &status["spec"];
-    let table = spec["table"].as_str().unwrap_or("?");
-    let action = &spec["action"];
-    let kind = action["type"].as_str().unwrap_or("?");
-    let target = match kind {
-        "copy" => action["table"].as_str().map(|t| format!(" -> {t}")),
-        "enqueue" | "partition-keys" => action["queue"]
-            .as_str()
-            .map(|q| format!(" -> queue {q}"))
-            .or_else(|| {
-                action["queues"]
-                    .as_array()
-                    .map(|q| format!(" -> {} queues", q.len()))
-            }),
-        "export" => action["container"]
-            .as_str()
-            .map(|c| format!(" -> {c}/{}", action["prefix"].as_str().unwrap_or_default())),
-        _ => None,
-    };
-    if let Some(import) = spec["import"].as_object() {
-        let from = format!(
-            "{}/{}",
-            import["container"].as_str().unwrap_or("?"),
-            import
-                .get("prefix")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-        );
-        return format!("import {from}: {kind}{}", target.unwrap_or_default());
-    }
-    let dry = if spec["dryRun"] == true {
-        " (dry run)"
+/// What a scan's progress is counted in: rows, or for a scan that wants one row per
+/// partition (partition-keys, an enqueue per partition), partitions found, which is what it
+/// works through (it reads about one row per partition where partitions are large).
+pub fn progress_unit(status: &Value) -> (&'static str, u64) {
+    let p = &status["progress"];
+    if Scan::of_status(status).per_partition() {
+        ("partitions", number(&p["partitions"]))
     } else {
-        ""
-    };
-    format!("{kind} {table}{}{dry}", target.unwrap_or_default())
+        ("rows", number(&p["rowsRead"]))
+    }
 }
 
-/// The live line: state, rows and rate, steps, failures, throttling, the time left when the
-/// scope's size is known, and the stall explanation when there is one. `recent_rate` is the
-/// rate the watcher saw over the last seconds; without it, the status's average since the
-/// start (which understates a scan that is still ramping up).
-pub fn live_line(status: &Value, scope_rows: Option<u64>, recent_rate: Option<f64>) -> String {
+/// The live line: state, progress (rows, or partitions: [`progress_unit`]) and rate, steps,
+/// failures, throttling, the time left when the scope's size is known (`total`, in the same
+/// unit), and the stall explanation when there is one. `recent_rate` is the rate the watcher
+/// saw over the last seconds; without it, the status's average since the start (which
+/// understates a scan that is still ramping up).
+pub fn live_line(status: &Value, total: Option<u64>, recent_rate: Option<f64>) -> String {
     let p = &status["progress"];
-    let read = number(&p["rowsRead"]);
-    let rate = recent_rate.unwrap_or_else(|| p["rowsPerSecond"].as_f64().unwrap_or(0.0));
+    let (unit, done) = progress_unit(status);
+    let rate = recent_rate.unwrap_or_else(|| match unit {
+        "rows" => p["rowsPerSecond"].as_f64().unwrap_or(0.0),
+        _ => 0.0,
+    });
+    let share = match total.filter(|t| *t > 0) {
+        Some(total) => {
+            let percent = (done as f64 / total as f64 * 100.0).min(100.0);
+            format!(" of {} {unit} ({percent:.0}%)", thousands(total))
+        }
+        None => format!(" {unit}"),
+    };
     let mut line = format!(
-        "{}  {} rows",
+        "{}  {}{share}",
         status["state"].as_str().unwrap_or("?"),
-        thousands(read)
+        thousands(done)
     );
-    if let Some(total) = scope_rows.filter(|t| *t > 0) {
-        let percent = (read as f64 / total as f64 * 100.0).min(100.0);
-        line.push_str(&format!(" of {} ({percent:.0}%)", thousands(total)));
+    if unit == "partitions" {
+        line.push_str(&format!(
+            " ({} rows read)",
+            thousands(number(&p["rowsRead"]))
+        ));
     }
     line.push_str(&format!(
         "  {}/s  steps {} done, {} pending",
@@ -105,9 +93,9 @@ pub fn live_line(status: &Value, scope_rows: Option<u64>, recent_rate: Option<f6
     if throttled > 0 {
         line.push_str(&format!("  throttled {}", thousands(throttled)));
     }
-    if let Some(total) = scope_rows {
-        if rate > 0.0 && read < total {
-            let left = ((total - read) as f64 / rate).ceil() as u64;
+    if let Some(total) = total {
+        if rate > 0.0 && done < total && !super::watch::has_ended(status) {
+            let left = ((total - done) as f64 / rate).ceil() as u64;
             line.push_str(&format!("  ETA {}", duration(left)));
         }
     }
@@ -115,103 +103,6 @@ pub fn live_line(status: &Value, scope_rows: Option<u64>, recent_rate: Option<f6
         line.push_str(&format!("  — {note}"));
     }
     line
-}
-
-/// The summary of a scan that ended (also what `status` prints).
-pub fn summary(status: &Value) -> String {
-    let p = &status["progress"];
-    let state = status["state"].as_str().unwrap_or("?");
-    let mut out = format!(
-        "scan {}: {} — {state}\n",
-        status["id"].as_str().unwrap_or("?"),
-        what(status)
-    );
-    let mut row = |name: &str, value: String| out.push_str(&format!("  {name:<16}{value}\n"));
-    if let Some(result) = status["result"].as_object() {
-        row(
-            "result",
-            format!(
-                "{} rows in {} partitions",
-                thousands(number(&result["rows"])),
-                thousands(number(&result["partitions"]))
-            ),
-        );
-    }
-    row("rows read", thousands(number(&p["rowsRead"])));
-    row("rows acted on", thousands(number(&p["rowsActed"])));
-    for (name, field) in [
-        ("rows skipped", "rowsSkipped"),
-        ("rows failed", "rowsFailed"),
-    ] {
-        if number(&p[field]) > 0 {
-            row(name, thousands(number(&p[field])));
-        }
-    }
-    if status["spec"]["import"].is_null() {
-        row("partitions", thousands(number(&p["partitions"])));
-    }
-    if let Some(per) = p["rowsReadPerPartition"].as_f64() {
-        row("read/partition", format!("{per:.2} rows"));
-    }
-    row(
-        "steps",
-        format!(
-            "{} done, {} pending, {} failed",
-            thousands(number(&p["stepsDone"])),
-            thousands(number(&p["stepsPending"])),
-            thousands(number(&p["stepsFailed"]))
-        ),
-    );
-    row("queries", thousands(number(&p["queries"])));
-    if number(&p["requestsThrottled"]) > 0 {
-        row("throttled", thousands(number(&p["requestsThrottled"])));
-    }
-    if let Some(seconds) = elapsed_seconds(status) {
-        let rate = number(&p["rowsRead"]) as f64 / seconds.max(0.001);
-        row(
-            "took",
-            format!("{seconds:.1} s ({} rows/s)", thousands(rate.round() as u64)),
-        );
-    }
-    if let Some(export) = status["export"].as_object() {
-        row(
-            "blobs",
-            format!(
-                "{} ({} bytes)",
-                thousands(number(&export["blobs"])),
-                thousands(number(&export["bytes"]))
-            ),
-        );
-        if let Some(manifest) = export["manifest"].as_str() {
-            row(
-                "manifest",
-                format!("{}/{manifest}", export["container"].as_str().unwrap_or("?")),
-            );
-        }
-    }
-    if let Some(why) = status["failedBecause"].as_str() {
-        row("failed because", why.to_string());
-    }
-    if let Some(note) = status["activity"]["note"].as_str() {
-        row("note", note.to_string());
-    }
-    for error in status["errors"].as_array().into_iter().flatten().take(5) {
-        let text = error["message"]
-            .as_str()
-            .or_else(|| error["error"].as_str())
-            .map(str::to_string)
-            .unwrap_or_else(|| error.to_string());
-        row("error", text);
-    }
-    for failure in status["rowFailures"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .take(5)
-    {
-        row("row failed", failure.to_string());
-    }
-    out
 }
 
 /// Entities per row the action costs the account: a row read, and for a copy, delete or
@@ -244,6 +135,12 @@ pub fn pace_line(spec: &Value, earlier: Option<(u64, Option<f64>)>) -> String {
     let Some((rows, seconds)) = earlier else {
         return line;
     };
+    // A scan that wants one row per partition seeks past the rest: the rows of the scope say
+    // nothing of its time.
+    let status = serde_json::json!({ "spec": spec });
+    if Scan::of_status(&status).per_partition() {
+        return line;
+    }
     let entities = rows.saturating_mul(per_row);
     let expected = match (cap, seconds) {
         // At the cap, unless the earlier count went slower than that.
@@ -276,6 +173,28 @@ pub fn elapsed_seconds(status: &Value) -> Option<f64> {
     (end >= start).then_some(end - start)
 }
 
+/// How long ago `time` (a status's date) was, at `now` (seconds since 1970): `45s`, `12m`,
+/// `3h`, `2d`.
+pub fn age(time: &str, now: f64) -> String {
+    let Some(at) = unix_seconds(time) else {
+        return "?".to_string();
+    };
+    let seconds = (now - at).max(0.0) as u64;
+    match seconds {
+        s if s >= 2 * 86_400 => format!("{}d", s / 86_400),
+        s if s >= 3600 => format!("{}h", s / 3600),
+        s if s >= 60 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
+/// A status's date as seconds since 1970.
+pub fn unix_seconds(time: &str) -> Option<f64> {
+    let (days, seconds) = time_of(time)?;
+    let (epoch, _) = time_of("1970-01-01T00:00:00Z")?;
+    Some((days - epoch) as f64 * 86_400.0 + seconds)
+}
+
 /// `2026-11-21T20:00:00.1234567Z` as (days since 0000-03-01, seconds into the day): enough to
 /// subtract two of them.
 fn time_of(text: &str) -> Option<(i64, f64)> {
@@ -290,44 +209,6 @@ fn time_of(text: &str) -> Option<(i64, f64)> {
     let (y, m) = if m <= 2 { (y - 1, m + 9) } else { (y, m - 3) };
     let days = 365 * y + y / 4 - y / 100 + y / 400 + (153 * m + 2) / 5 + d;
     Some((days, h * 3600.0 + min * 60.0 + s))
-}
-
-/// One line per scan of a list page.
-pub fn list(page: &Value) -> String {
-    let mut out = String::new();
-    let scans = page["scans"].as_array().cloned().unwrap_or_default();
-    if scans.is_empty() {
-        out.push_str("no scans\n");
-    }
-    for scan in &scans {
-        let p = &scan["progress"];
-        out.push_str(&format!(
-            "{}  {:<10} {:<14} {:<24} {:>12} rows  {} steps done, {} pending, {} failed  {}\n",
-            scan["id"].as_str().unwrap_or("?"),
-            scan["state"].as_str().unwrap_or("?"),
-            scan["action"].as_str().unwrap_or("?"),
-            scan["table"].as_str().unwrap_or("?"),
-            thousands(number(&p["rowsRead"])),
-            number(&p["stepsDone"]),
-            number(&p["stepsPending"]),
-            number(&p["stepsFailed"]),
-            scan["createdAt"].as_str().unwrap_or(""),
-        ));
-    }
-    for scan in page["unreadableScans"].as_array().into_iter().flatten() {
-        out.push_str(&format!(
-            "{}  could not be read: {}\n",
-            scan["id"].as_str().unwrap_or("?"),
-            scan["error"].as_str().unwrap_or("?"),
-        ));
-    }
-    let rejected = page["rejectedMessages"].as_array().map_or(0, Vec::len);
-    if rejected > 0 {
-        out.push_str(&format!(
-            "{rejected} queue messages were not valid work items (see --json)\n"
-        ));
-    }
-    out
 }
 
 #[cfg(test)]
@@ -367,7 +248,7 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn numbers_and_durations_read_easily() {
+    fn numbers_durations_and_ages_read_easily() {
         assert_eq!(thousands(0), "0");
         assert_eq!(thousands(999), "999");
         assert_eq!(thousands(1000), "1,000");
@@ -375,6 +256,13 @@ mod tests {
         assert_eq!(duration(9), "9s");
         assert_eq!(duration(125), "2m05s");
         assert_eq!(duration(3725), "1h02m05s");
+        let now = unix_seconds("2026-11-22T00:00:00Z").unwrap();
+        assert_eq!(now, 1_795_305_600.0);
+        assert_eq!(age("2026-11-21T23:59:15.5000000Z", now), "44s");
+        assert_eq!(age("2026-11-21T23:48:00Z", now), "12m");
+        assert_eq!(age("2026-11-21T20:00:00Z", now), "4h");
+        assert_eq!(age("2026-11-19T00:00:00Z", now), "3d");
+        assert_eq!(age("not a date", now), "?");
     }
 
     fn running() -> Value {
@@ -393,7 +281,7 @@ mod tests {
         let line = live_line(&running(), Some(100_000), None);
         assert_eq!(
             line,
-            "running  25,000 rows of 100,000 (25%)  5,000/s  steps 9 done, 14 pending  \
+            "running  25,000 of 100,000 rows (25%)  5,000/s  steps 9 done, 14 pending  \
              throttled 3  ETA 15s  — waiting for instances"
         );
         let line = live_line(&running(), None, None);
@@ -405,85 +293,25 @@ mod tests {
         );
     }
 
+    /// A partition-keys scan reads about one row per partition: its progress is partitions
+    /// found, against the partitions an earlier count found, never rows against rows.
     #[test]
-    fn the_summary_gives_the_result_and_the_time_taken() {
+    fn a_partition_keys_scan_is_measured_in_partitions() {
         let mut status = running();
+        status["spec"]["action"] = json!({"type": "partition-keys", "queue": "k"});
+        status["progress"]["rowsRead"] = json!(964);
+        status["progress"]["partitions"] = json!(900);
+        let line = live_line(&status, Some(3_600), Some(100.0));
+        assert!(
+            line.starts_with("running  900 of 3,600 partitions (25%) (964 rows read)  100/s"),
+            "{line}"
+        );
+        assert!(line.contains("ETA 27s"), "{line}");
         status["state"] = json!("succeeded");
-        status["spec"]["action"] = json!({"type": "count"});
-        status["result"] = json!({"rows": 25000, "partitions": 10});
-        status["startedAt"] = json!("2026-11-21T23:59:58.5000000Z");
-        status["finishedAt"] = json!("2026-11-22T00:00:03.5000000Z");
-        let text = summary(&status);
+        let line = live_line(&status, Some(3_600), Some(100.0));
         assert!(
-            text.starts_with("scan s1: count logs — succeeded\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("result          25,000 rows in 10 partitions"),
-            "{text}"
-        );
-        assert!(
-            text.contains("took            5.0 s (5,000 rows/s)"),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn exports_and_imports_say_where_their_blobs_are() {
-        let mut status = running();
-        status["state"] = json!("succeeded");
-        status["spec"]["action"] =
-            json!({"type": "export", "container": "backups", "prefix": "logs/"});
-        status["export"] = json!({"container": "backups", "prefix": "logs/", "blobs": 12,
-            "bytes": 1234567, "manifest": "logs/manifest.json"});
-        let text = summary(&status);
-        assert!(
-            text.starts_with("scan s1: export logs -> backups/logs/ — succeeded\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("blobs           12 (1,234,567 bytes)"),
-            "{text}"
-        );
-        assert!(
-            text.contains("manifest        backups/logs/manifest.json"),
-            "{text}"
-        );
-        status["spec"] = json!({"table": "logs", "import": {"container": "backups",
-            "prefix": "logs/", "manifest": {"rows": 25000}},
-            "action": {"type": "copy", "table": "restored"}});
-        status["export"] = Value::Null;
-        let text = summary(&status);
-        assert!(
-            text.starts_with("scan s1: import backups/logs/: copy -> restored — succeeded\n"),
-            "{text}"
-        );
-        assert!(
-            !text.contains("partitions"),
-            "an import counts no partitions: {text}"
-        );
-    }
-
-    #[test]
-    fn a_list_is_one_line_per_scan() {
-        let page = json!({"scans": [
-            {"id": "a", "state": "running", "action": "count", "table": "t",
-             "progress": {"rowsRead": 5, "stepsDone": 1, "stepsPending": 2, "stepsFailed": 0}},
-            {"id": "b", "state": "failed", "action": "copy", "table": "u", "progress": {}}
-        ], "next": null, "rejectedMessages": []});
-        let text = list(&page);
-        assert_eq!(text.lines().count(), 2);
-        assert!(
-            text.lines().next().unwrap().starts_with("a  running"),
-            "{text}"
-        );
-        assert_eq!(list(&json!({"scans": []})), "no scans\n");
-        let damaged =
-            json!({"scans": [], "unreadableScans": [{"id": "c", "error": "15 counter shards"}]});
-        assert!(
-            list(&damaged).contains("c  could not be read: 15 counter shards"),
-            "{}",
-            list(&damaged)
+            !line.contains("ETA"),
+            "an ended scan has no time left: {line}"
         );
     }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::api::{Api, ApiError};
+use crate::api::{Api, ApiError, ListQuery};
 use crate::show;
 
 /// How often the status is read while watching: once a second, so the live line's rate and
@@ -27,8 +27,9 @@ pub enum Followed {
     Interrupted,
 }
 
-/// Reads the scan's status until it ends, showing its progress on stderr.
-pub async fn follow(api: &Api, id: &str, scope_rows: Option<u64>) -> Result<Followed, ApiError> {
+/// Reads the scan's status until it ends, showing its progress on stderr. `total` is the
+/// scope's size in the unit the scan's progress is counted in (`show::progress_unit`).
+pub async fn follow(api: &Api, id: &str, total: Option<u64>) -> Result<Followed, ApiError> {
     let terminal = std::io::stderr().is_terminal();
     let bar = terminal.then(|| {
         let bar = indicatif::ProgressBar::new_spinner();
@@ -45,8 +46,8 @@ pub async fn follow(api: &Api, id: &str, scope_rows: Option<u64>) -> Result<Foll
         ended = async {
             loop {
                 let status = read_status(api, id).await?;
-                let recent = rate.observe(status["progress"]["rowsRead"].as_u64().unwrap_or(0));
-                let line = show::live_line(&status, scope_rows, recent);
+                let recent = rate.observe(show::progress_unit(&status).1);
+                let line = show::live_line(&status, total, recent);
                 match &bar {
                     Some(bar) => bar.set_message(line),
                     None => {
@@ -70,7 +71,7 @@ pub async fn follow(api: &Api, id: &str, scope_rows: Option<u64>) -> Result<Foll
     Ok(outcome)
 }
 
-/// The rows per second over the last [`RecentRate::WINDOW`], from what the watcher read: the
+/// The rows (or partitions) per second over the last [`RecentRate::WINDOW`], from what the watcher read: the
 /// status's own rate is the average since the start, which a scan that ramps up (or slows
 /// down) belies, and the time left should follow what it does now.
 #[derive(Default)]
@@ -134,28 +135,54 @@ pub fn exit_code(status: &Value) -> i32 {
     }
 }
 
-/// The rows in the scope of `spec`, if an earlier count of the same scope succeeded: the time
-/// left can then be told. Looks at the 50 newest succeeded scans and reads at most five.
-pub async fn rows_in_scope(api: &Api, spec: &Value) -> Option<u64> {
-    earlier_count(api, spec).await.map(|(rows, _)| rows)
+/// What an earlier count of a scan's scope found.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Earlier {
+    pub rows: u64,
+    /// `None` for an import's size, which its manifest gives without partitions.
+    pub partitions: Option<u64>,
+    /// How long counting took, when known.
+    pub seconds: Option<f64>,
 }
 
-/// The rows in the scope of `spec`, and how long counting them took, if an earlier count of
-/// the same scope succeeded (see [`rows_in_scope`]).
-pub async fn earlier_count(api: &Api, spec: &Value) -> Option<(u64, Option<f64>)> {
-    // An import knows its size from the export's manifest.
+impl Earlier {
+    /// The scope's size in the unit of `status`'s progress (`show::progress_unit`).
+    pub fn total_for(&self, status: &Value) -> Option<u64> {
+        match show::progress_unit(status).0 {
+            "partitions" => self.partitions,
+            _ => Some(self.rows),
+        }
+    }
+}
+
+/// What an earlier count of the same scope as `spec` found, if one succeeded: the time left can
+/// then be told. An import knows its size from the export's manifest. Looks at the 50 newest
+/// succeeded counts of the table and reads at most five.
+pub async fn earlier_count(api: &Api, spec: &Value) -> Option<Earlier> {
     if let Some(rows) = spec["import"]["manifest"]["rows"].as_u64() {
-        return Some((rows, None));
+        return Some(Earlier {
+            rows,
+            partitions: None,
+            seconds: None,
+        });
     }
     // A count of rows older than a moving moment is not the same scope twice.
     if !spec["olderThan"].is_null() {
         return None;
     }
-    let page = api.list(Some("succeeded"), 50, None).await.ok()?;
+    let query = ListQuery {
+        limit: 50,
+        state: Some("succeeded"),
+        action: Some("count"),
+        table: spec["table"].as_str(),
+        after: None,
+    };
+    let page = api.list(&query).await.ok()?;
     let candidates = page["scans"]
         .as_array()?
         .iter()
-        .filter(|s| s["action"] == "count" && s["table"] == spec["table"])
+        // An import's count read an export, not the table.
+        .filter(|s| s["action"] == "count" && s["table"] == spec["table"] && s["import"].is_null())
         .filter_map(|s| s["id"].as_str().map(str::to_string))
         .take(5)
         .collect::<Vec<_>>();
@@ -167,10 +194,16 @@ pub async fn earlier_count(api: &Api, spec: &Value) -> Option<(u64, Option<f64>)
             .iter()
             .all(|field| earlier["spec"][field] == spec[field])
             && earlier["spec"]["olderThan"].is_null()
+            && earlier["spec"]["import"].is_null()
             && earlier["spec"]["dryRun"] != true;
         if same {
-            if let Some(rows) = earlier["result"]["rows"].as_u64() {
-                return Some((rows, crate::show::elapsed_seconds(&earlier)));
+            let result = &earlier["result"];
+            if let Some(rows) = result["rows"].as_u64() {
+                return Some(Earlier {
+                    rows,
+                    partitions: result["partitions"].as_u64(),
+                    seconds: show::elapsed_seconds(&earlier),
+                });
             }
         }
     }

@@ -2,49 +2,13 @@
 //! its exit codes, and its errors. Results are checked against the tables, not only against
 //! what the command says.
 
-use std::path::PathBuf;
-use std::process::Output;
 use std::time::Duration;
 
 use serde_json::Value;
 
 mod common;
+use common::cli::*;
 use common::*;
-
-/// The `tablescan` binary built beside devhost (`cargo build --workspace --bins`).
-fn tablescan_binary() -> PathBuf {
-    let devhost = PathBuf::from(env!("CARGO_BIN_EXE_devhost"));
-    let cli = devhost.with_file_name("tablescan");
-    assert!(
-        cli.is_file(),
-        "no tablescan command at {}: build it with `cargo build -p tablescan-cli`",
-        cli.display()
-    );
-    cli
-}
-
-/// Runs `tablescan --url <host> args...` with `env` and returns its output.
-async fn tablescan(url: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut command = tokio::process::Command::new(tablescan_binary());
-    command
-        .arg("--url")
-        .arg(url)
-        .args(args)
-        .env_remove("TABLESCAN_FUNCTION_KEY")
-        .envs(env.iter().copied());
-    tokio::time::timeout(Duration::from_secs(240), command.output())
-        .await
-        .expect("the command ends")
-        .expect("the command runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn url(host: &Host) -> String {
-    format!("http://127.0.0.1:{}", host.port)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn start_wait_status_list_and_cancel_through_the_command() {
@@ -78,7 +42,7 @@ async fn start_wait_status_list_and_cancel_through_the_command() {
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(
         stdout.contains(&format!(
-            "result          {} rows in {partitions} partitions",
+            "counted         {} rows in {partitions} partitions",
             rows.len()
         )),
         "{stdout}"
@@ -87,11 +51,7 @@ async fn start_wait_status_list_and_cancel_through_the_command() {
         stdout.contains("— succeeded"),
         "the summary names the state: {stdout}"
     );
-    let id = stderr
-        .lines()
-        .find_map(|l| l.strip_prefix("started scan "))
-        .expect("the start is announced")
-        .to_string();
+    let id = started_id(&stderr);
     assert!(
         stderr.matches(&format!("{id}: ")).count() >= 2,
         "a plain line every few seconds without a terminal: {stderr}"
@@ -220,7 +180,7 @@ async fn start_wait_status_list_and_cancel_through_the_command() {
     .await;
     assert_eq!(out.status.code(), Some(3));
     assert!(
-        text(&out.stderr).contains("refused (400): pageSize"),
+        text(&out.stderr).contains("refused (400)\n  pageSize: must be a whole number"),
         "{}",
         text(&out.stderr)
     );

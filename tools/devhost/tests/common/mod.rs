@@ -7,6 +7,7 @@
 pub mod stop;
 
 pub mod app_load;
+pub mod cli;
 pub mod identity;
 
 use std::collections::{BTreeMap, BTreeSet};

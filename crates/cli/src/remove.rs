@@ -1,0 +1,103 @@
+//! `tablescan remove ID`: deletes a finished scan's records from the ledger. The app removes a
+//! large scan in rounds (each call works for at most 20 s and answers `"more": true` while rows
+//! are left), so the command calls until it is done, saying how far it got.
+
+use std::future::Future;
+
+use serde_json::Value;
+
+use crate::api::ApiError;
+
+/// The most rounds one `remove` asks for: a scan of millions of work items takes a few dozen.
+const MOST_ROUNDS: u32 = 1_000;
+
+/// How a removal ended.
+#[derive(Debug, PartialEq)]
+pub struct Removed {
+    /// Ledger rows deleted over every round.
+    pub rows: u64,
+    /// Rounds called.
+    pub rounds: u32,
+    /// Whether rows are still left (only when [`MOST_ROUNDS`] ran out).
+    pub more: bool,
+}
+
+/// Calls `round` (one `DELETE /api/scans/{id}`) until it answers `"more": false`, telling
+/// `progress` the rows removed so far after each round that leaves more.
+pub async fn until_done<F, Fut>(
+    mut round: F,
+    mut progress: impl FnMut(u64),
+) -> Result<Removed, ApiError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Value, ApiError>>,
+{
+    let mut removed = Removed {
+        rows: 0,
+        rounds: 0,
+        more: true,
+    };
+    while removed.more && removed.rounds < MOST_ROUNDS {
+        let answer = round().await?;
+        removed.rounds += 1;
+        removed.rows += answer["removedRows"].as_u64().unwrap_or(0);
+        removed.more = answer["more"] == true;
+        if removed.more {
+            progress(removed.rows);
+        }
+    }
+    Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
+    #[tokio::test]
+    async fn a_removal_is_called_again_while_the_app_says_there_is_more() {
+        let answers = Mutex::new(VecDeque::from([
+            json!({"removedRows": 4000, "more": true}),
+            json!({"removedRows": 3500, "more": true}),
+            json!({"removedRows": 12, "more": false}),
+        ]));
+        let mut seen = Vec::new();
+        let removed = until_done(
+            || {
+                let next = answers.lock().unwrap().pop_front();
+                async move { Ok(next.expect("no call after the last round")) }
+            },
+            |rows| seen.push(rows),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            removed,
+            Removed {
+                rows: 7512,
+                rounds: 3,
+                more: false
+            }
+        );
+        assert_eq!(seen, [4000, 7500]);
+    }
+
+    #[tokio::test]
+    async fn a_refused_round_ends_the_removal_with_its_error() {
+        let result = until_done(
+            || async {
+                Err(ApiError::Refused {
+                    status: 409,
+                    field: None,
+                    message: "only a finished scan can be removed".into(),
+                    body: Value::Null,
+                })
+            },
+            |_| panic!("no progress"),
+        )
+        .await;
+        assert!(matches!(result, Err(ApiError::Refused { status: 409, .. })));
+    }
+}

@@ -1,0 +1,362 @@
+//! The summary of a scan (what `start --wait`, `status` and `status --watch` print): what it
+//! did, in the words of its action (rows copied into which table of which account, messages
+//! sent, partitions found, blobs written, rows deleted or that a dry run would delete), then
+//! its reads, steps, time, and why it failed, with the command that helps next.
+
+use serde_json::Value;
+
+use crate::describe::{self, Scan};
+use crate::show::{elapsed_seconds, thousands};
+
+fn number(value: &Value) -> u64 {
+    value.as_u64().unwrap_or(0)
+}
+
+/// `1 row`, `2 rows`.
+fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{} {}", thousands(n), if n == 1 { one } else { many })
+}
+
+/// The lines of a summary, each a label and its text.
+struct Lines(String);
+
+impl Lines {
+    fn row(&mut self, name: &str, value: impl AsRef<str>) {
+        self.0
+            .push_str(&format!("  {name:<16}{}\n", value.as_ref()));
+    }
+}
+
+/// The summary of a scan, from its status.
+pub fn summary(status: &Value) -> String {
+    let scan = Scan::of_status(status);
+    let id = status["id"].as_str().unwrap_or("?");
+    let state = status["state"].as_str().unwrap_or("?");
+    let mut out = Lines(format!("scan {id}: {} — {state}\n", describe::what(&scan)));
+    outcome(&mut out, status, &scan);
+    let p = &status["progress"];
+    if number(&p["rowsFailed"]) > 0 {
+        out.row(
+            "rows failed",
+            format!(
+                "{} the action could not act on",
+                thousands(number(&p["rowsFailed"]))
+            ),
+        );
+    }
+    out.row("rows read", thousands(number(&p["rowsRead"])));
+    if scan.per_partition() {
+        if let Some(per) = p["rowsReadPerPartition"].as_f64() {
+            out.row("read/partition", format!("{per:.2} rows"));
+        }
+    }
+    out.row(
+        "steps",
+        format!(
+            "{} done, {} pending, {} failed",
+            thousands(number(&p["stepsDone"])),
+            thousands(number(&p["stepsPending"])),
+            thousands(number(&p["stepsFailed"]))
+        ),
+    );
+    if scan.import.is_none() {
+        out.row("queries", thousands(number(&p["queries"])));
+    }
+    if number(&p["requestsThrottled"]) > 0 {
+        out.row(
+            "throttled",
+            format!(
+                "{} requests answered \"too busy\"",
+                thousands(number(&p["requestsThrottled"]))
+            ),
+        );
+    }
+    if let Some(seconds) = elapsed_seconds(status) {
+        let rate = number(&p["rowsRead"]) as f64 / seconds.max(0.001);
+        out.row(
+            "took",
+            format!("{seconds:.1} s ({} rows/s)", thousands(rate.round() as u64)),
+        );
+    }
+    if let Some(why) = status["failedBecause"].as_str() {
+        out.row("failed because", cli_words(why, id));
+    }
+    if let Some(note) = status["activity"]["note"].as_str() {
+        out.row("note", cli_words(note, id));
+    }
+    for (text, steps) in errors(status) {
+        match steps {
+            1 => out.row("error", text),
+            n => out.row("error", format!("{text} ({n} steps)")),
+        }
+    }
+    for failure in status["rowFailures"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .take(5)
+    {
+        out.row("row failed", noted_row(failure));
+    }
+    for row in status["dryRunRows"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .take(3)
+    {
+        out.row("e.g.", noted_row(row));
+    }
+    if let Some(next) = next_step(status, id) {
+        out.row("next", next);
+    }
+    out.0
+}
+
+/// The errors of the steps that failed for good, each text once with how many of the listed
+/// steps met it (their storage request ids, which differ, left to --json), at most five.
+fn errors(status: &Value) -> Vec<(String, usize)> {
+    let mut seen: Vec<(String, usize)> = Vec::new();
+    for error in status["errors"].as_array().into_iter().flatten() {
+        let text = error["error"]
+            .as_str()
+            .or_else(|| error["message"].as_str())
+            .map(str::to_string)
+            .unwrap_or_else(|| error.to_string());
+        let text = match text.rfind(" (request id ") {
+            Some(at) if text.ends_with(')') => text[..at].to_string(),
+            _ => text,
+        };
+        match seen.iter_mut().find(|(t, _)| *t == text) {
+            Some((_, n)) => *n += 1,
+            None => seen.push((text, 1)),
+        }
+    }
+    seen.truncate(5);
+    seen
+}
+
+/// `PartitionKey / RowKey: why`.
+fn noted_row(row: &Value) -> String {
+    let keys = format!(
+        "{:?} / {:?}",
+        row["partitionKey"].as_str().unwrap_or("?"),
+        row["rowKey"].as_str().unwrap_or("?")
+    );
+    match row["reason"].as_str() {
+        Some(why) => format!("{keys}: {why}"),
+        None => keys,
+    }
+}
+
+/// What the action did (or, in a dry run, would do), in its own words.
+fn outcome(out: &mut Lines, status: &Value, scan: &Scan) {
+    let p = &status["progress"];
+    let acted = number(&p["rowsActed"]);
+    let skipped = number(&p["rowsSkipped"]);
+    let partitions = number(&p["partitions"]);
+    let dry = scan.dry_run;
+    let action = scan.action;
+    let target_in = describe::in_connection(action["connection"].as_str());
+    let manifest_rows = status["spec"]["import"]["manifest"]["rows"].as_u64();
+    let of_manifest = manifest_rows
+        .map(|rows| format!(" (the export's manifest lists {})", thousands(rows)))
+        .unwrap_or_default();
+    match scan.kind {
+        "count" if scan.import.is_some() => out.row(
+            "counted",
+            format!(
+                "{} read and checked{of_manifest}",
+                count(acted, "row", "rows")
+            ),
+        ),
+        "count" => {
+            let (rows, partitions, all) = match status["result"].as_object() {
+                Some(result) => (number(&result["rows"]), number(&result["partitions"]), ""),
+                None => (acted, partitions, " so far, not the whole scope"),
+            };
+            out.row(
+                "counted",
+                format!(
+                    "{} in {}{all}",
+                    count(rows, "row", "rows"),
+                    count(partitions, "partition", "partitions")
+                ),
+            );
+        }
+        "copy" => {
+            let into = format!(
+                "into {}{target_in}",
+                action["table"].as_str().unwrap_or("?")
+            );
+            let verb = match (dry, scan.import.is_some()) {
+                (true, _) => "would copy",
+                (false, true) => "restored",
+                (false, false) => "copied",
+            };
+            let also = if dry {
+                " (dry run: nothing written)"
+            } else {
+                ""
+            };
+            out.row(
+                verb,
+                format!("{} {into}{of_manifest}{also}", count(acted, "row", "rows")),
+            );
+            if skipped > 0 {
+                out.row(
+                    "left alone",
+                    format!(
+                        "{} the target holds already, different (mode insert keeps them)",
+                        count(skipped, "row", "rows")
+                    ),
+                );
+            }
+        }
+        "enqueue" | "partition-keys" => enqueued(out, scan, acted, partitions),
+        "delete" => {
+            let verb = if dry { "would delete" } else { "deleted" };
+            let also = if dry {
+                " (dry run: nothing deleted)"
+            } else {
+                ""
+            };
+            out.row(verb, format!("{}{also}", count(acted, "row", "rows")));
+            if skipped > 0 {
+                out.row(
+                    "kept",
+                    format!(
+                        "{} changed since they were read",
+                        count(skipped, "row", "rows")
+                    ),
+                );
+            }
+        }
+        "update" => {
+            let verb = if dry { "would update" } else { "updated" };
+            let also = if dry {
+                " (dry run: nothing written)"
+            } else {
+                ""
+            };
+            out.row(verb, format!("{}{also}", count(acted, "row", "rows")));
+            if skipped > 0 {
+                out.row(
+                    "left alone",
+                    format!(
+                        "{} changed or deleted since they were read",
+                        count(skipped, "row", "rows")
+                    ),
+                );
+            }
+        }
+        "export" => {
+            let export = &status["export"];
+            let verb = if dry { "would export" } else { "exported" };
+            let blobs = match export.as_object() {
+                Some(_) if !dry => format!(
+                    " into {} ({} bytes)",
+                    count(number(&export["blobs"]), "blob", "blobs"),
+                    thousands(number(&export["bytes"]))
+                ),
+                _ => String::new(),
+            };
+            out.row(verb, format!("{}{blobs}", count(acted, "row", "rows")));
+            match export["manifest"].as_str() {
+                Some(manifest) => out.row(
+                    "manifest",
+                    format!(
+                        "{}/{manifest}{target_in} (restore with --import)",
+                        export["container"].as_str().unwrap_or("?")
+                    ),
+                ),
+                None if !dry && status["state"] != "running" && status["state"] != "pending" => out
+                    .row(
+                        "manifest",
+                        "none: the export is not whole, and an import refuses it",
+                    ),
+                None => {}
+            }
+        }
+        _ => out.row("rows acted on", thousands(acted)),
+    }
+}
+
+/// What an enqueue or a partition-keys scan sent: messages, counted in the unit the status
+/// keeps (rows acted on), and the queues.
+fn enqueued(out: &mut Lines, scan: &Scan, acted: u64, partitions: u64) {
+    let dry = scan.dry_run;
+    let verb = if dry { "would send" } else { "sent" };
+    let queues = scan.queues();
+    let to = describe::queues(&queues);
+    let rows_per_message = scan.action["rowsPerMessage"].as_u64().unwrap_or(1);
+    if scan.kind == "partition-keys" {
+        out.row("partitions", format!("{} found", thousands(partitions)));
+    }
+    let text = if scan.per_partition() {
+        format!(
+            "{} to {to}, one per partition",
+            count(acted, "message", "messages")
+        )
+    } else if rows_per_message > 1 {
+        let at_least = acted.div_ceil(rows_per_message);
+        format!(
+            "{} to {to}, in messages of up to {rows_per_message} rows (at least {}; fewer rows \
+             where a message would pass 64 KiB)",
+            count(acted, "row", "rows"),
+            count(at_least, "message", "messages")
+        )
+    } else {
+        format!(
+            "{} to {to}, one per row",
+            count(acted, "message", "messages")
+        )
+    };
+    out.row(verb, text);
+    if queues.len() > 3 {
+        out.row("queues", queues.join(", "));
+    }
+    if !dry {
+        out.row(
+            "delivery",
+            "at least once: a step that runs again after a crash sends its messages again",
+        );
+    }
+}
+
+/// The API's hints in the command's words: `tablescan retry <id>` where the API names its route.
+fn cli_words(text: &str, id: &str) -> String {
+    text.replace(
+        &format!("POST /api/scans/{id}/retry"),
+        &format!("`tablescan retry {id}`"),
+    )
+    .replace(
+        &format!("DELETE /api/scans/{id}"),
+        &format!("`tablescan remove {id}`"),
+    )
+}
+
+/// The command that helps next, if any.
+fn next_step(status: &Value, id: &str) -> Option<String> {
+    let p = &status["progress"];
+    match status["state"].as_str()? {
+        // Unless the app's own reason says so already (in the command's words, `cli_words`).
+        "failed"
+            if number(&p["stepsFailed"]) > 0
+                && !status["failedBecause"]
+                    .as_str()
+                    .is_some_and(|why| why.contains("/retry")) =>
+        {
+            Some(format!(
+                "`tablescan retry {id}` runs the failed steps again, once their cause is fixed"
+            ))
+        }
+        "running" | "pending" | "cancelling" => Some(format!(
+            "`tablescan status {id} --watch` follows it, `tablescan cancel {id}` stops it"
+        )),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+#[path = "summary_tests.rs"]
+mod tests;
