@@ -216,10 +216,10 @@ async fn run_item(
     }
 }
 
-/// Answers for a step finished by another delivery (or an earlier one): sends again those of
-/// its recorded `children` not started yet (their messages may have been lost with that
-/// delivery's answer), and nothing else (a done child's subtree is never walked again); writes
-/// the export's manifest if that delivery stopped before it.
+/// Answers for a step finished by another delivery (or an earlier one): sends again its
+/// recorded `children` not started yet (their messages may have been lost with that delivery's
+/// answer), never a done child's subtree; writes the export's manifest if that delivery stopped
+/// before it. 503 if the children cannot be read (a 200 would leave lost ones to the re-drive).
 async fn send_unstarted(
     state: &AppState,
     ledger: &crate::job::Ledger,
@@ -232,11 +232,11 @@ async fn send_unstarted(
     {
         Ok(messages) => messages,
         Err(e) => {
-            tracing::warn!(
-                "could not look for unstarted children of {}: {e}",
+            let why = format!(
+                "the unstarted children of {} could not be read: {e}",
                 item.id()
             );
-            Vec::new()
+            return Failure::new(StatusCode::SERVICE_UNAVAILABLE, why).into_response();
         }
     };
     tracing::info!("{} unstarted children sent again", unstarted.len());

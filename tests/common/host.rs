@@ -191,6 +191,26 @@ impl TestHost {
 
     /// The invocation the real host sends to deliver message number `message` with `text`.
     pub fn delivery(&self, function: &str, text: &str, dequeue_count: u32, message: u64) -> String {
+        self.delivery_at(
+            function,
+            text,
+            dequeue_count,
+            message,
+            "2026-11-21T06:00:06+00:00",
+        )
+    }
+
+    /// [`TestHost::delivery`] of a message put in its queue at `inserted` (RFC 3339, to the
+    /// second, as the host gives it): a step tells an old message of an item sent again from
+    /// the new one by it (`Begin::Superseded`).
+    pub fn delivery_at(
+        &self,
+        function: &str,
+        text: &str,
+        dequeue_count: u32,
+        message: u64,
+        inserted: &str,
+    ) -> String {
         let mut metadata = Map::new();
         leak_fields(text, &mut metadata);
         metadata.insert(
@@ -202,10 +222,7 @@ impl TestHost {
             Value::String("9999-12-31T23:59:59+00:00".into()),
         );
         metadata.insert("Id".into(), Value::String(format!("\"message-{message}\"")));
-        metadata.insert(
-            "InsertionTime".into(),
-            Value::String("2026-11-21T06:00:06+00:00".into()),
-        );
+        metadata.insert("InsertionTime".into(), Value::String(inserted.into()));
         metadata.insert(
             "NextVisibleTime".into(),
             Value::String("2026-11-21T06:10:06+00:00".into()),
