@@ -202,3 +202,37 @@ async fn a_round_whose_answer_was_lost_still_sends_what_it_marked() {
     assert_eq!(round.messages.len(), 4, "{round:?}");
     assert!(!round.more);
 }
+
+/// A round costs the scan row, its pages of pending rows, a transaction per 100 marks and the
+/// write of where it stopped: however many items the scan has, one round of 500 takes 8
+/// requests.
+#[tokio::test]
+async fn a_round_costs_a_read_a_page_a_transaction_per_hundred_and_a_write() {
+    let (ledger, table, root) = started().await;
+    let scan = root.scan.clone();
+    let c = claim(&ledger, &root, at(1)).await;
+    let children: Vec<WorkItem> = (0..700).map(|n| child(&root, n)).collect();
+    ledger
+        .finish(&root, &c, reading(1), &children, at(1))
+        .await
+        .unwrap();
+    ledger.pause(&scan, at(2)).await.unwrap();
+    ledger.resume(&scan, at(3)).await.unwrap();
+    let before = table.requests();
+    let first = ledger
+        .resume_round(&scan, at(3), super::super::pause::RESUME_ROWS_PER_ROUND)
+        .await
+        .unwrap();
+    assert_eq!((first.messages.len(), first.more), (500, true));
+    assert_eq!(table.requests() - before, 8, "1 + 1 + 5 + 1");
+    let second = ledger
+        .resume_round(&scan, at(3), super::super::pause::RESUME_ROWS_PER_ROUND)
+        .await
+        .unwrap();
+    assert_eq!((second.messages.len(), second.more), (200, false));
+    let status = ledger.status(&scan, at(4)).await.unwrap().unwrap();
+    assert!(!status.resuming, "{status:?}");
+    let ids: std::collections::BTreeSet<_> =
+        first.messages.iter().chain(&second.messages).collect();
+    assert_eq!(ids.len(), 700, "every item once");
+}

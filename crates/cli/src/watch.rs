@@ -128,12 +128,12 @@ pub fn has_ended(status: &Value) -> bool {
 }
 
 /// The exit code a scan's state at the end of a watch gives: 0 succeeded, 1 failed, 2
-/// cancelled, 3 paused.
+/// cancelled, 5 paused (3 and 4 are the command's own: refused, unreachable).
 pub fn exit_code(status: &Value) -> i32 {
     match status["state"].as_str() {
         Some("succeeded") => 0,
         Some("cancelled" | "cancelling") => 2,
-        Some("paused" | "pausing") => 3,
+        Some("paused" | "pausing") => 5,
         _ => 1,
     }
 }

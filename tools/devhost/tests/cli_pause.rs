@@ -94,9 +94,9 @@ async fn a_paused_copy_stops_and_resumes_to_an_identical_target() {
         in_target,
         "rows written while paused"
     );
-    // Watching a paused scan ends at once, exit code 3, with the way on.
+    // Watching a paused scan ends at once, exit code 5, with the way on.
     let watched = tablescan(&url, &["status", &id, "--watch"], &[]).await;
-    assert_eq!(watched.status.code(), Some(3), "{}", text(&watched.stderr));
+    assert_eq!(watched.status.code(), Some(5), "{}", text(&watched.stderr));
     assert!(
         text(&watched.stdout).contains(&format!("`tablescan resume {id}`")),
         "{}",
