@@ -519,6 +519,12 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(&format!("/{RETRY_SCAN}"), post(retry_scan))
         .route(&format!("/{PAUSE_SCAN}"), post(pause_scan))
         .route(&format!("/{RESUME_SCAN}"), post(resume_scan))
+        .route(&format!("/{PUT_SCHEDULE}"), post(put_schedule))
+        .route(&format!("/{GET_SCHEDULE}"), post(get_schedule))
+        .route(&format!("/{LIST_SCHEDULES}"), post(list_schedules))
+        .route(&format!("/{DELETE_SCHEDULE}"), post(delete_schedule))
+        .route(&format!("/{SCHEDULE_ACTION}"), post(schedule_action))
+        .route(&format!("/{RUN_SCHEDULES}"), post(run_schedules))
         .route(&format!("/{DELETE_SCAN}"), post(delete_scan))
         .route(&format!("/{CLEAR_REJECTED}"), post(clear_rejected))
         .route(&format!("/{REDRIVE_SCANS}"), post(redrive_scans))
@@ -599,6 +605,27 @@ async fn retry_scan(State(state): State<Arc<AppState>>, body: Body) -> Response 
         Ok(body) => http::retry_scan(&state, &body).await,
         Err(refused) => refused,
     }
+}
+
+/// The schedules' HTTP functions: each reads its body, then `functions::schedules_http`.
+macro_rules! schedule_route {
+    ($name:ident) => {
+        async fn $name(State(state): State<Arc<AppState>>, body: Body) -> Response {
+            match super::http_body::read(body).await {
+                Ok(body) => super::schedules_http::$name(&state, &body).await,
+                Err(refused) => refused,
+            }
+        }
+    };
+}
+schedule_route!(put_schedule);
+schedule_route!(get_schedule);
+schedule_route!(list_schedules);
+schedule_route!(delete_schedule);
+schedule_route!(schedule_action);
+
+async fn run_schedules(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    super::schedules::tick_handler(&state, &body).await
 }
 
 async fn redrive_scans(State(state): State<Arc<AppState>>, body: Bytes) -> Response {

@@ -36,6 +36,20 @@ pub(super) struct HttpError {
     message: String,
 }
 
+impl HttpError {
+    /// The refusal as one line: `field: message`, or the message.
+    pub(super) fn describe(&self) -> String {
+        match &self.field {
+            Some(field) => format!("{field}: {}", self.message),
+            None => self.message.clone(),
+        }
+    }
+
+    pub(super) fn status(&self) -> StatusCode {
+        self.status
+    }
+}
+
 impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
         let mut detail = json!({ "message": self.message });
@@ -74,7 +88,7 @@ pub(super) fn error(
     refusal(status, field, message).into_response()
 }
 
-fn request(body: &[u8]) -> Result<HttpRequest, Failure> {
+pub(super) fn request(body: &[u8]) -> Result<HttpRequest, Failure> {
     Invocation::parse(body)
         .and_then(|invocation| invocation.http_request(HTTP_REQUEST))
         .map_err(|why| Failure::new(StatusCode::BAD_REQUEST, why))
@@ -118,6 +132,33 @@ async fn try_start_scan(state: &AppState, body: &[u8]) -> Result<Response, HttpE
             ),
         );
     }
+    let key = req.header(IDEMPOTENCY_KEY);
+    let started = start_request(state, text, key).await?;
+    let location = format!("/api/scans/{}", started.id);
+    let answer = Outcome::default().http(
+        HTTP_RESPONSE,
+        StatusCode::ACCEPTED,
+        &json!({ "id": started.id, "state": State::Pending, "status": location }),
+        &[("Location", location.clone())],
+    );
+    Ok(super::step::with_items(answer, started.roots).into_response())
+}
+
+/// A scan started (or found started by the same idempotency key), and the messages of its
+/// first work item to send (none when a step took it already).
+pub(super) struct Started {
+    pub id: String,
+    pub roots: Vec<String>,
+}
+
+/// Starts the scan `text` asks for, as `POST /api/scans` does, with idempotency key `key` if
+/// given: checked, prepared (targets created), recorded. Also what a schedule's occurrence
+/// runs (`functions::schedules`).
+pub(super) async fn start_request(
+    state: &AppState,
+    text: &str,
+    key: Option<&str>,
+) -> Result<Started, HttpError> {
     let default_cap = match &state.default_cap {
         Ok(cap) => *cap,
         Err(why) => return refuse(StatusCode::INTERNAL_SERVER_ERROR, None, why.clone()),
@@ -137,7 +178,7 @@ async fn try_start_scan(state: &AppState, body: &[u8]) -> Result<Response, HttpE
         Ok(ledger) => ledger,
         Err(why) => return refuse(StatusCode::SERVICE_UNAVAILABLE, None, why),
     };
-    let id = match req.header(IDEMPOTENCY_KEY) {
+    let id = match key {
         None => new_scan_id(),
         Some(key) => match idempotent_scan_id(key) {
             Ok(id) => id,
@@ -198,10 +239,9 @@ async fn try_start_scan(state: &AppState, body: &[u8]) -> Result<Response, HttpE
             }
         },
     };
-    let location = format!("/api/scans/{id}");
     // The audit line: what was started, and the caller's idempotency key if it sent one (the
     // host logs who asked).
-    let key = req.header(IDEMPOTENCY_KEY).unwrap_or("none");
+    let key = key.unwrap_or("none");
     match created {
         Created::New => tracing::info!(
             scan = %id,
@@ -220,13 +260,7 @@ async fn try_start_scan(state: &AppState, body: &[u8]) -> Result<Response, HttpE
     } else {
         Vec::new()
     };
-    let answer = Outcome::default().http(
-        HTTP_RESPONSE,
-        StatusCode::ACCEPTED,
-        &json!({ "id": id, "state": State::Pending, "status": location }),
-        &[("Location", location.clone())],
-    );
-    Ok(super::step::with_items(answer, roots).into_response())
+    Ok(Started { id, roots })
 }
 
 /// The request header that makes a start idempotent.

@@ -18,6 +18,9 @@ pub mod protocol;
 pub mod reach;
 pub mod redrive;
 mod scans_list;
+pub mod schedules;
+mod schedules_http;
+mod send;
 
 pub mod step;
 

@@ -21,6 +21,17 @@ pub const CANCEL_SCAN: &str = "CancelScan";
 pub const RETRY_SCAN: &str = "RetryScan";
 pub const PAUSE_SCAN: &str = "PauseScan";
 pub const RESUME_SCAN: &str = "ResumeScan";
+pub const PUT_SCHEDULE: &str = "PutSchedule";
+pub const GET_SCHEDULE: &str = "GetSchedule";
+pub const LIST_SCHEDULES: &str = "ListSchedules";
+pub const DELETE_SCHEDULE: &str = "DeleteSchedule";
+pub const SCHEDULE_ACTION: &str = "ScheduleAction";
+pub const RUN_SCHEDULES: &str = "RunSchedules";
+
+/// When `RunSchedules` looks for due occurrences (NCRONTAB, with seconds): every minute, at
+/// second 30 (away from the re-drive's second 0). An occurrence starts within a minute of its
+/// time.
+pub const SCHEDULES_SCHEDULE: &str = "30 */1 * * * *";
 pub const DELETE_SCAN: &str = "DeleteScan";
 pub const CLEAR_REJECTED: &str = "ClearRejected";
 pub const REDRIVE_SCANS: &str = "RedriveScans";
@@ -111,6 +122,30 @@ pub fn function_definitions() -> Vec<(&'static str, Value)> {
         (
             RESUME_SCAN,
             http_function("post", "scans/{id}/resume", queue_outputs()),
+        ),
+        (
+            PUT_SCHEDULE,
+            http_function("put", "schedules/{name}", Vec::new()),
+        ),
+        (
+            GET_SCHEDULE,
+            http_function("get", "schedules/{name}", Vec::new()),
+        ),
+        (
+            LIST_SCHEDULES,
+            http_function("get", "schedules", Vec::new()),
+        ),
+        (
+            DELETE_SCHEDULE,
+            http_function("delete", "schedules/{name}", Vec::new()),
+        ),
+        (
+            SCHEDULE_ACTION,
+            http_function("post", "schedules/{name}/{action}", Vec::new()),
+        ),
+        (
+            RUN_SCHEDULES,
+            json!({ "bindings": [{ "name": TIMER_BINDING, "type": "timerTrigger", "direction": "in", "schedule": SCHEDULES_SCHEDULE }] }),
         ),
         (
             REDRIVE_SCANS,

@@ -8,12 +8,10 @@ use time::OffsetDateTime;
 
 use super::app::AppState;
 use super::http::{answer, error, scan_target};
-use super::names::{HTTP_RESPONSE, STORAGE_CONNECTION};
+use super::names::HTTP_RESPONSE;
 use super::protocol::Outcome;
 use crate::job::pause::RESUME_ROWS_PER_ROUND;
 use crate::job::{Ledger, ScanStatus, State};
-use crate::scan::WorkItem;
-use crate::storage::queue::{MessageEncoding, PutOptions};
 
 /// The state as the API names it.
 fn named(state: State) -> Value {
@@ -172,29 +170,7 @@ pub async fn resume_round_by_sweep(
         .resume_round(id, OffsetDateTime::now_utc(), RESUME_ROWS_PER_ROUND)
         .await
         .map_err(|e| e.to_string())?;
-    if round.messages.is_empty() {
-        return Ok(0);
-    }
-    let queues = state.clients(STORAGE_CONNECTION)?.queues()?.clone();
-    let options = PutOptions {
-        encoding: MessageEncoding::Base64,
-        at_least_once: true,
-        ..PutOptions::default()
-    };
-    let mut sent = 0;
-    for message in &round.messages {
-        let Ok(item) = WorkItem::decode(message) else {
-            continue;
-        };
-        // A message that cannot be put now stays marked: the re-drive sends it once it is
-        // stranded.
-        queues
-            .queue(state.item_queues.of(&item.task))
-            .map_err(|e| e.to_string())?
-            .put_message(message.as_bytes(), &options)
-            .await
-            .map_err(|e| e.to_string())?;
-        sent += 1;
-    }
-    Ok(sent)
+    // A message that cannot be put now stays marked: the re-drive sends it once it is
+    // stranded.
+    super::send::send_items(state, &round.messages).await
 }

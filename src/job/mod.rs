@@ -17,11 +17,13 @@ mod races;
 pub mod read_budget;
 pub mod redrive;
 pub mod rows;
+pub mod schedules;
 pub mod slices;
 pub mod spec;
 pub mod status;
 pub mod store;
 pub mod stored_size;
+pub mod timetable;
 pub mod window;
 
 pub use ledger::{

@@ -720,14 +720,31 @@ const MAX_AGE_DAYS: i64 = 36_600;
 /// `P1DT6H30M`) against `now`. Months and years are refused: their length depends on the
 /// calendar, and a retention rule must mean one thing.
 fn resolve_age(text: &str, now: time::OffsetDateTime) -> Result<OlderThan, SpecError> {
-    let bad = |why: &str| {
-        refuse::<OlderThan>(
+    let seconds = iso_duration_seconds(text).or_else(|why| refuse("olderThan", why))?;
+    if seconds > MAX_AGE_DAYS * 86_400 {
+        return refuse(
             "olderThan",
             format!(
-                "{why}; write an ISO 8601 duration of days, hours, minutes or seconds, such as \
-                 \"P90D\" (90 days) or \"PT12H\" (12 hours), not {text:?}"
+                "is longer than 100 years; write an ISO 8601 duration such as \"P90D\", not \
+                 {text:?}"
             ),
-        )
+        );
+    }
+    let before = now - time::Duration::seconds(seconds);
+    Ok(OlderThan {
+        age: text.to_string(),
+        before: EdmDateTime::new(before).to_string(),
+    })
+}
+
+/// The seconds of an ISO 8601 duration of days, hours, minutes and seconds (`P90D`, `PT12H`,
+/// `P1DT30M`), longer than zero; what is wrong with it otherwise, said for a user.
+pub fn iso_duration_seconds(text: &str) -> Result<i64, String> {
+    let bad = |why: &str| {
+        Err(format!(
+            "{why}; write an ISO 8601 duration of days, hours, minutes or seconds, such as \
+             \"P90D\" (90 days) or \"PT12H\" (12 hours), not {text:?}"
+        ))
     };
     let Some(rest) = text.strip_prefix('P') else {
         return bad("must start with P");
@@ -782,14 +799,7 @@ fn resolve_age(text: &str, now: time::OffsetDateTime) -> Result<OlderThan, SpecE
     if !any || seconds == 0 {
         return bad("must be longer than zero");
     }
-    if seconds > MAX_AGE_DAYS * 86_400 {
-        return bad("is longer than 100 years");
-    }
-    let before = now - time::Duration::seconds(seconds);
-    Ok(OlderThan {
-        age: text.to_string(),
-        before: EdmDateTime::new(before).to_string(),
-    })
+    Ok(seconds)
 }
 
 /// `queue "a"`, or `queues "a", "b"`.

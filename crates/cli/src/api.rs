@@ -252,6 +252,26 @@ impl Api {
         .await
     }
 
+    /// A call of the schedules' API: `method` on `schedules/{path}` with `body`, if any.
+    pub async fn schedules(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, ApiError> {
+        let url = if path.is_empty() {
+            self.url("schedules")
+        } else {
+            self.url(&format!("schedules/{path}"))
+        };
+        let request = self.http.request(method, url);
+        let request = match body {
+            Some(body) => request.json(body),
+            None => request,
+        };
+        self.send(request, "").await
+    }
+
     /// `POST /api/scans/{id}/retry`.
     pub async fn retry(&self, id: &str) -> Result<Value, ApiError> {
         self.send(

@@ -72,6 +72,11 @@ pub enum Command {
         /// The scan's id
         id: String,
     },
+    /// Scans on a timetable: set, list, show, pause, resume, run now, preview, delete
+    Schedule {
+        #[command(subcommand)]
+        command: crate::schedule::ScheduleCommand,
+    },
     /// Pause a scan: running steps stop at their next page, recording where they stopped
     Pause {
         /// The scan's id

@@ -10,6 +10,7 @@ mod list;
 mod remove;
 mod request;
 mod resume;
+mod schedule;
 mod set;
 mod show;
 mod summary;
@@ -94,6 +95,7 @@ async fn run(cli: Cli) -> i32 {
             0
         }),
         Command::Resume { id } => resume(&api, id, json).await,
+        Command::Schedule { command } => schedule::run(&api, command, json).await,
         Command::Retry { id } => api.retry(id).await.map(|answer| {
             print_json_or(json, &answer, || {
                 let more = if answer["more"] == true {
