@@ -239,10 +239,8 @@ async fn send_unstarted(
     {
         Ok(messages) => messages,
         Err(e) => {
-            let why = format!(
-                "the unstarted children of {} could not be read: {e}",
-                item.id()
-            );
+            let id = item.id();
+            let why = format!("the unstarted children of {id} could not be read: {e}");
             return Failure::new(StatusCode::SERVICE_UNAVAILABLE, why).into_response();
         }
     };

@@ -829,7 +829,8 @@ impl Ledger {
                         .await?
                     {
                         Some(etag) => claim.etag = etag,
-                        // The claim was lost: another delivery owns the item now.
+                        // The claim was lost (another delivery owns the item now), or this
+                        // very write applied and its answer was lost: nothing more to do.
                         None => return Ok(()),
                     }
                 }
@@ -876,8 +877,12 @@ impl Ledger {
                 (operations, delta)
             }
             FailureRecord::Retry { failing_since } => {
+                // The mark cleared too: a retry of this write whose first try applied (its
+                // answer lost) then finds the claim no longer this delivery's, and the
+                // attempt is not counted twice.
                 let released = Entity::new(item.scan.clone(), pending_key(&id))
                     .with("leaseUntil", rows::int(0))
+                    .with("claimedBy", Value::String(String::new()))
                     .with("lastError", Value::String(error))
                     .with("failingSince", rows::int(failing_since.unwrap_or(0)));
                 let operations = vec![Operation::Merge(

@@ -14,7 +14,7 @@ use futures_util::future::join_all;
 use proptest::prelude::*;
 use time::{Duration, OffsetDateTime};
 
-use super::ledger::{Begin, Claim, Finish, Ledger, StepCounts};
+use super::ledger::{Begin, Claim, FailureRecord, Finish, Ledger, StepCounts};
 use super::rows::Tallies;
 use super::spec::ScanSpec;
 use super::status::State;
@@ -385,6 +385,28 @@ async fn a_claim_applied_whose_answer_was_lost_is_taken() {
     table.lose_answer(3, Retry::Yes);
     let begin = ledger.begin(&root, at(1), LEASE).await.unwrap();
     assert!(matches!(begin, Begin::Run(_)), "{begin:?}");
+}
+
+/// A failed attempt's release applied whose answer was lost, sent again by the client's retry:
+/// the retry meets its own write, and the attempt counts once. (Failed before: the claim still
+/// carried this delivery's mark, so the release was written again and `attemptsFailed` was 2.)
+#[tokio::test]
+async fn a_release_applied_whose_answer_was_lost_counts_one_failed_attempt() {
+    let (ledger, table, root) = started().await;
+    let c = claim(&ledger, &root, at(1)).await;
+    table.lose_answer(2, Retry::Yes); // the shard read, then the transaction
+    let retry = FailureRecord::Retry {
+        failing_since: None,
+    };
+    ledger
+        .fail(&root, &c, "a timeout", retry, 1, at(2))
+        .await
+        .unwrap();
+    let sum = totals(&ledger, &root).await;
+    assert_eq!((sum.attempts_failed, sum.throttled), (1, 1));
+    // The item is free for the next delivery, which runs it.
+    let again = claim(&ledger, &root, at(3)).await;
+    assert_eq!(again.attempt, 2);
 }
 
 /// A delivery whose lease ran out finishes after another delivery finished the item: it is
