@@ -94,9 +94,15 @@ pub async fn run_occurrence(
             };
             match start_request(state, &schedule.request, Some(&key)).await {
                 Ok(started) => {
-                    // A message that cannot be put is sent again by the next tick's start
-                    // (same key: the same scan, its first item resent while unstarted).
-                    super::send::send_items(state, &started.roots).await?;
+                    // The scan is recorded: a first message that cannot be put now is sent
+                    // by the re-drive once it is stranded.
+                    if let Err(why) = super::send::send_items(state, &started.roots).await {
+                        tracing::warn!(
+                            schedule = %schedule.name,
+                            scan = %started.id,
+                            "the scan's first message waits for the re-drive: {why}"
+                        );
+                    }
                     run.scan = Some(started.id);
                 }
                 Err(refused) if refused.status().is_server_error() => {

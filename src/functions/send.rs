@@ -25,12 +25,21 @@ pub async fn send_items(state: &AppState, messages: &[String]) -> Result<u64, St
         let Ok(item) = WorkItem::decode(message) else {
             continue;
         };
-        queues
+        let queue = queues
             .queue(state.item_queues.of(&item.task))
-            .map_err(|e| e.to_string())?
-            .put_message(message.as_bytes(), &options)
-            .await
             .map_err(|e| e.to_string())?;
+        match queue.put_message(message.as_bytes(), &options).await {
+            Ok(_) => {}
+            // As the host's output binding does, a queue not there yet is created.
+            Err(e) if e.is_not_found() => {
+                queue.create().await.map_err(|e| e.to_string())?;
+                queue
+                    .put_message(message.as_bytes(), &options)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            Err(e) => return Err(e.to_string()),
+        }
         sent += 1;
     }
     Ok(sent)

@@ -183,6 +183,8 @@ impl Ledger {
     /// Creates or replaces schedule `schedule.name`. A replaced schedule keeps its runs, and
     /// the occurrence it handled last if that is later than the new one's past.
     pub async fn put_schedule(&self, schedule: &Schedule) -> Result<Schedule, LedgerError> {
+        // The first schedule may come before the first scan, which creates the table.
+        self.ensure().await?;
         let mut schedule = schedule.clone();
         if let Some(old) = self.schedule(&schedule.name).await? {
             schedule.runs = old.runs;

@@ -156,8 +156,8 @@ impl Drop for Host {
 }
 
 /// Copies the function app into a fresh folder, with this test's own queue names, quicker
-/// retries (1 s instead of 30 s before a failed message is visible again) and the re-drive
-/// timer every 2 seconds instead of every 5 minutes.
+/// retries (1 s instead of 30 s before a failed message is visible again), the re-drive
+/// timer every 2 seconds instead of every minute, and the schedules' timer every second.
 pub fn assemble(dir: &Path, suffix: &str) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let mut host: Value =
@@ -180,6 +180,8 @@ pub fn assemble(dir: &Path, suffix: &str) {
             .replace("tablescan-range", &format!("tsr-{suffix}"))
             .replace("tablescan-partition", &format!("tsp-{suffix}"))
             .replace("tablescan-export", &format!("tse-{suffix}"))
+            // The schedules' first: the re-drive's is the end of it.
+            .replace("30 */1 * * * *", "* * * * * *")
             .replace("0 */1 * * * *", "*/2 * * * * *");
         let folder = dir.join(entry.file_name());
         std::fs::create_dir_all(&folder).unwrap();
@@ -222,6 +224,25 @@ impl Host {
     pub fn crash_and_restart(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let before = self.handler_pids().len();
+        let (child, port) = launch(
+            &self._dir.0,
+            &self.ledger,
+            self.instances,
+            &self.settings,
+            &self.lines,
+        );
+        self.child = child;
+        self.port = port;
+        self.wait_for_handlers(before);
+    }
+
+    /// Kills devhost as a crash would, leaves the app down for `down`, and starts it again
+    /// over the same app, ledger and settings, on a new port.
+    pub fn down_for(&mut self, down: Duration) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        std::thread::sleep(down);
         let before = self.handler_pids().len();
         let (child, port) = launch(
             &self._dir.0,

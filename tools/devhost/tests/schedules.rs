@@ -1,0 +1,333 @@
+//! Schedules through devhost on Azurite, the schedules' timer every second: a retention
+//! schedule deletes, at each occurrence, exactly the rows that had expired then (checked row
+//! by row against the rows' own timestamps); each occurrence starts one scan with two handler
+//! instances; a run still in flight makes the next occurrences skip; a downtime gives one late
+//! run; pause, resume, run now, preview, list and delete from the CLI; bad schedules refused
+//! naming the field.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tablescan::storage::table::entity::{Entity, Value as Edm};
+use tablescan::storage::table::query::Query;
+use tablescan::storage::TableClient;
+
+mod common;
+use common::cli::*;
+use common::*;
+
+async fn cli(url: &str, args: &[&str]) -> std::process::Output {
+    tablescan(url, args, &[]).await
+}
+
+async fn cli_ok(url: &str, args: &[&str]) -> String {
+    let out = cli(url, args).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{args:?}\n{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+async fn show(url: &str, name: &str) -> Value {
+    serde_json::from_str(&cli_ok(url, &["--json", "schedule", "show", name]).await).unwrap()
+}
+
+/// The service's timestamp of each row of `table`, by key.
+async fn stamps(table: &TableClient) -> BTreeMap<(String, String), String> {
+    table
+        .query_all(&Query::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| {
+            let ts = e.timestamp.map(|t| t.to_string()).unwrap_or_default();
+            ((e.partition_key, e.row_key), ts)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retention_schedule_deletes_exactly_what_expired_at_each_occurrence() {
+    let logs = table_with(&[]).await;
+    let host = Host::start(2, &[]);
+    let url = url(&host);
+    // Rows arrive for 9 s, five every 300 ms; their timestamps are read as they land.
+    let writer = {
+        let logs = logs.clone();
+        tokio::spawn(async move {
+            let mut seen = BTreeMap::new();
+            for batch in 0..30u32 {
+                let rows: Vec<Entity> = (0..5)
+                    .map(|n| {
+                        Entity::new(format!("p{}", batch % 3), format!("{batch:03}-{n}"))
+                            .with("Level", Edm::String("Debug".into()))
+                    })
+                    .collect();
+                load(&logs, &rows).await;
+                for (key, ts) in stamps(&logs).await {
+                    seen.entry(key).or_insert(ts);
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            seen
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let set = cli_ok(
+        &url,
+        &[
+            "schedule",
+            "set",
+            "retention",
+            "--every",
+            "PT2S",
+            "--table",
+            logs.name(),
+            "--older-than",
+            "PT1S",
+            "--delete",
+        ],
+    )
+    .await;
+    assert!(
+        set.starts_with("set schedule retention: every PT2S"),
+        "{set}"
+    );
+    let inserted = writer.await.unwrap();
+    cli_ok(&url, &["schedule", "pause", "retention"]).await;
+    // Every run's scan ends.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let schedule = loop {
+        let schedule = show(&url, "retention").await;
+        let runs = schedule["runs"].as_array().unwrap().clone();
+        if runs
+            .iter()
+            .filter(|r| r["scan"].is_string())
+            .all(|r| r["state"] == "succeeded")
+        {
+            break schedule;
+        }
+        assert!(Instant::now() < deadline, "{schedule}\n{}", host.log());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let runs: Vec<Value> = schedule["runs"].as_array().unwrap().clone();
+    let started: Vec<&Value> = runs.iter().filter(|r| r["scan"].is_string()).collect();
+    assert!(started.len() >= 3, "{schedule}");
+    assert!(runs.len() < 10, "every run is kept: {schedule}");
+    // Each occurrence once, in order; one scan per run, and no other delete scan of the table.
+    let occurrences: Vec<&str> = runs
+        .iter()
+        .map(|r| r["occurrence"].as_str().unwrap())
+        .collect();
+    assert!(
+        occurrences.windows(2).all(|w| w[0] < w[1]),
+        "{occurrences:?}"
+    );
+    let list: Value = serde_json::from_str(
+        &cli_ok(
+            &url,
+            &[
+                "--json",
+                "list",
+                "--action",
+                "delete",
+                "--table",
+                logs.name(),
+                "--limit",
+                "100",
+            ],
+        )
+        .await,
+    )
+    .unwrap();
+    assert_eq!(
+        list["scans"].as_array().unwrap().len(),
+        started.len(),
+        "{list}"
+    );
+    // Each run deleted exactly the rows whose timestamps were before its olderThan moment and
+    // after the previous run's.
+    let ledger = tablescan::job::Ledger::new(tables().table(&host.ledger).unwrap());
+    let mut previous = String::new();
+    for run in &started {
+        let id = run["scan"].as_str().unwrap();
+        let record = ledger.scan(id).await.unwrap().unwrap();
+        let before = record.spec.older_than.unwrap().before;
+        let expected = inserted
+            .values()
+            .filter(|ts| **ts >= previous && **ts < before)
+            .count() as u64;
+        assert_eq!(run["rowsActed"], expected, "run {run} before {before}");
+        previous = before;
+    }
+    let left = stamps(&logs).await;
+    let expected_left: Vec<_> = inserted
+        .iter()
+        .filter(|(_, ts)| **ts >= previous)
+        .map(|(k, _)| k.clone())
+        .collect();
+    assert_eq!(left.keys().cloned().collect::<Vec<_>>(), expected_left);
+    assert!(
+        !left.is_empty() && left.len() < inserted.len(),
+        "{} of {}",
+        left.len(),
+        inserted.len()
+    );
+    cli_ok(&url, &["schedule", "delete", "retention"]).await;
+    tables().delete_table(logs.name()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlaps_skip_a_downtime_runs_once_late_and_the_cli_manages_schedules() {
+    let rows: Vec<Entity> = (0..300)
+        .map(|n| Entity::new(format!("p{}", n % 5), format!("r{n:03}")))
+        .collect();
+    let source = table_with(&rows).await;
+    let copy = unique("slow");
+    let mut host = Host::start(2, &[]);
+    let url = url(&host);
+
+    // Bad schedules: 400s naming the field, nothing stored.
+    for (args, field) in [
+        (vec!["--cron", "61 * * * *"], "cron: "),
+        (
+            vec!["--cron", "0 3 * * *", "--time-zone", "Mars/Olympus"],
+            "timeZone: ",
+        ),
+        (vec!["--every", "P1M"], "every: "),
+        (
+            vec!["--every", "PT1M", "--page-size", "5000"],
+            "scan.pageSize: ",
+        ),
+    ] {
+        let mut all = vec!["schedule", "set", "bad"];
+        all.extend(args.iter().copied());
+        all.extend(["--table", source.name(), "--count"]);
+        let out = cli(&url, &all).await;
+        assert_eq!(out.status.code(), Some(3), "{all:?}");
+        assert!(
+            text(&out.stderr).contains(field),
+            "{all:?}: {}",
+            text(&out.stderr)
+        );
+    }
+    assert_eq!(cli_ok(&url, &["schedule", "list"]).await, "no schedules\n");
+
+    // A copy slower than its interval: the occurrences meanwhile are skipped.
+    cli_ok(
+        &url,
+        &[
+            "schedule",
+            "set",
+            "slowcopy",
+            "--every",
+            "PT1S",
+            "--table",
+            source.name(),
+            "--copy",
+            &copy,
+            "--max-rows-per-second",
+            "60",
+        ],
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let schedule = loop {
+        let schedule = show(&url, "slowcopy").await;
+        let runs = schedule["runs"].as_array().unwrap();
+        if runs.iter().filter(|r| r["skipped"].is_string()).count() >= 2 {
+            break schedule;
+        }
+        assert!(Instant::now() < deadline, "{schedule}\n{}", host.log());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let runs = schedule["runs"].as_array().unwrap();
+    assert_eq!(
+        runs.iter().filter(|r| r["scan"].is_string()).count(),
+        1,
+        "{schedule}"
+    );
+    assert!(
+        runs.iter().any(|r| r["skipped"]
+            .as_str()
+            .is_some_and(|s| s.contains("is still running"))),
+        "{schedule}"
+    );
+    let refused = cli(&url, &["schedule", "run", "slowcopy"]).await;
+    assert_eq!(refused.status.code(), Some(3));
+    assert!(
+        text(&refused.stderr).contains("still"),
+        "{}",
+        text(&refused.stderr)
+    );
+    let paused = cli_ok(&url, &["schedule", "pause", "slowcopy"]).await;
+    assert!(paused.contains(", paused"), "{paused}");
+    let listed = cli_ok(&url, &["schedule", "list"]).await;
+    assert!(
+        listed.starts_with("slowcopy  every PT1S paused  next -  last "),
+        "{listed}"
+    );
+
+    // A quick schedule across a downtime of several occurrences: one late run, then on time.
+    cli_ok(
+        &url,
+        &[
+            "schedule",
+            "set",
+            "tick",
+            "--every",
+            "PT1S",
+            "--table",
+            source.name(),
+            "--count",
+        ],
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    host.down_for(Duration::from_secs(5));
+    let url = common::cli::url(&host);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let tick = show(&url, "tick").await;
+    let runs = tick["runs"].as_array().unwrap();
+    let late: Vec<&Value> = runs.iter().filter(|r| r["late"] == true).collect();
+    assert_eq!(late.len(), 1, "{tick}");
+    assert!(late[0]["missed"].as_u64().unwrap() >= 3, "{tick}");
+    let occurrences: Vec<&str> = runs
+        .iter()
+        .map(|r| r["occurrence"].as_str().unwrap())
+        .collect();
+    assert!(
+        occurrences.windows(2).all(|w| w[0] < w[1]),
+        "{occurrences:?}"
+    );
+
+    // By hand: run now (a count, quick), preview (a dry run), resume, delete.
+    cli_ok(&url, &["schedule", "pause", "tick"]).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let ran = cli_ok(&url, &["schedule", "run", "tick"]).await;
+    assert!(ran.starts_with("schedule tick: started scan "), "{ran}");
+    let preview = cli_ok(&url, &["schedule", "preview", "slowcopy"]).await;
+    assert!(preview.contains("started a dry run, scan "), "{preview}");
+    let resumed = cli_ok(&url, &["schedule", "resume", "tick"]).await;
+    assert!(
+        !resumed.contains(", paused") && resumed.contains("  next "),
+        "{resumed}"
+    );
+    for name in ["tick", "slowcopy"] {
+        let gone = cli_ok(&url, &["schedule", "delete", name]).await;
+        assert_eq!(
+            gone,
+            format!("schedule {name} deleted (the scans it started stay)\n")
+        );
+    }
+    assert_eq!(cli_ok(&url, &["schedule", "list"]).await, "no schedules\n");
+    let missing = cli(&url, &["schedule", "show", "tick"]).await;
+    assert_eq!(missing.status.code(), Some(3));
+    tables().delete_table(source.name()).await.unwrap();
+    let _ = tables().delete_table(&copy).await;
+}
