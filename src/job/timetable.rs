@@ -251,3 +251,21 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod dst_tests {
+    use super::*;
+    use time::macros::datetime;
+
+    /// On the night clocks in Berlin go from 02:00 to 03:00 (29 March 2026), 02:30 does not
+    /// exist: a 02:30 schedule runs at 03:00 that night (the first moment after the gap), and
+    /// at 02:30 again the next night, as docs/schedules.md says.
+    #[test]
+    fn a_time_the_spring_change_skips_runs_just_after_the_gap() {
+        let t = Timetable::cron("30 2 * * *", Some("Europe/Berlin")).unwrap();
+        let next = t.next_after(datetime!(2026-03-28 12:00 UTC)).unwrap();
+        assert_eq!(next, datetime!(2026-03-29 01:00 UTC), "03:00 CEST");
+        let after = t.next_after(next).unwrap();
+        assert_eq!(after, datetime!(2026-03-30 00:30 UTC), "02:30 CEST");
+    }
+}
