@@ -305,6 +305,32 @@ async fn overlaps_skip_a_downtime_runs_once_late_and_the_cli_manages_schedules()
         occurrences.windows(2).all(|w| w[0] < w[1]),
         "{occurrences:?}"
     );
+    // The host and its handlers were killed mid-tick and started again: still one scan per
+    // run, none for a missed occurrence.
+    assert!(runs.len() < 10, "every run is kept: {tick}");
+    let counts: Value = serde_json::from_str(
+        &cli_ok(
+            &url,
+            &[
+                "--json",
+                "list",
+                "--action",
+                "count",
+                "--table",
+                source.name(),
+                "--limit",
+                "100",
+            ],
+        )
+        .await,
+    )
+    .unwrap();
+    let started = runs.iter().filter(|r| r["scan"].is_string()).count();
+    assert_eq!(
+        counts["scans"].as_array().unwrap().len(),
+        started,
+        "{counts}\n{tick}"
+    );
 
     // By hand: run now (a count, quick), preview (a dry run), resume, delete.
     cli_ok(&url, &["schedule", "pause", "tick"]).await;
