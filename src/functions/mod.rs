@@ -17,6 +17,7 @@ pub mod protocol;
 pub mod reach;
 pub mod redrive;
 mod scans_list;
+mod ui;
 
 pub mod step;
 
