@@ -161,6 +161,17 @@ pub(super) fn entry(status: &ScanStatus) -> Value {
     if spec.dry_run {
         entry["dryRun"] = json!(true);
     }
+    // In flight: rows read per second over the last 20 seconds or so (steps record their rows
+    // when they finish, up to 15 s apart), from the history the status read has already
+    // (`job::history`).
+    if let (Some(history), true) = (&status.history, status.finished_at.is_none()) {
+        let began = status.started_at.as_deref().unwrap_or(&status.created_at);
+        if let Some(began) = crate::storage::table::entity::EdmDateTime::parse(began) {
+            let elapsed = (time::OffsetDateTime::now_utc() - began.time()).as_seconds_f64();
+            let recent = history.recent_rows_per_second(elapsed, 20.0);
+            entry["recentRowsPerSecond"] = json!(recent.unwrap_or(0.0));
+        }
+    }
     // What the scan reads, so that an earlier count of the same scope can be found from the
     // list alone (its size gives the time left; see docs/ui.md).
     for field in ["scope", "filter", "olderThan"] {
