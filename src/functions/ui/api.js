@@ -80,8 +80,16 @@ function askForKey(why) {
   if (input) input.focus();
 }
 
+let noticeAt = 0;
+
 function notice(text) {
   document.getElementById("notice").textContent = text || "";
+  noticeAt = Date.now();
+}
+
+/** Clears a notice given more than a few seconds ago (one that led to this view stays). */
+function clearOldNotice() {
+  if (Date.now() - noticeAt > 3000) document.getElementById("notice").textContent = "";
 }
 
 // Formatting: every number and time as text a person reads.

@@ -95,14 +95,14 @@ function listRow(scan) {
     (p.stepsFailed ? ", " + thousands(p.stepsFailed) + " failed" : "") +
     (p.rowsFailed ? " · " + thousands(p.rowsFailed) + " rows failed" : "");
   return el("tr", { "data-scan": scan.id },
-    el("td", {}, el("a", { href: "#scan=" + scan.id, "aria-label": "scan " + scan.id }, scan.id.slice(0, 8) + "…")),
-    el("td", {}, stateBadge(scan.state)),
-    el("td", {}, scan.action + (scan.dryRun ? " (dry run)" : "")),
-    el("td", {}, what + (into ? " → " + into : "")),
-    el("td", {}, progress),
-    el("td", { class: "number" }, rate(shownRate)),
-    el("td", {}, eta),
-    el("td", {}, when(scan.createdAt)));
+    el("td", { "data-label": "Scan" }, el("a", { href: "#scan=" + scan.id, "aria-label": "scan " + scan.id }, scan.id.slice(0, 8) + "…")),
+    el("td", { "data-label": "State" }, stateBadge(scan.state)),
+    el("td", { "data-label": "Action" }, scan.action + (scan.dryRun ? " (dry run)" : "")),
+    el("td", { "data-label": "Table" }, what + (into ? " → " + into : "")),
+    el("td", { "data-label": "Progress" }, progress),
+    el("td", { "data-label": "Rate", class: "number" }, rate(shownRate)),
+    el("td", { "data-label": "ETA" }, eta),
+    el("td", { "data-label": "Created" }, when(scan.createdAt)));
 }
 
 function setupList() {
@@ -132,14 +132,15 @@ function setupList() {
 /**
  * The size of `spec`'s scope, if known: an import's from its export's manifest, a table
  * scan's from the newest earlier count of the same table, connection, scope and filter (not
- * of rows older than a moving moment). One list request per table, kept for a minute.
+ * of rows older than a moving moment). One list request per table, kept for a minute for
+ * the list's refreshes; `fresh` (a scan's page, which asks once) reads it again.
  */
-async function earlierTotal(spec) {
+async function earlierTotal(spec, fresh) {
   if (!spec) return null;
   const manifest = spec.import && spec.import.manifest;
   if (manifest && manifest.rows !== undefined) return { rows: manifest.rows, partitions: null, from: "the export's manifest" };
   if (spec.import || spec.olderThan) return null;
-  const counts = await succeededCounts(spec.table);
+  const counts = await succeededCounts(spec.table, fresh);
   const same = (a, b) => JSON.stringify(a === undefined ? null : a) === JSON.stringify(b === undefined ? null : b);
   const match = counts.find((c) => !c.import && !c.dryRun && !c.olderThan && c.connection === spec.connection &&
     same(c.scope, spec.scope) && same(c.filter, spec.filter));
@@ -147,9 +148,9 @@ async function earlierTotal(spec) {
   return { rows: match.progress.rowsActed, partitions: match.progress.partitions, from: "an earlier count" };
 }
 
-async function succeededCounts(table) {
+async function succeededCounts(table, fresh) {
   const kept = list.counts.get(table);
-  if (kept && Date.now() - kept.at < 60000) return kept.scans;
+  if (!fresh && kept && Date.now() - kept.at < 60000) return kept.scans;
   let scans = [];
   try {
     const q = new URLSearchParams({ limit: "50", state: "succeeded", action: "count", table });

@@ -11,6 +11,7 @@ function currentView() {
 
 function route() {
   takeKeyFromAddress();
+  clearOldNotice();
   const view = currentView();
   for (const name of ["scans", "scan", "start"]) {
     document.getElementById("view-" + name).hidden = name !== view;

@@ -5,9 +5,15 @@
 
 const SCAN_REFRESH_MS = 2000;
 const SCAN_HIDDEN_MS = 10000;
-/** The chart's intervals are at least this long: steps record their rows when they finish,
- * in bursts, so shorter intervals would show the bursts rather than the rate. */
+/** The chart's intervals are at least this long, and as long as the scan's longest step up
+ * to CHART_MAX_INTERVAL: a step's rows count when it finishes, all at once, so intervals
+ * shorter than a step would show the bursts rather than the rate. */
 const CHART_MIN_SECONDS = 5;
+const CHART_MAX_INTERVAL = 15;
+
+function chartInterval(progress) {
+  return Math.min(CHART_MAX_INTERVAL, Math.max(CHART_MIN_SECONDS, Math.ceil(progress.longestStepSeconds || 0)));
+}
 
 const scanView = { id: null, timer: null, status: null, total: undefined, local: [] };
 
@@ -30,7 +36,7 @@ async function showScan(id) {
   }
   if (scanView.id !== id) return;
   scanView.status = status;
-  if (scanView.total === undefined) scanView.total = await earlierTotal(status.spec);
+  if (scanView.total === undefined) scanView.total = await earlierTotal(status.spec, true);
   renderScan(status);
   if (!FINISHED.includes(status.state)) scheduleScan(SCAN_REFRESH_MS);
 }
@@ -139,7 +145,8 @@ function renderFigures(status, recent, unit) {
  * else what this page saw between its reads. */
 function chartSamples(status) {
   const elapsed = secondsBetween(status.startedAt || status.createdAt, status.finishedAt);
-  const fromHistory = historySamples(status.history, CHART_MIN_SECONDS, elapsed === null ? undefined : elapsed);
+  const interval = chartInterval(status.progress || {});
+  const fromHistory = historySamples(status.history, interval, elapsed === null ? undefined : elapsed);
   if (fromHistory.length) return fromHistory;
   const p = status.progress || {};
   const now = Date.now() / 1000;
@@ -147,7 +154,7 @@ function chartSamples(status) {
   const writes = writesPerRow(status.spec || {});
   const last = local[local.length - 1];
   const point = { t: now, read: p.rowsRead || 0, acted: p.rowsActed || 0, throttled: p.requestsThrottled || 0 };
-  if (!last || point.t - last.t >= CHART_MIN_SECONDS) local.push(point);
+  if (!last || point.t - last.t >= interval) local.push(point);
   if (local.length > 240) local.splice(0, local.length - 240);
   const first = local[0];
   const out = [];
@@ -226,6 +233,11 @@ function renderButtons(status) {
   if (status.spec) {
     buttons.push(el("button", { type: "button", id: "scan-again", onclick: () => startLike(status.spec, status.spec.dryRun) }, "Start a scan like it…"));
   }
+  // Rebuilt only when the buttons change: a button replaced at each read would lose the
+  // keyboard focus (and a click in flight) every two seconds.
+  const signature = id + ":" + buttons.map((b) => b.id).join(",");
+  if (holder.dataset.signature === signature) return;
+  holder.dataset.signature = signature;
   holder.replaceChildren(...buttons);
 }
 
