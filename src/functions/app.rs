@@ -390,6 +390,25 @@ impl AppState {
                 .is_some_and(|r| r.cancelled_at.is_some())
     }
 
+    /// Whether scan `id` is paused, as far as this process knows (see
+    /// [`AppState::scan_record`]): its steps stop at their next page. A read that fails counts
+    /// as not paused.
+    pub async fn paused(&self, id: &str) -> bool {
+        self.scan_record(id)
+            .await
+            .is_some_and(|record| record.is_paused())
+    }
+
+    /// Forgets this process's read of scan `id` (after a pause or resume through it), so that
+    /// its own steps see the change at their next page.
+    pub fn forget_record(&self, id: &str) {
+        if let Ok(mut known) = self.cancels.lock() {
+            if known.get(id).is_some_and(|k| !k.noted_cancelled) {
+                known.remove(id);
+            }
+        }
+    }
+
     /// Remembers that scan `id` was cancelled through this process, so that its own steps stop
     /// at their next page without waiting for the next read.
     pub fn note_cancelled(&self, id: &str) {
@@ -498,6 +517,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(&format!("/{LIST_SCANS}"), post(list_scans))
         .route(&format!("/{CANCEL_SCAN}"), post(cancel_scan))
         .route(&format!("/{RETRY_SCAN}"), post(retry_scan))
+        .route(&format!("/{PAUSE_SCAN}"), post(pause_scan))
+        .route(&format!("/{RESUME_SCAN}"), post(resume_scan))
         .route(&format!("/{DELETE_SCAN}"), post(delete_scan))
         .route(&format!("/{CLEAR_REJECTED}"), post(clear_rejected))
         .route(&format!("/{REDRIVE_SCANS}"), post(redrive_scans))
@@ -549,6 +570,20 @@ async fn list_scans(State(state): State<Arc<AppState>>, body: Body) -> Response 
 async fn cancel_scan(State(state): State<Arc<AppState>>, body: Body) -> Response {
     match super::http_body::read(body).await {
         Ok(body) => http::cancel_scan(&state, &body).await,
+        Err(refused) => refused,
+    }
+}
+
+async fn pause_scan(State(state): State<Arc<AppState>>, body: Body) -> Response {
+    match super::http_body::read(body).await {
+        Ok(body) => super::pause::pause_scan(&state, &body).await,
+        Err(refused) => refused,
+    }
+}
+
+async fn resume_scan(State(state): State<Arc<AppState>>, body: Body) -> Response {
+    match super::http_body::read(body).await {
+        Ok(body) => super::pause::resume_scan(&state, &body).await,
         Err(refused) => refused,
     }
 }

@@ -25,7 +25,7 @@ use crate::storage::{Missing, Reason, TableServiceClient};
 pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
 
 /// The answer to the caller, as the `res` output.
-fn answer(status: StatusCode, body: Value) -> Outcome {
+pub(super) fn answer(status: StatusCode, body: Value) -> Outcome {
     Outcome::default().http(HTTP_RESPONSE, status, &body, &[])
 }
 
@@ -66,7 +66,11 @@ fn refuse<T>(
     Err(refusal(status, field, message))
 }
 
-fn error(status: StatusCode, field: Option<&str>, message: impl Into<String>) -> Response {
+pub(super) fn error(
+    status: StatusCode,
+    field: Option<&str>,
+    message: impl Into<String>,
+) -> Response {
     refusal(status, field, message).into_response()
 }
 
@@ -500,7 +504,7 @@ pub(super) fn refused(
 }
 
 /// The ledger and the scan id named by the route, or the answer that refuses the request.
-fn scan_target<'a>(
+pub(super) fn scan_target<'a>(
     state: &'a AppState,
     body: &[u8],
 ) -> Result<(&'a crate::job::Ledger, String), Box<Response>> {
@@ -1004,7 +1008,12 @@ fn retriable(status: &crate::job::ScanStatus) -> bool {
     match status.state {
         State::Failed => true,
         State::Pending | State::Running => status.progress.steps_failed > 0,
-        State::Succeeded | State::Cancelling | State::Cancelled => false,
+        // A paused scan is resumed first: its retried items would wait for the resume.
+        State::Succeeded
+        | State::Cancelling
+        | State::Cancelled
+        | State::Pausing
+        | State::Paused => false,
     }
 }
 

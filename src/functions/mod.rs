@@ -12,6 +12,7 @@ mod import;
 pub mod manifest;
 pub mod names;
 pub mod pacing;
+pub mod pause;
 pub mod plan;
 pub mod protocol;
 pub mod reach;

@@ -19,6 +19,8 @@ pub const GET_SCAN: &str = "GetScan";
 pub const LIST_SCANS: &str = "ListScans";
 pub const CANCEL_SCAN: &str = "CancelScan";
 pub const RETRY_SCAN: &str = "RetryScan";
+pub const PAUSE_SCAN: &str = "PauseScan";
+pub const RESUME_SCAN: &str = "ResumeScan";
 pub const DELETE_SCAN: &str = "DeleteScan";
 pub const CLEAR_REJECTED: &str = "ClearRejected";
 pub const REDRIVE_SCANS: &str = "RedriveScans";
@@ -114,6 +116,14 @@ pub fn function_definitions() -> Vec<(&'static str, Value)> {
         (
             SCANS_PAGE,
             http_function_at("get", "ui", "anonymous", Vec::new()),
+        ),
+        (
+            PAUSE_SCAN,
+            http_function("post", "scans/{id}/pause", Vec::new()),
+        ),
+        (
+            RESUME_SCAN,
+            http_function("post", "scans/{id}/resume", queue_outputs()),
         ),
         (
             REDRIVE_SCANS,

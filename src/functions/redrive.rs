@@ -228,6 +228,13 @@ pub async fn sweep(state: &AppState, ledger: &Ledger) -> Result<Sweep, String> {
             .map_err(|e| e.to_string());
         let result = match looked {
             Ok(Some((status, stranded))) if wants_redrive(status.state) => {
+                if status.resuming {
+                    // A resume nobody went on with: this sweep sends its next round.
+                    match super::pause::resume_round_by_sweep(state, ledger, id).await {
+                        Ok(sent) => done.sent += sent,
+                        Err(why) => tracing::warn!(scan = id.as_str(), "resume round: {why}"),
+                    }
+                }
                 if status.export.is_some() && status.progress.steps_pending == 0 {
                     // Every step is done and the manifest is not written: the step that
                     // finished last stopped before writing it.
@@ -266,6 +273,10 @@ pub async fn sweep(state: &AppState, ledger: &Ledger) -> Result<Sweep, String> {
                     }
                     Err(e) => Err(e.to_string()),
                 }
+            }
+            // A paused scan stays listed, untouched: its items wait for the resume.
+            Ok(Some((status, _))) if matches!(status.state, State::Paused | State::Pausing) => {
+                Ok(())
             }
             // No such scan: one being created (its entry is written first) is left alone.
             Ok(None) if !listing.orphaned_at(OffsetDateTime::now_utc()) => Ok(()),

@@ -118,6 +118,13 @@ async fn run_item(
             tracing::info!("the scan is cancelled; the step is dropped");
             return Outcome::default().into_response();
         }
+        Begin::Paused => {
+            tracing::info!(
+                "the scan is paused; the message is dropped and the item left pending (a \
+                 resume sends it again)"
+            );
+            return Outcome::default().into_response();
+        }
         Begin::Busy(_) => {
             return Failure::new(
                 StatusCode::CONFLICT,
@@ -574,6 +581,9 @@ pub(super) struct ActionSink<'a> {
     lost: &'a std::sync::atomic::AtomicBool,
     /// Set when a page was refused because the scan was cancelled or the claim lost.
     pub(super) cancelled: bool,
+    /// Set once the scan is seen paused: every page from then on is cut to its first row, so
+    /// the step stops as a step whose time is up does, exactly where it stopped.
+    pausing: bool,
     /// Writes wait for their share of the scan's cap and the target's back-off.
     pace: &'a StepPace,
 }
@@ -598,6 +608,7 @@ impl<'a> ActionSink<'a> {
             scan,
             lost,
             cancelled: false,
+            pausing: false,
             pace,
         }
     }
@@ -677,6 +688,13 @@ impl RowSink for ActionSink<'_> {
             // Nothing of this page is done: the step ends, and its rest is dropped.
             self.cancelled = true;
             return Ok(0);
+        }
+        let mut rows = rows;
+        if self.pausing || self.state.paused(self.scan).await {
+            // The first row, never none: a step that finished nothing would hand on its own
+            // task, and its child would be itself.
+            self.pausing = true;
+            rows.truncate(1);
         }
         if self.dry_run {
             let applied = self.action.preview(&rows);

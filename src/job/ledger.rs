@@ -91,6 +91,11 @@ pub struct ScanRecord {
     pub created_at: OffsetDateTime,
     pub started_at: Option<OffsetDateTime>,
     pub cancelled_at: Option<OffsetDateTime>,
+    /// When the scan was last paused and resumed (see [`ScanRecord::is_paused`]), and how far
+    /// a resume has sent the paused items' messages (see `job::pause`).
+    pub paused_at: Option<OffsetDateTime>,
+    pub resumed_at: Option<OffsetDateTime>,
+    pub resume_from: Option<String>,
     /// An export's: when its manifest was written (its scan succeeds then, not before).
     pub manifest_at: Option<OffsetDateTime>,
     /// An export's: why its manifest could not be written, if it could not.
@@ -121,6 +126,9 @@ pub enum Begin {
     AlreadyDone(Vec<String>),
     /// The scan was cancelled: drop the item.
     Cancelled,
+    /// The scan is paused: the message is dropped, the item stays pending (not claimed) and
+    /// is sent again when the scan is resumed (see `job::pause`).
+    Paused,
     /// Another delivery of the same item holds the claim for this much longer.
     Busy(std::time::Duration),
     /// This message was put before the item was sent again (its claim was abandoned), and the
@@ -469,6 +477,10 @@ impl Ledger {
                 Err(e) => return Err(e),
             }
             return Ok(Begin::Cancelled);
+        }
+        if scan.is_paused() {
+            // Left pending, unclaimed, with its message: the resume sends it again.
+            return Ok(Begin::Paused);
         }
         // Put more than a second (its time's precision) before the re-drive.
         let superseded = sent.is_some_and(|sent| millis(sent) + 1_000 < pending.redriven_at);
@@ -1140,6 +1152,9 @@ fn record_from(id: &str, entity: &Entity) -> Result<ScanRecord, LedgerError> {
         created_at: row.created_at.unwrap_or(OffsetDateTime::UNIX_EPOCH),
         started_at: row.started_at,
         cancelled_at: row.cancelled_at,
+        paused_at: row.paused_at,
+        resumed_at: row.resumed_at,
+        resume_from: row.resume_from,
         manifest_at: row.manifest_at,
         manifest_trouble: row.manifest_trouble,
         redrive_looked_at: row.redrive_looked_at,

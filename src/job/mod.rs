@@ -12,6 +12,7 @@ pub mod housekeeping;
 pub mod learning;
 pub mod ledger;
 pub mod notes;
+pub mod pause;
 #[cfg(test)]
 mod races;
 pub mod read_budget;

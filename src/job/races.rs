@@ -551,7 +551,9 @@ async fn deliver(ledger: &Ledger, item: &WorkItem, now: OffsetDateTime) -> Vec<W
         }
         // Held by another delivery: the message comes back later.
         Begin::Busy(_) => vec![item.clone()],
-        Begin::Cancelled
+        // Dropped: the item stays pending for the resume to send.
+        Begin::Paused
+        | Begin::Cancelled
         | Begin::UnknownScan
         | Begin::UnknownItem
         | Begin::FailedForGood
@@ -721,3 +723,6 @@ async fn a_status_read_costs_no_more_than_it_reports() {
         .unwrap();
     read_costing(3, State::Succeeded).await;
 }
+
+#[path = "pause_races.rs"]
+mod pause_races;

@@ -28,6 +28,9 @@ pub const SCAN_ROW: &str = "scan";
 /// The scan row's property of the last status read's re-drive look.
 const REDRIVE_LOOKED_AT: &str = "redriveLookedAt";
 const LEARNED_CAP: &str = "learnedCap";
+const PAUSED_AT: &str = "pausedAt";
+const RESUMED_AT: &str = "resumedAt";
+const RESUME_FROM: &str = "resumeFrom";
 const LEARN_ROUND_AT: &str = "learnRoundAt";
 /// The row of a scan's rounds of learning its cap (see `job::learning`): outside the slices'
 /// key range (`pace:00` to `pace:15`), so that reading the slices reads 16 rows at most.
@@ -237,6 +240,13 @@ pub struct ScanRow {
     pub created_at: Option<OffsetDateTime>,
     pub started_at: Option<OffsetDateTime>,
     pub cancelled_at: Option<OffsetDateTime>,
+    /// When the scan was last paused and last resumed: paused while the pause is the later
+    /// (see [`is_paused`]).
+    pub paused_at: Option<OffsetDateTime>,
+    pub resumed_at: Option<OffsetDateTime>,
+    /// A resume's place among the scan's pending rows: the last row key whose message it sent
+    /// (or the start of the pending rows), while messages are left to send; empty when none.
+    pub resume_from: Option<String>,
     /// An export's: when its manifest was written.
     pub manifest_at: Option<OffsetDateTime>,
     /// An export's, while its manifest cannot be written: why, since when, and when the
@@ -259,6 +269,9 @@ impl ScanRow {
             created_at: Some(created_at),
             started_at: None,
             cancelled_at: None,
+            paused_at: None,
+            resumed_at: None,
+            resume_from: None,
             manifest_at: None,
             manifest_trouble: ManifestTrouble::default(),
             redrive_looked_at: None,
@@ -275,12 +288,18 @@ impl ScanRow {
             ("createdAt", self.created_at),
             ("startedAt", self.started_at),
             ("cancelledAt", self.cancelled_at),
+            (PAUSED_AT, self.paused_at),
+            (RESUMED_AT, self.resumed_at),
             ("manifestWrittenAt", self.manifest_at),
             (REDRIVE_LOOKED_AT, self.redrive_looked_at),
         ] {
             if let Some(time) = time {
                 e.properties.insert(name.into(), date_value(time));
             }
+        }
+        if let Some(from) = &self.resume_from {
+            e.properties
+                .insert(RESUME_FROM.into(), Value::String(from.clone()));
         }
         self.manifest_trouble.write_into(&mut e);
         if let Some(cap) = self.learned_cap {
@@ -300,6 +319,9 @@ impl ScanRow {
             created_at: date(e, "createdAt"),
             started_at: date(e, "startedAt"),
             cancelled_at: date(e, "cancelledAt"),
+            paused_at: date(e, PAUSED_AT),
+            resumed_at: date(e, RESUMED_AT),
+            resume_from: text(e, RESUME_FROM).filter(|from| !from.is_empty()),
             manifest_at: date(e, "manifestWrittenAt"),
             manifest_trouble: ManifestTrouble::from_entity(e),
             redrive_looked_at: date(e, REDRIVE_LOOKED_AT),
@@ -334,6 +356,34 @@ impl ScanRow {
     /// The merge that records a cancel.
     pub fn cancelled(scan: &str, at: OffsetDateTime) -> Entity {
         Entity::new(scan, SCAN_ROW).with("cancelledAt", date_value(at))
+    }
+
+    /// The merge that records a pause.
+    pub fn paused(scan: &str, at: OffsetDateTime) -> Entity {
+        Entity::new(scan, SCAN_ROW).with(PAUSED_AT, date_value(at))
+    }
+
+    /// The merge that records a resume, whose messages are sent from the first pending row.
+    pub fn resumed(scan: &str, at: OffsetDateTime) -> Entity {
+        Entity::new(scan, SCAN_ROW)
+            .with(RESUMED_AT, date_value(at))
+            .with(RESUME_FROM, Value::String(PENDING.to_string()))
+    }
+
+    /// The merge that records how far a resume has sent messages (`None`: all sent).
+    pub fn resume_reached(scan: &str, from: Option<&str>) -> Entity {
+        Entity::new(scan, SCAN_ROW).with(
+            RESUME_FROM,
+            Value::String(from.unwrap_or_default().to_string()),
+        )
+    }
+}
+
+/// Whether a scan paused at `paused_at` and resumed at `resumed_at` is paused now.
+pub fn is_paused(paused_at: Option<OffsetDateTime>, resumed_at: Option<OffsetDateTime>) -> bool {
+    match (paused_at, resumed_at) {
+        (Some(paused), Some(resumed)) => paused > resumed,
+        (paused, _) => paused.is_some(),
     }
 }
 
@@ -687,6 +737,9 @@ mod tests {
         let now = OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap();
         let mut scan = ScanRow::new("{}".into(), now);
         scan.cancelled_at = Some(now);
+        scan.paused_at = Some(now);
+        scan.resumed_at = Some(now + time::Duration::SECOND);
+        scan.resume_from = Some("pending:x".into());
         assert_eq!(ScanRow::from_entity(&scan.to_entity("s")), Some(scan));
 
         let mut pending = PendingRow::new("m".into(), 3);

@@ -38,6 +38,10 @@ pub enum State {
     Cancelling,
     /// Cancelled, and no step runs any more: the counts are final.
     Cancelled,
+    /// Paused, and some step still holds a claim: it stops at its next page.
+    Pausing,
+    /// Paused, and no step runs: nothing is read or written until it is resumed.
+    Paused,
 }
 
 /// The status document of `GET /api/scans/{id}`.
@@ -85,6 +89,15 @@ pub struct ScanStatus {
     /// with the counter shards at no cost of its own; none before a step finished.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub history: Option<RateHistory>,
+    /// When the scan was paused (while it is), or resumed (after a pause).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resumed_at: Option<String>,
+    /// A resume is still sending the messages of the items the pause left pending (the next
+    /// resume call or the re-drive sweep goes on; see `job::pause`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub resuming: bool,
 }
 
 /// Whether the scan writes a table row per row it acts on (a copy, a delete, an update, not
@@ -272,12 +285,13 @@ impl Ledger {
         let mut cost = ReadCost::new(1, 1);
         let (totals, settled, reads, history) = self.totals_within(id, STATUS_SHARD_READS).await?;
         cost = cost.plus(ReadCost::new(reads, reads * u32::from(SHARDS)));
-        let running = match record.cancelled_at {
-            Some(_) => {
-                cost = cost.plus(ReadCost::new(1, u32::from(CLAIMS_WINDOW)));
-                self.any_claimed(id, now).await?
-            }
-            None => false,
+        // Whether a step still runs: asked only of a cancelled or paused scan (`cancelling`,
+        // `pausing`), whose steps are stopping.
+        let running = if record.cancelled_at.is_some() || record.is_paused() {
+            cost = cost.plus(ReadCost::new(1, u32::from(CLAIMS_WINDOW)));
+            self.any_claimed(id, now).await?
+        } else {
+            false
         };
         let errors = if totals.failed_now() > 0 {
             cost = cost.plus(ReadCost::new(1, u32::from(ERRORS_LISTED)));
@@ -400,6 +414,12 @@ fn status_of(
         } else {
             State::Cancelled
         }
+    } else if record.is_paused() && !settled {
+        if running {
+            State::Pausing
+        } else {
+            State::Paused
+        }
     } else if !settled {
         if t.done + t.failed > 0 || record.started_at.is_some() {
             State::Running
@@ -457,7 +477,9 @@ fn status_of(
     let finished = match state {
         State::Cancelled => record.cancelled_at,
         State::Succeeded | State::Failed => last_finished.or(Some(now)),
-        State::Pending | State::Running | State::Cancelling => None,
+        State::Pending | State::Running | State::Cancelling | State::Pausing | State::Paused => {
+            None
+        }
     };
     let began = record.started_at.unwrap_or(record.created_at);
     let seconds = (finished.unwrap_or(now) - began).as_seconds_f64();
@@ -494,8 +516,12 @@ fn status_of(
         }),
         _ => None,
     };
+    let paused = record.is_paused();
     ScanStatus {
         export,
+        paused_at: record.paused_at.filter(|_| paused).map(format_time),
+        resumed_at: record.resumed_at.filter(|_| !paused).map(format_time),
+        resuming: !paused && record.cancelled_at.is_none() && record.resume_from.is_some(),
         id: record.id,
         state,
         learned_max_rows_per_second: record.learned_cap.map(|cap| cap.round() as u32),

@@ -232,6 +232,26 @@ impl Api {
         .await
     }
 
+    /// `POST /api/scans/{id}/pause`.
+    pub async fn pause(&self, id: &str) -> Result<Value, ApiError> {
+        self.send(
+            self.http
+                .post(self.url(&format!("scans/{}/pause", encode(id)))),
+            id,
+        )
+        .await
+    }
+
+    /// `POST /api/scans/{id}/resume`: one round of the paused items' messages.
+    pub async fn resume(&self, id: &str) -> Result<Value, ApiError> {
+        self.send(
+            self.http
+                .post(self.url(&format!("scans/{}/resume", encode(id)))),
+            id,
+        )
+        .await
+    }
+
     /// `POST /api/scans/{id}/retry`.
     pub async fn retry(&self, id: &str) -> Result<Value, ApiError> {
         self.send(

@@ -72,6 +72,16 @@ pub enum Command {
         /// The scan's id
         id: String,
     },
+    /// Pause a scan: running steps stop at their next page, recording where they stopped
+    Pause {
+        /// The scan's id
+        id: String,
+    },
+    /// Resume a paused scan from where its steps stopped
+    Resume {
+        /// The scan's id
+        id: String,
+    },
     /// Run a failed scan's failed work items again (once their cause is fixed)
     Retry {
         /// The scan's id
@@ -133,6 +143,8 @@ pub enum State {
     Failed,
     Cancelling,
     Cancelled,
+    Pausing,
+    Paused,
 }
 
 #[derive(Debug, Args)]

@@ -9,6 +9,7 @@ mod describe;
 mod list;
 mod remove;
 mod request;
+mod resume;
 mod set;
 mod show;
 mod summary;
@@ -80,6 +81,19 @@ async fn run(cli: Cli) -> i32 {
             });
             0
         }),
+        Command::Pause { id } => api.pause(id).await.map(|answer| {
+            print_json_or(json, &answer, || {
+                let state = answer["state"].as_str().unwrap_or("pausing");
+                let how = if state == "paused" {
+                    "no step runs"
+                } else {
+                    "running steps stop at their next page"
+                };
+                format!("scan {id}: {state} ({how}); `tablescan resume {id}` goes on from there\n")
+            });
+            0
+        }),
+        Command::Resume { id } => resume(&api, id, json).await,
         Command::Retry { id } => api.retry(id).await.map(|answer| {
             print_json_or(json, &answer, || {
                 let more = if answer["more"] == true {
@@ -226,6 +240,24 @@ async fn follow_to_end(api: &Api, id: &str, json: bool) -> Result<i32, ApiError>
 }
 
 /// `tablescan remove`: calls the removal until it is done, saying how far it got.
+async fn resume(api: &Api, id: &str, json: bool) -> Result<i32, ApiError> {
+    let resumed = resume::until_done(
+        || api.resume(id),
+        |sent| {
+            eprintln!(
+                "scan {id}: {} paused work items sent again so far; going on",
+                show::thousands(sent)
+            )
+        },
+    )
+    .await?;
+    let answer = serde_json::json!({
+        "id": id, "state": resumed.state, "sent": resumed.sent, "more": resumed.more
+    });
+    print_json_or(json, &answer, || resume::text(id, &resumed));
+    Ok(0)
+}
+
 async fn remove(api: &Api, id: &str, json: bool) -> Result<i32, ApiError> {
     let removed = remove::until_done(
         || api.remove(id),

@@ -351,7 +351,12 @@ fn next_step(status: &Value, id: &str) -> Option<String> {
             ))
         }
         "running" | "pending" | "cancelling" => Some(format!(
-            "`tablescan status {id} --watch` follows it, `tablescan cancel {id}` stops it"
+            "`tablescan status {id} --watch` follows it, `tablescan pause {id}` pauses it, \
+             `tablescan cancel {id}` stops it"
+        )),
+        "pausing" | "paused" => Some(format!(
+            "`tablescan resume {id}` goes on from where it stopped, `tablescan cancel {id}` \
+             ends it"
         )),
         _ => None,
     }

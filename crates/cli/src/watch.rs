@@ -118,19 +118,22 @@ async fn read_status(api: &Api, id: &str) -> Result<Value, ApiError> {
     }
 }
 
-/// Whether the scan is over: succeeded, failed or cancelled.
+/// Whether watching is over: the scan succeeded, failed or was cancelled, or is paused
+/// (nothing moves until someone resumes it).
 pub fn has_ended(status: &Value) -> bool {
     matches!(
         status["state"].as_str(),
-        Some("succeeded" | "failed" | "cancelled")
+        Some("succeeded" | "failed" | "cancelled" | "paused")
     )
 }
 
-/// The exit code a scan's final state gives: 0 succeeded, 1 failed, 2 cancelled.
+/// The exit code a scan's state at the end of a watch gives: 0 succeeded, 1 failed, 2
+/// cancelled, 5 paused (3 and 4 are the command's own: refused, unreachable).
 pub fn exit_code(status: &Value) -> i32 {
     match status["state"].as_str() {
         Some("succeeded") => 0,
         Some("cancelled" | "cancelling") => 2,
+        Some("paused" | "pausing") => 5,
         _ => 1,
     }
 }

@@ -1,0 +1,238 @@
+//! Pause and resume against the ledger's model (`job::races`): however pauses and resumes
+//! fall between deliveries, duplicated, crashed or side by side, every item of the tree is
+//! done exactly once, nothing runs while the scan is paused, and a resume sends every item
+//! the pause left behind, in rounds smaller than the tree.
+
+use std::collections::{BTreeSet, VecDeque};
+
+use futures_util::future::join_all;
+use proptest::prelude::*;
+
+use super::*;
+
+/// What happens next in a case.
+#[derive(Debug, Clone, Copy)]
+enum Event {
+    Step,
+    Twice,
+    Crash,
+    Pause,
+    /// A resume, with rounds of this many pending rows; a second caller's rounds run beside
+    /// the first's when `racing`.
+    Resume {
+        rows: u16,
+        racing: bool,
+    },
+}
+
+/// Runs the resume's rounds until none is left; the messages they sent.
+async fn resume_rounds(
+    ledger: &Ledger,
+    scan: &str,
+    now: OffsetDateTime,
+    rows: u16,
+) -> Vec<WorkItem> {
+    let mut sent = Vec::new();
+    for _ in 0..1000 {
+        let round = ledger.resume_round(scan, now, rows).await.unwrap();
+        sent.extend(round.messages.iter().map(|m| WorkItem::decode(m).unwrap()));
+        if !round.more {
+            return sent;
+        }
+    }
+    panic!("the rounds did not end");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_paused_scan_runs_nothing_and_resumes_to_an_exact_finish(
+        events in prop::collection::vec(
+            prop_oneof![
+                6 => Just(Event::Step),
+                1 => Just(Event::Twice),
+                1 => Just(Event::Crash),
+                1 => Just(Event::Pause),
+                1 => (1u16..5, any::<bool>()).prop_map(|(rows, racing)| Event::Resume { rows, racing }),
+            ],
+            1..120,
+        ),
+        side_by_side in 1usize..5,
+    ) {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        runtime.block_on(async {
+            let (ledger, table, root) = started().await;
+            let scan = root.scan.clone();
+            let mut clock = 0i64;
+            let mut queue: VecDeque<WorkItem> = VecDeque::from([root.clone()]);
+            let mut plan = events.into_iter();
+            let mut resumes = 0;
+            loop {
+                if queue.is_empty() {
+                    let record = ledger.scan(&scan).await.unwrap().unwrap();
+                    if !record.is_paused() {
+                        break;
+                    }
+                    // Everything delivered while paused was dropped: the user resumes. (A
+                    // pause after the last finish finds nothing left to pause.)
+                    let status = ledger.status(&scan, at(clock)).await.unwrap().unwrap();
+                    if status.state == State::Succeeded {
+                        break;
+                    }
+                    assert_eq!(status.state, State::Paused, "{status:?}");
+                    resumes += 1;
+                    assert!(resumes < 100, "resumed {resumes} times");
+                    ledger.resume(&scan, at(clock)).await.unwrap();
+                    queue.extend(resume_rounds(&ledger, &scan, at(clock), 3).await);
+                    continue;
+                }
+                clock += 1;
+                table.set_now(at(clock));
+                let now = at(clock);
+                let batch: Vec<WorkItem> =
+                    (0..side_by_side).filter_map(|_| queue.pop_front()).collect();
+                let mut steps = Vec::new();
+                for item in &batch {
+                    match plan.next().unwrap_or(Event::Step) {
+                        Event::Step => steps.push(item.clone()),
+                        Event::Twice => {
+                            steps.push(item.clone());
+                            steps.push(item.clone());
+                        }
+                        Event::Crash => {
+                            if let Begin::Run(_) = ledger.begin(item, now, LEASE).await.unwrap() {
+                                clock += LEASE.whole_seconds() + 1;
+                            }
+                            queue.push_back(item.clone());
+                        }
+                        Event::Pause => {
+                            ledger.pause(&scan, now).await.unwrap();
+                            steps.push(item.clone());
+                        }
+                        Event::Resume { rows, racing } => {
+                            ledger.resume(&scan, now).await.unwrap();
+                            let callers = if racing { 2 } else { 1 };
+                            let sent = join_all(
+                                (0..callers).map(|_| resume_rounds(&ledger, &scan, now, rows)),
+                            )
+                            .await;
+                            queue.extend(sent.into_iter().flatten());
+                            steps.push(item.clone());
+                        }
+                    }
+                }
+                let paused = ledger.scan(&scan).await.unwrap().unwrap().is_paused();
+                let done_before = totals(&ledger, &root).await.done;
+                let sent = join_all(steps.iter().map(|item| deliver(&ledger, item, now))).await;
+                if paused {
+                    assert_eq!(
+                        totals(&ledger, &root).await.done,
+                        done_before,
+                        "a step ran while the scan was paused"
+                    );
+                }
+                queue.extend(sent.into_iter().flatten());
+            }
+            let mut expected_items = 0u64;
+            let mut expected_rows = 0u64;
+            let mut walk = vec![root.clone()];
+            let mut ids = BTreeSet::new();
+            while let Some(item) = walk.pop() {
+                expected_items += 1;
+                expected_rows += model_rows(&item);
+                ids.insert(item.id());
+                walk.extend(model_children(&item));
+            }
+            let sum = totals(&ledger, &root).await;
+            assert_eq!((sum.created, sum.done), (expected_items, expected_items));
+            assert_eq!(sum.rows_read, expected_rows);
+            let status = ledger.status(&scan, at(clock + 1)).await.unwrap().unwrap();
+            assert_eq!(status.state, State::Succeeded);
+            assert!(!status.resuming, "no round is left once every item is done");
+        });
+    }
+}
+
+/// A pause and a resume come in the order they were made, and a resume of a scan that is not
+/// paused, or a pause of a cancelled one, writes nothing.
+#[tokio::test]
+async fn pause_and_resume_write_only_what_changes() {
+    let (ledger, table, root) = started().await;
+    let scan = root.scan.clone();
+    let before = table.requests();
+    let record = ledger.resume(&scan, at(1)).await.unwrap().unwrap();
+    assert!(!record.is_paused() && record.resumed_at.is_none());
+    assert_eq!(table.requests() - before, 1, "one read, no write");
+    assert!(ledger
+        .pause(&scan, at(2))
+        .await
+        .unwrap()
+        .unwrap()
+        .is_paused());
+    // The resume's clock is behind the pause's: it still comes after it.
+    let resumed = ledger.resume(&scan, at(1)).await.unwrap().unwrap();
+    assert!(!resumed.is_paused());
+    assert!(resumed.resumed_at.unwrap() > resumed.paused_at.unwrap());
+    assert!(!ledger.scan(&scan).await.unwrap().unwrap().is_paused());
+    ledger.cancel(&scan, at(3)).await.unwrap();
+    let cancelled = ledger.pause(&scan, at(4)).await.unwrap().unwrap();
+    assert!(!cancelled.is_paused(), "a cancelled scan is not paused");
+    let status = ledger.status(&scan, at(5)).await.unwrap().unwrap();
+    assert_eq!(status.state, State::Cancelled);
+}
+
+/// A round whose marks applied with their answer lost (the client's retry met its own
+/// marks) still sends every message it marked.
+#[tokio::test]
+async fn a_round_whose_answer_was_lost_still_sends_what_it_marked() {
+    let (ledger, table, root) = started().await;
+    let scan = root.scan.clone();
+    let c = claim(&ledger, &root, at(1)).await;
+    let children: Vec<WorkItem> = (0..4).map(|n| child(&root, n)).collect();
+    ledger
+        .finish(&root, &c, reading(1), &children, at(1))
+        .await
+        .unwrap();
+    ledger.pause(&scan, at(2)).await.unwrap();
+    ledger.resume(&scan, at(3)).await.unwrap();
+    // The round reads the scan row, then a page, then marks in one transaction.
+    table.lose_answer(3, Retry::Yes);
+    let round = ledger.resume_round(&scan, at(3), 10).await.unwrap();
+    assert_eq!(round.messages.len(), 4, "{round:?}");
+    assert!(!round.more);
+}
+
+/// A round costs the scan row, its pages of pending rows, a transaction per 100 marks and the
+/// write of where it stopped: however many items the scan has, one round of 500 takes 8
+/// requests.
+#[tokio::test]
+async fn a_round_costs_a_read_a_page_a_transaction_per_hundred_and_a_write() {
+    let (ledger, table, root) = started().await;
+    let scan = root.scan.clone();
+    let c = claim(&ledger, &root, at(1)).await;
+    let children: Vec<WorkItem> = (0..700).map(|n| child(&root, n)).collect();
+    ledger
+        .finish(&root, &c, reading(1), &children, at(1))
+        .await
+        .unwrap();
+    ledger.pause(&scan, at(2)).await.unwrap();
+    ledger.resume(&scan, at(3)).await.unwrap();
+    let before = table.requests();
+    let first = ledger
+        .resume_round(&scan, at(3), super::super::pause::RESUME_ROWS_PER_ROUND)
+        .await
+        .unwrap();
+    assert_eq!((first.messages.len(), first.more), (500, true));
+    assert_eq!(table.requests() - before, 8, "1 + 1 + 5 + 1");
+    let second = ledger
+        .resume_round(&scan, at(3), super::super::pause::RESUME_ROWS_PER_ROUND)
+        .await
+        .unwrap();
+    assert_eq!((second.messages.len(), second.more), (200, false));
+    let status = ledger.status(&scan, at(4)).await.unwrap().unwrap();
+    assert!(!status.resuming, "{status:?}");
+    let ids: std::collections::BTreeSet<_> =
+        first.messages.iter().chain(&second.messages).collect();
+    assert_eq!(ids.len(), 700, "every item once");
+}
