@@ -62,7 +62,7 @@ impl ListQuery {
                     |_| {
                         bad(
                             "state",
-                            "must be pending, running, succeeded, failed, cancelling or cancelled",
+                            "must be pending, running, succeeded, failed, cancelling, cancelled, pausing or paused",
                         )
                     },
                 )?,

@@ -123,7 +123,10 @@ function secondsBetween(from, to) {
   return isNaN(a) || isNaN(b) ? null : Math.max(0, (b - a) / 1000);
 }
 
+/** Not finished: the page reads it again. */
 const IN_FLIGHT = ["pending", "running", "cancelling", "pausing", "paused"];
+/** Moving: a rate and a time left mean something (not while paused). */
+const MOVING = ["pending", "running", "cancelling", "pausing"];
 const FINISHED = ["succeeded", "failed", "cancelled"];
 
 /** What a scan's progress is counted in: partitions for scans that want one row per

@@ -83,10 +83,10 @@ function listRow(scan) {
   const seconds = secondsBetween(scan.startedAt || scan.createdAt, scan.finishedAt);
   const recent = scan.recentRowsPerSecond;
   const average = seconds ? (p.rowsRead || 0) / seconds : null;
-  const shownRate = IN_FLIGHT.includes(scan.state) && recent !== undefined ? recent : average;
+  const shownRate = MOVING.includes(scan.state) && recent !== undefined ? recent : average;
   const total = scan.total;
   let eta = "—";
-  if (IN_FLIGHT.includes(scan.state) && total && shownRate > 0 && done < total) {
+  if (MOVING.includes(scan.state) && total && shownRate > 0 && done < total) {
     const perUnit = unit === "rows" ? shownRate : shownRate * done / Math.max(p.rowsRead || 1, 1);
     if (perUnit > 0) eta = duration((total - done) / perUnit);
   }

@@ -38,7 +38,8 @@ async function showScan(id) {
   scanView.status = status;
   if (scanView.total === undefined) scanView.total = await earlierTotal(status.spec, true);
   renderScan(status);
-  if (!FINISHED.includes(status.state)) scheduleScan(SCAN_REFRESH_MS);
+  // A paused scan may stay paused for hours: read it less often until it moves again.
+  if (!FINISHED.includes(status.state)) scheduleScan(status.state === "paused" ? SCAN_HIDDEN_MS : SCAN_REFRESH_MS);
 }
 
 function scheduleScan(ms) {
@@ -68,7 +69,11 @@ function renderScan(status) {
   badge.textContent = status.state;
   badge.dataset.state = status.state;
   document.getElementById("scan-times").textContent =
-    " · created " + when(status.createdAt) + (status.finishedAt ? " · finished " + when(status.finishedAt) : "");
+    " · created " + when(status.createdAt) +
+    (status.pausedAt ? " · paused " + when(status.pausedAt) : "") +
+    (status.resumedAt ? " · resumed " + when(status.resumedAt) : "") +
+    (status.resuming ? " · still sending the paused steps" : "") +
+    (status.finishedAt ? " · finished " + when(status.finishedAt) : "");
   renderButtons(status);
   const stall = (status.activity || {}).note;
   const stallNote = document.getElementById("scan-stall");
@@ -90,12 +95,12 @@ function renderScan(status) {
     bar.value = Math.min(done, total);
     bar.textContent = Math.round(100 * Math.min(done, total) / total) + "%";
     text += " of " + thousands(total) + " (" + Math.round(100 * Math.min(1, done / total)) + "%, from " + scanView.total.from + ")";
-    if (IN_FLIGHT.includes(status.state) && recent > 0 && done < total) {
+    if (MOVING.includes(status.state) && recent > 0 && done < total) {
       text += " · about " + duration((total - done) / recent) + " left";
     }
   } else {
     bar.hidden = true;
-    if (IN_FLIGHT.includes(status.state)) text += " · no earlier count of this scope, so no estimate of the time left";
+    if (MOVING.includes(status.state)) text += " · no earlier count of this scope, so no estimate of the time left";
   }
   document.getElementById("scan-progress-text").textContent = text;
   renderFigures(status, recent, unit);
@@ -123,7 +128,7 @@ function renderFigures(status, recent, unit) {
     ["Rows skipped", thousands(p.rowsSkipped)],
     ["Rows failed", thousands(p.rowsFailed)],
     ["Partitions", thousands(p.partitions)],
-    ["Rate, last 20 s", IN_FLIGHT.includes(status.state) ? rate(recent) + " " + (unit === "partitions" ? "partitions" : "rows read") : "—"],
+    ["Rate, last 20 s", MOVING.includes(status.state) ? rate(recent) + " " + (unit === "partitions" ? "partitions" : "rows read") : "—"],
     ["Average since the start", rate(p.rowsPerSecond) + " rows read"],
     ["Steps running", activity.stepsRunning === undefined ? "—" : thousands(activity.stepsRunning) + (activity.estimated ? " (estimated)" : "")],
     ["Steps pending", thousands(p.stepsPending)],
@@ -215,11 +220,13 @@ function renderButtons(status) {
   if (["pending", "running", "pausing", "paused"].includes(status.state)) {
     buttons.push(el("button", { type: "button", class: "danger", id: "scan-cancel", onclick: () => act(id, "cancel") }, "Cancel scan"));
   }
-  // Pause and resume: shown only when the app reports those states (an app that has them).
-  if (status.state === "paused" || status.state === "pausing") {
-    buttons.push(el("button", { type: "button", id: "scan-resume", onclick: () => act(id, "resume") }, "Resume scan"));
-  } else if (status.state === "running" && status.canPause) {
+  // Pause while it may run; resume once paused (the API refuses it while pausing), and again
+  // while an earlier resume is still sending the paused items' messages.
+  if (["pending", "running"].includes(status.state) && !status.resuming) {
     buttons.push(el("button", { type: "button", id: "scan-pause", onclick: () => act(id, "pause") }, "Pause scan"));
+  }
+  if (status.state === "paused" || status.resuming) {
+    buttons.push(el("button", { type: "button", id: "scan-resume", class: "primary", onclick: () => act(id, "resume") }, "Resume scan"));
   }
   if (status.state === "failed" || (["pending", "running"].includes(status.state) && p.stepsFailed > 0)) {
     buttons.push(el("button", { type: "button", id: "scan-retry", onclick: () => act(id, "retry") }, "Retry failed steps"));
@@ -245,8 +252,8 @@ const ACTIONS = {
   cancel: ["Cancel this scan?", "Running steps stop at their next page; what they did stays done. A cancelled scan cannot go on.", "Cancel scan"],
   retry: ["Retry the failed steps?", "Each step that failed for good runs again.", "Retry"],
   remove: ["Remove this scan?", "Its record in the ledger is deleted (what it wrote stays). This cannot be undone.", "Remove scan"],
-  pause: ["Pause this scan?", "Steps stop at their next page and wait until it is resumed.", "Pause scan"],
-  resume: ["Resume this scan?", "Its waiting steps run again.", "Resume scan"],
+  pause: ["Pause this scan?", "Running steps stop at their next page and record where they stopped; nothing is read or written until it is resumed.", "Pause scan"],
+  resume: ["Resume this scan?", "The steps the pause left pending are sent again, and the scan goes on from where they stopped.", "Resume scan"],
 };
 
 async function act(id, what) {
@@ -262,7 +269,8 @@ async function act(id, what) {
       return;
     }
     let answer;
-    do { answer = (await api("POST", "/scans/" + encodeURIComponent(id) + "/" + what)).body; } while (what === "retry" && answer && answer.more);
+    // A retry or a resume sends at most 500 items a call: `more` asks for another.
+    do { answer = (await api("POST", "/scans/" + encodeURIComponent(id) + "/" + what)).body; } while (["retry", "resume"].includes(what) && answer && answer.more);
     notice("Scan " + id + ": " + what + " sent; it is " + (answer && answer.state ? answer.state : "changing") + ".");
   } catch (e) {
     notice("Could not " + what + " scan " + id + ": " + e.message);

@@ -133,6 +133,16 @@ async fn wait_until(client: &Client, expression: &str, limit: Duration) {
     }
 }
 
+async fn click(client: &Client, id: &str) {
+    client
+        .find(Locator::Id(id))
+        .await
+        .unwrap_or_else(|e| panic!("no #{id}: {e}"))
+        .click()
+        .await
+        .unwrap();
+}
+
 async fn text_of(client: &Client, id: &str) -> String {
     client
         .find(Locator::Id(id))
@@ -379,6 +389,55 @@ async fn drive(client: &Client, url: &str, table: &str, total: usize) {
         .await
         .is_ok());
     shot(client, "scan-copy", 1280, 1500).await;
+    // Paused: nothing moves until it is resumed; then it runs again.
+    click(client, "scan-pause").await;
+    wait_until(
+        client,
+        "document.getElementById('confirm').open",
+        Duration::from_secs(5),
+    )
+    .await;
+    click(client, "confirm-yes").await;
+    wait_until(
+        client,
+        "document.getElementById('scan-state').textContent === 'paused'",
+        Duration::from_secs(60),
+    )
+    .await;
+    wait_until(
+        client,
+        "document.getElementById('scan-resume') !== null",
+        Duration::from_secs(5),
+    )
+    .await;
+    let paused_rows = js(client, "scanView.status.progress.rowsRead").await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    client.refresh().await.unwrap();
+    wait_until(client, "scanView.status !== null && document.getElementById('scan-state').textContent === 'paused'", Duration::from_secs(10)).await;
+    assert_eq!(
+        js(client, "scanView.status.progress.rowsRead").await,
+        paused_rows,
+        "rows read while paused"
+    );
+    assert!(
+        client.find(Locator::Id("scan-pause")).await.is_err(),
+        "no pause once paused"
+    );
+    shot(client, "scan-paused", 1280, 1500).await;
+    click(client, "scan-resume").await;
+    wait_until(
+        client,
+        "document.getElementById('confirm').open",
+        Duration::from_secs(5),
+    )
+    .await;
+    click(client, "confirm-yes").await;
+    wait_until(
+        client,
+        "document.getElementById('scan-state').textContent === 'running'",
+        Duration::from_secs(30),
+    )
+    .await;
     client
         .find(Locator::Id("scan-cancel"))
         .await
