@@ -118,10 +118,13 @@ async fn the_list_shows_what_each_scan_touches_and_filters_by_state_action_and_t
         json!({"container": container, "prefix": "day/one/", "connection": "AzureWebJobsStorage"})
     );
     let imported = entry(&import);
+    // With the export's size from its manifest: the page's progress and ETA of an import.
     assert_eq!(
         imported["import"],
-        json!({"container": container, "prefix": "day/one/", "connection": "AzureWebJobsStorage"})
+        json!({"container": container, "prefix": "day/one/", "connection": "AzureWebJobsStorage", "rows": 2})
     );
+    // What a scan reads, so that an earlier count of the same scope is found from the list.
+    assert_eq!(copied["scope"]["prefix"], "", "{copied}");
     assert_eq!(imported["action"], "count");
     assert_eq!(imported["progress"]["rowsRead"], 2, "{imported}");
     // An update's properties by name: the list stays small whatever the values.

@@ -32,6 +32,39 @@ ensure_nextest() {
   cargo install --locked cargo-nextest >&2
 }
 
+# Headless Chromium and its WebDriver, for the page's browser test
+# (tools/devhost/tests/ui_browser.rs): Debian's chromium and chromium-driver, installed with
+# apt-get when missing and this user may (root, or sudo without a password). Returns non-zero,
+# with a message, when they cannot be installed; the test then says it was skipped and passes.
+ensure_chromium() {
+  if command -v chromedriver >/dev/null && { command -v chromium >/dev/null || command -v chromium-browser >/dev/null; }; then
+    return 0
+  fi
+  local sudo=()
+  if [ "$(id -u)" != 0 ]; then
+    if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+      sudo=(sudo -n)
+    else
+      say "chromium and chromium-driver are missing and installing them needs root: the browser test will be skipped"
+      return 1
+    fi
+  fi
+  if ! command -v apt-get >/dev/null; then
+    say "no apt-get to install chromium and chromium-driver: the browser test will be skipped"
+    return 1
+  fi
+  say "installing chromium and chromium-driver (apt-get) for the browser test ..."
+  local install=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium chromium-driver)
+  if ! "${install[@]}" >&2; then
+    # The package lists may be missing or old: read them once, and try again.
+    "${sudo[@]}" apt-get update >&2 || true
+    if ! "${install[@]}" >&2; then
+      say "apt-get could not install chromium and chromium-driver: the browser test will be skipped"
+      return 1
+    fi
+  fi
+}
+
 ensure_cargo_fuzz() {
   command -v cargo-fuzz >/dev/null && return 0
   say "installing cargo-fuzz ..."

@@ -528,6 +528,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(&format!("/{DELETE_SCAN}"), post(delete_scan))
         .route(&format!("/{CLEAR_REJECTED}"), post(clear_rejected))
         .route(&format!("/{REDRIVE_SCANS}"), post(redrive_scans))
+        .route(&format!("/{SCANS_PAGE}"), post(scans_page))
         .layer(DefaultBodyLimit::max(MAX_INVOCATION_BYTES))
         .with_state(state)
 }
@@ -554,6 +555,13 @@ async fn start_scan(State(state): State<Arc<AppState>>, body: Body) -> Response 
 async fn get_scan(State(state): State<Arc<AppState>>, body: Body) -> Response {
     match super::http_body::read(body).await {
         Ok(body) => http::get_scan(&state, &body).await,
+        Err(refused) => refused,
+    }
+}
+
+async fn scans_page(body: Body) -> Response {
+    match super::http_body::read(body).await {
+        Ok(body) => super::ui::page_answer(&body),
         Err(refused) => refused,
     }
 }

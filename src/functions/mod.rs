@@ -21,6 +21,7 @@ mod scans_list;
 pub mod schedules;
 mod schedules_http;
 mod send;
+mod ui;
 
 pub mod step;
 

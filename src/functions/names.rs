@@ -35,6 +35,8 @@ pub const SCHEDULES_SCHEDULE: &str = "30 */1 * * * *";
 pub const DELETE_SCAN: &str = "DeleteScan";
 pub const CLEAR_REJECTED: &str = "ClearRejected";
 pub const REDRIVE_SCANS: &str = "RedriveScans";
+/// The page to watch and start scans (`GET /api/ui`, see `functions::ui`).
+pub const SCANS_PAGE: &str = "ScansPage";
 
 /// When `RedriveScans` runs (NCRONTAB, with seconds): every minute. A claim abandoned by a
 /// host that died counts as stranded as soon as its lease has run out, and a scan with no
@@ -82,8 +84,12 @@ fn queue_function(queue: &str) -> Value {
 }
 
 fn http_function(method: &str, route: &str, extra: Vec<Value>) -> Value {
+    http_function_at(method, route, "function", extra)
+}
+
+fn http_function_at(method: &str, route: &str, auth_level: &str, extra: Vec<Value>) -> Value {
     let mut bindings = vec![
-        json!({ "name": HTTP_REQUEST, "type": "httpTrigger", "direction": "in", "authLevel": "function", "methods": [method], "route": route }),
+        json!({ "name": HTTP_REQUEST, "type": "httpTrigger", "direction": "in", "authLevel": auth_level, "methods": [method], "route": route }),
         json!({ "name": HTTP_RESPONSE, "type": "http", "direction": "out" }),
     ];
     bindings.extend(extra);
@@ -114,6 +120,13 @@ pub fn function_definitions() -> Vec<(&'static str, Value)> {
         (
             RETRY_SCAN,
             http_function("post", "scans/{id}/retry", queue_outputs()),
+        ),
+        // The page is the same static text for everyone and holds no data: a browser cannot
+        // send `x-functions-key` when it navigates, so the page is anonymous and every request
+        // it makes for data carries the key (see `functions::ui`).
+        (
+            SCANS_PAGE,
+            http_function_at("get", "ui", "anonymous", Vec::new()),
         ),
         (
             PAUSE_SCAN,

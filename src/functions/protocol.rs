@@ -237,23 +237,36 @@ impl Outcome {
 
     /// The HTTP answer (`res`), with a JSON body.
     pub fn http(
-        mut self,
+        self,
         binding: &str,
         status: StatusCode,
         body: &Value,
         extra_headers: &[(&str, String)],
     ) -> Self {
-        let mut headers = Map::new();
-        headers.insert(
-            "Content-Type".into(),
-            Value::String("application/json; charset=utf-8".into()),
-        );
-        for (name, value) in extra_headers {
-            headers.insert((*name).to_string(), Value::String(value.clone()));
-        }
+        let mut headers = vec![(
+            "Content-Type",
+            "application/json; charset=utf-8".to_string(),
+        )];
+        headers.extend(extra_headers.iter().cloned());
+        self.http_text(binding, status, &body.to_string(), &headers)
+    }
+
+    /// The HTTP answer (`res`) with a text body as it is, and `headers` (which name its
+    /// `Content-Type`; without one the host sends text/plain).
+    pub fn http_text(
+        mut self,
+        binding: &str,
+        status: StatusCode,
+        body: &str,
+        headers: &[(&str, String)],
+    ) -> Self {
+        let headers: Map<String, Value> = headers
+            .iter()
+            .map(|(name, value)| ((*name).to_string(), Value::String(value.clone())))
+            .collect();
         self.outputs.insert(
             binding.to_string(),
-            json!({ "statusCode": status.as_u16(), "headers": headers, "body": body.to_string() }),
+            json!({ "statusCode": status.as_u16(), "headers": headers, "body": body }),
         );
         self
     }

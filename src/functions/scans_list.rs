@@ -62,7 +62,7 @@ impl ListQuery {
                     |_| {
                         bad(
                             "state",
-                            "must be pending, running, succeeded, failed, cancelling or cancelled",
+                            "must be pending, running, succeeded, failed, cancelling, cancelled, pausing or paused",
                         )
                     },
                 )?,
@@ -148,22 +148,45 @@ pub(super) fn entry(status: &ScanStatus) -> Value {
         "action": action_type(&spec.action),
         "target": Value::Object(target),
         "createdAt": status.created_at,
+        "startedAt": status.started_at,
         "finishedAt": status.finished_at,
         "progress": {
             "rowsRead": p.rows_read, "rowsActed": p.rows_acted, "rowsSkipped": p.rows_skipped,
             "rowsFailed": p.rows_failed, "partitions": p.partitions,
             "stepsDone": p.steps_done, "stepsPending": p.steps_pending, "stepsFailed": p.steps_failed,
+            "requestsThrottled": p.requests_throttled, "rowsPerSecond": p.rows_per_second,
         },
         "status": format!("/api/scans/{}", status.id),
     });
     if spec.dry_run {
         entry["dryRun"] = json!(true);
     }
+    // In flight: rows read per second over the last 20 seconds or so (steps record their rows
+    // when they finish, up to 15 s apart), from the history the status read has already
+    // (`job::history`).
+    if let (Some(history), true) = (&status.history, status.finished_at.is_none()) {
+        let began = status.started_at.as_deref().unwrap_or(&status.created_at);
+        if let Some(began) = crate::storage::table::entity::EdmDateTime::parse(began) {
+            let elapsed = (time::OffsetDateTime::now_utc() - began.time()).as_seconds_f64();
+            let recent = history.recent_rows_per_second(elapsed, 20.0);
+            entry["recentRowsPerSecond"] = json!(recent.unwrap_or(0.0));
+        }
+    }
+    // What the scan reads, so that an earlier count of the same scope can be found from the
+    // list alone (its size gives the time left; see docs/ui.md).
+    for field in ["scope", "filter", "olderThan"] {
+        if let Some(value) = requested.get(field).filter(|v| !v.is_null()) {
+            entry[field] = value.clone();
+        }
+    }
     if let Some(import) = &spec.import {
         let mut from = Map::new();
         from.insert("container".into(), json!(import.container));
         from.insert("prefix".into(), json!(import.prefix));
         from.insert("connection".into(), json!(import.connection));
+        if let Some(rows) = requested["import"]["manifest"]["rows"].as_u64() {
+            from.insert("rows".into(), json!(rows));
+        }
         entry["import"] = Value::Object(from);
     }
     entry

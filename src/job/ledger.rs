@@ -16,6 +16,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use super::exports::BlobEntry;
+use super::history::{History, Sample};
 use super::notes::RowNotes;
 use super::rows::{
     self, counter_key, date, done_key, failed_key, millis, pending_key, shard_of, text, DoneRow,
@@ -364,9 +365,25 @@ impl Ledger {
             };
             let mut next = Tallies::from_entity(&current);
             next.add(delta);
+            // The shard's rate history (`job::history`) goes along in the same write.
+            let mut history = History::from_entity(&current);
+            let at_ms = match delta.last_finished_ms {
+                0 => millis(OffsetDateTime::now_utc()),
+                at => at,
+            };
+            history.record(
+                at_ms,
+                Sample {
+                    rows_read: delta.rows_read,
+                    rows_acted: delta.rows_acted,
+                    throttled: delta.throttled,
+                },
+            );
+            let mut entity = next.to_entity(scan, shard);
+            history.write_into(&mut entity);
             let etag = IfMatch::Etag(current.etag.clone().unwrap_or_default());
             batch.truncate(shard_index);
-            batch.push(Operation::Update(next.to_entity(scan, shard), etag));
+            batch.push(Operation::Update(entity, etag));
             match self.table.submit_transaction(&batch).await {
                 Ok(_) => return Ok(()),
                 Err(e)
@@ -989,8 +1006,12 @@ impl Ledger {
     }
 
     /// The scan's totals, summed over its counter shards from one query, with each shard's
-    /// etag (two reads with equal etags saw the same state).
-    pub(crate) async fn totals(&self, scan: &str) -> Result<(Tallies, Vec<String>), LedgerError> {
+    /// etag (two reads with equal etags saw the same state) and the sum of their rate
+    /// histories (`job::history`).
+    pub(crate) async fn totals(
+        &self,
+        scan: &str,
+    ) -> Result<(Tallies, Vec<String>, History), LedgerError> {
         let query = Query::filtered(rows::rows_of(scan, rows::counter_range()));
         let shards = self.table.query_all(&query).await?;
         if shards.len() != usize::from(SHARDS) {
@@ -1000,12 +1021,14 @@ impl Ledger {
             ));
         }
         let mut sum = Tallies::default();
+        let mut history = History::default();
         let mut etags = Vec::with_capacity(shards.len());
         for shard in &shards {
             sum.add(Tallies::from_entity(shard));
+            history.add(History::from_entity(shard));
             etags.push(shard.etag.clone().unwrap_or_default());
         }
-        Ok((sum, etags))
+        Ok((sum, etags, history))
     }
 
     /// Up to `limit` of a scan's items that failed for good.

@@ -7,6 +7,7 @@ pub mod cancel_drop;
 pub mod connections;
 mod duplicate_keys;
 pub mod exports;
+pub mod history;
 pub mod housekeeping;
 pub mod learning;
 pub mod ledger;

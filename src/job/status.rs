@@ -5,6 +5,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use super::activity::CLAIMS_WINDOW;
+use super::history::{History, RateHistory};
 use super::ledger::{format_time, Ledger, LedgerError, ScanRecord};
 use super::notes::{NotedRow, RowNotes, STEPS_READ as NOTED_STEPS_READ};
 use super::read_budget::ReadCost;
@@ -84,6 +85,10 @@ pub struct ScanStatus {
     /// For exports: where the blobs are, how many are written, and the manifest once it is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub export: Option<ExportProgress>,
+    /// The scan's rate since its start, in at most `job::history::SAMPLES` intervals, read
+    /// with the counter shards at no cost of its own; none before a step finished.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history: Option<RateHistory>,
     /// When the scan was paused (while it is), or resumed (after a pause).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paused_at: Option<String>,
@@ -93,6 +98,16 @@ pub struct ScanStatus {
     /// resume call or the re-drive sweep goes on; see `job::pause`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub resuming: bool,
+}
+
+/// Whether the scan writes a table row per row it acts on (a copy, a delete, an update, not
+/// in a dry run): a cap counts those writes beside the rows read.
+pub fn writes_rows(spec: &ScanSpec) -> bool {
+    !spec.dry_run
+        && matches!(
+            spec.action,
+            ActionSpec::Copy { .. } | ActionSpec::Delete | ActionSpec::Update { .. }
+        )
 }
 
 /// `spec` in the form of a request: an enqueue over several queues names them in `queues`
@@ -268,7 +283,7 @@ impl Ledger {
             return Ok(None);
         };
         let mut cost = ReadCost::new(1, 1);
-        let (totals, settled, reads) = self.totals_within(id, STATUS_SHARD_READS).await?;
+        let (totals, settled, reads, history) = self.totals_within(id, STATUS_SHARD_READS).await?;
         cost = cost.plus(ReadCost::new(reads, reads * u32::from(SHARDS)));
         // Whether a step still runs: asked only of a cancelled or paused scan (`cancelling`,
         // `pausing`), whose steps are stopping.
@@ -301,6 +316,10 @@ impl Ledger {
         let created_at = record.created_at;
         let redrive_looked_at = record.redrive_looked_at;
         let mut status = status_of(record, totals, settled, running, errors, now);
+        let began = status.started_at.as_deref().unwrap_or(&status.created_at);
+        let began_s = crate::storage::table::entity::EdmDateTime::parse(began)
+            .map_or(0, |t| t.time().unix_timestamp());
+        status.history = RateHistory::of(&history, began_s, writes_rows(&status.spec));
         status.row_failures = notes.failed;
         status.dry_run_rows = notes.sample;
         Ok(Some(StatusRead {
@@ -340,7 +359,7 @@ impl Ledger {
     /// the child), summing to zero unsettled items while the child's own children run. Two
     /// reads with equal etags saw every shard unchanged over a moment they share.
     pub async fn consistent_totals(&self, id: &str) -> Result<(Tallies, bool), LedgerError> {
-        let (totals, settled, _) = self.totals_within(id, 1 + CONSISTENT_READ_TRIES).await?;
+        let (totals, settled, _, _) = self.totals_within(id, 1 + CONSISTENT_READ_TRIES).await?;
         Ok((totals, settled))
     }
 
@@ -350,21 +369,21 @@ impl Ledger {
         &self,
         id: &str,
         reads: u32,
-    ) -> Result<(Tallies, bool, u32), LedgerError> {
-        let (mut totals, mut etags) = self.totals(id).await?;
+    ) -> Result<(Tallies, bool, u32, History), LedgerError> {
+        let (mut totals, mut etags, mut history) = self.totals(id).await?;
         let mut made = 1;
         while made < reads {
             if totals.unsettled() > 0 {
-                return Ok((totals, false, made));
+                return Ok((totals, false, made, history));
             }
-            let (again, again_etags) = self.totals(id).await?;
+            let (again, again_etags, again_history) = self.totals(id).await?;
             made += 1;
             if again_etags == etags {
-                return Ok((again, true, made));
+                return Ok((again, true, made, again_history));
             }
-            (totals, etags) = (again, again_etags);
+            (totals, etags, history) = (again, again_etags, again_history);
         }
-        Ok((totals, false, made))
+        Ok((totals, false, made, history))
     }
 }
 
@@ -536,6 +555,7 @@ fn status_of(
         result,
         activity: None,
         pace: None,
+        history: None,
     }
 }
 

@@ -282,6 +282,41 @@ impl Api {
         .await
     }
 
+    /// The address of the app's page (`GET /api/ui`), with the key in the fragment when
+    /// `with_key` and there is one: the page takes it from there and browsers never send a
+    /// fragment to the server.
+    pub fn page_address(&self, with_key: bool) -> String {
+        match (&self.key, with_key) {
+            (Some(key), true) => format!("{}#key={}", self.url("ui"), encode(key)),
+            _ => self.url("ui"),
+        }
+    }
+
+    /// Whether the app serves its page: `Ok` for a 200 HTML answer, else why not in a
+    /// sentence (an app of an earlier version has no page).
+    pub async fn page_served(&self) -> Result<(), String> {
+        let answer = self
+            .http
+            .get(self.url("ui"))
+            .send()
+            .await
+            .map_err(|e| format!("the app at {} could not be reached ({e})", self.base))?;
+        let html = answer
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|t| t.starts_with("text/html"));
+        match answer.status().as_u16() {
+            200 if html => Ok(()),
+            404 => Err(
+                "the app has no page (GET /api/ui answered 404): it may be of a version \
+                        before the page came"
+                    .into(),
+            ),
+            status => Err(format!("GET /api/ui answered {status}, not the page")),
+        }
+    }
+
     fn url(&self, path: &str) -> String {
         format!("{}/api/{path}", self.base)
     }

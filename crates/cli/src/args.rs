@@ -98,6 +98,13 @@ pub enum Command {
         /// The scan's id
         id: String,
     },
+    /// Print the address of the app's page to watch and start scans in a browser, with the
+    /// function key in its fragment (which browsers never send)
+    Ui {
+        /// Print the address without the key (the page asks for it)
+        #[arg(long)]
+        without_key: bool,
+    },
 }
 
 /// `tablescan list`: one page of scans, and filters applied to it.

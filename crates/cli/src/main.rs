@@ -111,6 +111,18 @@ async fn run(cli: Cli) -> i32 {
             0
         }),
         Command::Remove { id } => remove(&api, id, json).await,
+        Command::Ui { without_key } => {
+            // The address is printed whatever the check finds (the app may be starting);
+            // what the check found goes to stderr.
+            if let Err(why) = api.page_served().await {
+                eprintln!("tablescan: {why}");
+            }
+            let address = api.page_address(!without_key);
+            print_json_or(json, &serde_json::json!({ "address": address }), || {
+                format!("{address}\n")
+            });
+            Ok(0)
+        }
     };
     outcome.unwrap_or_else(|error| {
         report(&error, json);

@@ -221,6 +221,39 @@ async fn a_missing_or_wrong_key_is_a_clear_refusal() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
 
+/// `tablescan ui`: the page's address, with the key in the fragment (which browsers never
+/// send) unless `--without-key`; the page itself answers without a key, as HTML, while the
+/// API still wants one. With nothing listening it still prints the address and says why the
+/// page could not be checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ui_prints_the_page_address_with_the_key_in_its_fragment() {
+    let host = Host::start(1, &[("DEVHOST_FUNCTION_KEY", "the+key/=")]);
+    let url = url(&host);
+    let out = tablescan(&url, &["--key", "the+key/=", "ui"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        format!("{url}/api/ui#key=the%2Bkey%2F%3D\n")
+    );
+    assert_eq!(text(&out.stderr), "", "the page was served");
+    let out = tablescan(&url, &["--key", "the+key/=", "ui", "--without-key"], &[]).await;
+    assert_eq!(text(&out.stdout), format!("{url}/api/ui\n"));
+    let page = reqwest::get(format!("{url}/api/ui")).await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert_eq!(page.headers()["content-type"], "text/html; charset=utf-8");
+    let api = reqwest::get(format!("{url}/api/scans")).await.unwrap();
+    assert_eq!(api.status(), 401, "the API still wants the key");
+    let nowhere = format!("http://127.0.0.1:{}", free_port());
+    let out = tablescan(&nowhere, &["ui"], &[]).await;
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(text(&out.stdout), format!("{nowhere}/api/ui\n"));
+    assert!(
+        text(&out.stderr).contains("could not be reached"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
 /// Nothing listening: exit 4 and how to start the app.
 #[tokio::test]
 async fn an_app_that_is_not_running_is_named_with_how_to_start_it() {
