@@ -222,19 +222,7 @@ impl Host {
     /// Kills devhost as a crash would (its handlers die with it) and starts it again over the
     /// same app, ledger and settings, on a new port.
     pub fn crash_and_restart(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let before = self.handler_pids().len();
-        let (child, port) = launch(
-            &self._dir.0,
-            &self.ledger,
-            self.instances,
-            &self.settings,
-            &self.lines,
-        );
-        self.child = child;
-        self.port = port;
-        self.wait_for_handlers(before);
+        self.down_for(Duration::ZERO);
     }
 
     /// Kills devhost as a crash would, leaves the app down for `down`, and starts it again
