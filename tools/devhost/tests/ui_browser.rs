@@ -205,8 +205,9 @@ async fn fill(client: &Client, id: &str, value: &str) {
 async fn check_labels_and_width(client: &Client, what: &str) {
     let unlabelled = js(
         client,
-        "Array.from(document.querySelectorAll('input, select, textarea'))\
-         .filter((e) => e.labels.length === 0).map((e) => e.id)",
+        "Array.from(document.querySelectorAll('input, select, textarea, progress'))\
+         .filter((e) => e.labels.length === 0 && !e.hasAttribute('aria-labelledby'))\
+         .map((e) => e.id)",
     )
     .await;
     assert_eq!(unlabelled, json!([]), "{what}: controls without a label");
