@@ -119,6 +119,38 @@ mod tests {
         }
     }
 
+    /// The number a script's `const NAME = <digits>` sets.
+    fn constant(script: &str, name: &str) -> u64 {
+        let at = script
+            .find(&format!("const {name} = "))
+            .unwrap_or_else(|| panic!("no {name}"));
+        let digits: String = script[at + name.len() + 9..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().unwrap()
+    }
+
+    /// The page costs the ledger no more than `tablescan status --watch`, one status read a
+    /// second (issue 37): a list page of `LIST_LIMIT` scans is that many status reads, so the
+    /// list may be read again every `LIST_LIMIT` seconds at most often, and a scan's page
+    /// every second. The earlier counts the list looks up for its ETAs (a list page of
+    /// `COUNTS_LIMIT`) are kept at least ten times as long.
+    #[test]
+    fn the_page_reads_no_more_often_than_the_watch() {
+        let script = SCRIPTS.join("\n");
+        let limit = constant(&script, "LIST_LIMIT");
+        assert!(script.contains("limit: String(LIST_LIMIT)"));
+        assert!(
+            constant(&script, "LIST_REFRESH_MS") >= 1000 * limit,
+            "the list is read again faster than one status read a second"
+        );
+        assert!(constant(&script, "SCAN_REFRESH_MS") >= 1000);
+        let counts = constant(&script, "COUNTS_LIMIT");
+        assert!(script.contains("limit: String(COUNTS_LIMIT)"));
+        assert!(constant(&script, "COUNTS_KEPT_MS") >= 10_000 * counts);
+    }
+
     #[tokio::test]
     async fn the_answer_is_html_with_its_policy() {
         let invocation = serde_json::json!({

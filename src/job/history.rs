@@ -27,7 +27,7 @@ pub const SAMPLES: usize = 64;
 pub const HISTORY_PROPERTY: &str = "rateHistory";
 /// The history's form in its property (the first field), so a later form is never misread.
 const FORM: &str = "h1";
-/// Widths stop doubling here (2^40 s is some 35,000 years).
+/// Widths stop doubling here (2^40 s is some 35,000 years), and every history ends by then.
 const MAX_LEVEL: u32 = 40;
 
 /// What the finishes of one interval added.
@@ -207,7 +207,11 @@ impl History {
                 throttled: numbers[2],
             });
         }
-        if samples.len() > SAMPLES {
+        // Every history this code writes ends before 2^MAX_LEVEL seconds (finishes are
+        // stamped by clocks of this era); one that does not is damaged, and summing it with
+        // another could span trillions of intervals.
+        let end = first.checked_add(samples.len() as u64)?;
+        if samples.len() > SAMPLES || end > (1u64 << MAX_LEVEL) >> level {
             return None;
         }
         Some(History {
@@ -245,7 +249,10 @@ impl RateHistory {
             rows_read: samples.iter().map(|s| s.rows_read).collect(),
             entities: samples
                 .iter()
-                .map(|s| s.rows_read + if writes { s.rows_acted } else { 0 })
+                .map(|s| {
+                    s.rows_read
+                        .saturating_add(if writes { s.rows_acted } else { 0 })
+                })
                 .collect(),
             requests_throttled: samples.iter().map(|s| s.throttled).collect(),
         })

@@ -78,6 +78,36 @@ fn it_round_trips_through_a_shard_and_bad_text_reads_as_empty() {
     assert_eq!(History::from_entity(&e), History::default());
 }
 
+/// A history that parses but cannot be one this code wrote (a damaged shard, or one edited by
+/// hand): intervals past the year 36,000, where the sum of two shards would span a vector of
+/// trillions of intervals (the process aborts on the allocation) and `first + len` overflows,
+/// or numbers whose rows read plus rows acted overflow. Each counts as empty, or shows without
+/// a panic, as the module promises.
+#[test]
+fn a_history_out_of_any_time_reads_as_empty_and_sums_without_a_panic() {
+    let shard = |text: &str| {
+        let e = Entity::new("s", "c").with(HISTORY_PROPERTY, Value::String(text.into()));
+        History::from_entity(&e)
+    };
+    let mut sane = History::default();
+    sane.record(T0, rows(5));
+    for far in [
+        "h1;40;1000000000000;1".to_string(),
+        format!("h1;0;{};1", u64::MAX),
+        format!("h1;40;{};1", u64::MAX >> 40),
+        format!("h1;1;{};1,1", u64::MAX >> 1),
+    ] {
+        let damaged = shard(&far);
+        assert_eq!(damaged, History::default(), "{far}");
+        let mut sum = sane.clone();
+        sum.add(damaged);
+        assert_eq!(sum, sane, "{far}");
+    }
+    let big = shard(&format!("h1;0;{};{}/{}", T0 / 1000, u64::MAX, u64::MAX));
+    let shown = RateHistory::of(&big, (T0 / 1000) as i64, true).unwrap();
+    assert_eq!(shown.entities, vec![u64::MAX]);
+}
+
 #[test]
 fn the_status_form_counts_writes_for_actions_that_write() {
     let mut h = History::default();

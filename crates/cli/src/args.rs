@@ -101,7 +101,8 @@ pub enum Command {
     /// Print the address of the app's page to watch and start scans in a browser, with the
     /// function key in its fragment (which browsers never send)
     Ui {
-        /// Print the address without the key (the page asks for it)
+        /// Print the address without the key (the page asks for it): for a browser whose
+        /// history others see or is synced, which keeps the address as it was opened
         #[arg(long)]
         without_key: bool,
     },

@@ -19,6 +19,12 @@ function setFunctionKey(key) {
 
 let memoryKey = "";
 
+/** `text` with its %-escapes decoded; null when they are not valid UTF-8 (a mistyped or cut
+ * address), which `decodeURIComponent` throws for: the page must not stop on it. */
+function decoded(text) {
+  try { return decodeURIComponent(text); } catch (e) { return null; }
+}
+
 /** Takes `key=...` out of the fragment, keeps it, and leaves the rest of the fragment. */
 function takeKeyFromAddress() {
   const hash = location.hash.replace(/^#/, "");
@@ -27,7 +33,9 @@ function takeKeyFromAddress() {
   let found = false;
   for (const part of parts) {
     if (part.startsWith("key=")) {
-      setFunctionKey(decodeURIComponent(part.slice(4)));
+      const key = decoded(part.slice(4));
+      if (key === null) notice("The key in the address is not valid (a %-escape is cut or wrong); enter it in the function key field.");
+      else setFunctionKey(key);
       found = true;
     } else if (part) {
       kept.push(part);

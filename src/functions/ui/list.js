@@ -1,12 +1,20 @@
 "use strict";
 // The scans list: `GET /api/scans`, newest first, a page of 20 at a time (`after` is the
-// previous page's `next`), filtered by state, action and table. It is read again every 5
-// seconds while a scan on it is in flight and the tab is shown, never faster.
+// previous page's `next`), filtered by state, action and table. The app reads each listed
+// scan's status for a page (20 status reads), so the list is read again every 20 seconds while
+// a scan on it is in flight and the tab is shown: one status read a second, as
+// `tablescan status --watch` costs; a scan's own page is the one to watch closely.
 
-const LIST_REFRESH_MS = 5000;
+const LIST_LIMIT = 20;
+const LIST_REFRESH_MS = 20000;
+/** The earlier counts looked up for the ETAs: a list page of this many scans per table, kept
+ * for ten minutes (a succeeded count does not change). */
+const COUNTS_LIMIT = 50;
+const COUNTS_KEPT_MS = 600000;
 
 const list = {
   places: [null],     // `after` of each page seen, the first page's being null
+  reading: 0,         // the latest read's number: an answer to an earlier one is dropped
   page: 0,
   next: null,
   timer: null,
@@ -14,7 +22,7 @@ const list = {
 };
 
 function listQuery() {
-  const q = new URLSearchParams({ limit: "20" });
+  const q = new URLSearchParams({ limit: String(LIST_LIMIT) });
   const state = document.getElementById("filter-state").value;
   const action = document.getElementById("filter-action").value;
   const table = document.getElementById("filter-table").value.trim();
@@ -28,12 +36,15 @@ function listQuery() {
 
 async function showList() {
   clearTimeout(list.timer);
+  const reading = ++list.reading;
   const error = document.getElementById("list-error");
   let page;
   try {
     page = (await api("GET", "/scans?" + listQuery())).body;
+    if (reading !== list.reading) return;
     error.hidden = true;
   } catch (e) {
+    if (reading !== list.reading) return;
     error.textContent = (e.field ? e.field + ": " : "") + e.message;
     error.hidden = false;
     scheduleList(LIST_REFRESH_MS * 2);
@@ -47,6 +58,8 @@ async function showList() {
     const [unit] = progressUnit(scan.action, (scan.target || {}).per, scan.progress || {});
     if (total) scan.total = unit === "partitions" ? total.partitions : total.rows;
   }
+  // A filter or a page chosen meanwhile has its own read: this answer is of another page.
+  if (reading !== list.reading) return;
   const rows = scans.map(listRow);
   document.querySelector("#scans-table tbody").replaceChildren(...rows);
   document.getElementById("list-empty").hidden = scans.length > 0;
@@ -132,8 +145,9 @@ function setupList() {
 /**
  * The size of `spec`'s scope, if known: an import's from its export's manifest, a table
  * scan's from the newest earlier count of the same table, connection, scope and filter (not
- * of rows older than a moving moment). One list request per table, kept for a minute for
- * the list's refreshes; `fresh` (a scan's page, which asks once) reads it again.
+ * of rows older than a moving moment), among the newest COUNTS_LIMIT scans (the API filters
+ * a page after reading it). One list request per table, kept for COUNTS_KEPT_MS for the
+ * list's refreshes; `fresh` (a scan's page, which asks once) reads it again.
  */
 async function earlierTotal(spec, fresh) {
   if (!spec) return null;
@@ -150,10 +164,10 @@ async function earlierTotal(spec, fresh) {
 
 async function succeededCounts(table, fresh) {
   const kept = list.counts.get(table);
-  if (!fresh && kept && Date.now() - kept.at < 60000) return kept.scans;
+  if (!fresh && kept && Date.now() - kept.at < COUNTS_KEPT_MS) return kept.scans;
   let scans = [];
   try {
-    const q = new URLSearchParams({ limit: "50", state: "succeeded", action: "count", table });
+    const q = new URLSearchParams({ limit: String(COUNTS_LIMIT), state: "succeeded", action: "count", table });
     scans = ((await api("GET", "/scans?" + q)).body.scans || []).filter((s) => s.table === table);
   } catch (e) {
     scans = [];

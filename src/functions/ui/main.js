@@ -26,7 +26,14 @@ function route() {
     document.title = "Scans · tablescan";
     showList();
   } else if (view === "scan") {
-    const id = decodeURIComponent(location.hash.replace(/^#scan=/, ""));
+    const id = decoded(location.hash.replace(/^#scan=/, ""));
+    if (!id) {
+      // A mistyped or cut address: the list, rather than a request for no scan.
+      notice("The address names no scan.");
+      history.replaceState(null, "", location.pathname + location.search + "#scans");
+      route();
+      return;
+    }
     document.title = "Scan " + id.slice(0, 8) + " · tablescan";
     showScan(id);
   } else {

@@ -22,17 +22,53 @@ use common::*;
 
 const KEY: &str = "ui-test-key+/=";
 
-/// chromedriver on a free port, stopped when dropped.
+/// chromedriver on a free port, stopped when dropped with the browser it started, and the
+/// browser's profile folder removed.
 struct Driver {
     child: Child,
     port: u16,
+    profile: PathBuf,
 }
 
 impl Drop for Driver {
+    /// chromedriver killed leaves its Chromium running (reparented to init, with its
+    /// renderers): when the session could not be closed (a hung or crashed browser), the
+    /// processes chromedriver started are killed first, found through /proc.
     fn drop(&mut self) {
+        for pid in descendants(self.child.id()) {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .stderr(Stdio::null())
+                .status();
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.profile);
     }
+}
+
+/// The processes below `pid` (children first found, then theirs), from Linux's
+/// `/proc/<pid>/task/<tid>/children`; none where that cannot be read.
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    let mut next = vec![pid];
+    while let Some(parent) = next.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{parent}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let children =
+                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            for child in children
+                .split_whitespace()
+                .filter_map(|c| c.parse::<u32>().ok())
+            {
+                found.push(child);
+                next.push(child);
+            }
+        }
+    }
+    found
 }
 
 fn on_path(name: &str) -> Option<PathBuf> {
@@ -63,7 +99,12 @@ fn start_driver(path: &Path) -> Driver {
         .stderr(Stdio::null())
         .spawn()
         .expect("chromedriver starts");
-    let driver = Driver { child, port };
+    let profile = std::env::temp_dir().join(format!("tablescan-ui-chromium-{port}"));
+    let driver = Driver {
+        child,
+        port,
+        profile,
+    };
     let deadline = Instant::now() + Duration::from_secs(20);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(Instant::now() < deadline, "chromedriver did not listen");
@@ -79,7 +120,8 @@ async fn open_browser(driver: &Driver, chromium: &Path) -> Client {
         json!({
             "binary": chromium,
             "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                     "--window-size=1280,1000", "--force-prefers-reduced-motion"],
+                     "--window-size=1280,1000", "--force-prefers-reduced-motion",
+                     format!("--user-data-dir={}", driver.profile.display())],
         }),
     );
     let connector = hyper_util::client::legacy::connect::HttpConnector::new();
@@ -163,8 +205,9 @@ async fn fill(client: &Client, id: &str, value: &str) {
 async fn check_labels_and_width(client: &Client, what: &str) {
     let unlabelled = js(
         client,
-        "Array.from(document.querySelectorAll('input, select, textarea'))\
-         .filter((e) => e.labels.length === 0).map((e) => e.id)",
+        "Array.from(document.querySelectorAll('input, select, textarea, progress'))\
+         .filter((e) => e.labels.length === 0 && !e.hasAttribute('aria-labelledby'))\
+         .map((e) => e.id)",
     )
     .await;
     assert_eq!(unlabelled, json!([]), "{what}: controls without a label");
@@ -198,8 +241,9 @@ async fn the_page_starts_watches_and_cancels_scans_in_a_browser() {
         async move { drive(&client, &url, &table, total).await }
     })
     .await;
-    // The session ends (and its browser with it) before chromedriver, whatever happened.
-    let _ = client.close().await;
+    // The session ends (and its browser with it) before chromedriver, whatever happened; a
+    // browser that does not answer is killed with chromedriver (`Driver`'s drop).
+    let _ = tokio::time::timeout(Duration::from_secs(30), client.close()).await;
     drop(driver);
     if let Err(failed) = driven {
         std::panic::resume_unwind(failed.into_panic());
@@ -207,6 +251,19 @@ async fn the_page_starts_watches_and_cancels_scans_in_a_browser() {
 }
 
 async fn drive(client: &Client, url: &str, table: &str, total: usize) {
+    // An address whose %-escapes are cut (a key, or a scan id, pasted in part) must not stop
+    // the page: it shows the list (and asks for the key).
+    for cut in ["#key=%E0%A4&scans", "#scan=%E0%A4"] {
+        client.goto("about:blank").await.unwrap();
+        client.goto(&format!("{url}/api/ui{cut}")).await.unwrap();
+        wait_until(
+            client,
+            "!document.getElementById('view-scans').hidden && location.hash === '#scans'",
+            Duration::from_secs(10),
+        )
+        .await;
+    }
+    client.goto("about:blank").await.unwrap();
     // The key in the fragment: taken, kept, and gone from the address bar.
     let encoded: String = KEY
         .replace('+', "%2B")
