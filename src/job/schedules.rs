@@ -304,6 +304,16 @@ mod tests {
     }
 
     #[test]
+    fn a_cron_occurrence_recorded_at_one_tick_is_not_due_at_the_next() {
+        let t = Timetable::cron("0 3 * * *", None).unwrap();
+        let mut s = Schedule::new("s", t, "{}".into(), datetime!(2026-01-01 12:00 UTC));
+        let due = s.due(datetime!(2026-01-02 03:00:30.2 UTC)).unwrap();
+        assert_eq!(due, datetime!(2026-01-02 03:00 UTC));
+        s.last_occurrence = Some(due);
+        assert_eq!(s.due(datetime!(2026-01-02 03:01:30.9 UTC)), None);
+    }
+
+    #[test]
     fn a_schedule_keeps_its_newest_runs() {
         let t = Timetable::every("PT1S", OffsetDateTime::UNIX_EPOCH).unwrap();
         let mut s = Schedule::new("s", t, "{}".into(), OffsetDateTime::UNIX_EPOCH);
