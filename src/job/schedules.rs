@@ -15,6 +15,7 @@ use crate::storage::table::entity::{Entity, Value};
 use crate::storage::table::filter::{Comparison, Filter};
 use crate::storage::table::query::Query;
 use crate::storage::table::WriteMode;
+use crate::storage::Reason;
 
 /// The ledger partition of the schedules (outside any scan id's keys).
 pub const SCHEDULES: &str = "~schedules";
@@ -185,15 +186,47 @@ impl Ledger {
     pub async fn put_schedule(&self, schedule: &Schedule) -> Result<Schedule, LedgerError> {
         // The first schedule may come before the first scan, which creates the table.
         self.ensure().await?;
+        loop {
+            let as_read = self.schedule(&schedule.name).await?;
+            if let Some(stored) = self.put_schedule_over(schedule, as_read.as_ref()).await? {
+                return Ok(stored);
+            }
+        }
+    }
+
+    /// Writes `schedule` over `as_read` (the row as read, none if there was none), keeping its
+    /// runs and last occurrence; `None` when the row changed since it was read.
+    pub async fn put_schedule_over(
+        &self,
+        schedule: &Schedule,
+        as_read: Option<&Schedule>,
+    ) -> Result<Option<Schedule>, LedgerError> {
         let mut schedule = schedule.clone();
-        if let Some(old) = self.schedule(&schedule.name).await? {
-            schedule.runs = old.runs;
+        if let Some(old) = as_read {
+            schedule.runs = old.runs.clone();
             schedule.last_occurrence = schedule.last_occurrence.max(old.last_occurrence);
         }
-        self.table()
-            .upsert(&schedule.to_entity(), WriteMode::Replace)
-            .await?;
-        Ok(schedule)
+        let written = match as_read {
+            // A PUT's create that finds the row there lost to another PUT.
+            None => self.table().insert(&schedule.to_entity()).await,
+            // Conditional on the row as read: the timer may have recorded an occurrence since.
+            Some(old) => {
+                self.table()
+                    .update(
+                        &schedule.to_entity(),
+                        WriteMode::Replace,
+                        &IfMatch::Etag(old.etag.clone()),
+                    )
+                    .await
+            }
+        };
+        match written {
+            Ok(etag) => Ok(Some(Schedule { etag, ..schedule })),
+            Err(e) if e.reason().is_gone_or_changed() || e.reason() == Reason::AlreadyExists => {
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Schedule `name`, if there is one.
@@ -301,6 +334,79 @@ mod tests {
         let late = s.due(datetime!(2026-01-01 00:01:15 UTC)).unwrap();
         assert_eq!(late, datetime!(2026-01-01 00:01:10 UTC));
         assert_eq!(s.timetable.between(due, late, 100), 5);
+    }
+
+    #[test]
+    fn a_cron_occurrence_recorded_at_one_tick_is_not_due_at_the_next() {
+        let t = Timetable::cron("0 3 * * *", None).unwrap();
+        let mut s = Schedule::new("s", t, "{}".into(), datetime!(2026-01-01 12:00 UTC));
+        let due = s.due(datetime!(2026-01-02 03:00:30.2 UTC)).unwrap();
+        assert_eq!(due, datetime!(2026-01-02 03:00 UTC));
+        s.last_occurrence = Some(due);
+        assert_eq!(s.due(datetime!(2026-01-02 03:01:30.9 UTC)), None);
+    }
+
+    fn a_run(scan: &str) -> Run {
+        Run {
+            occurrence: String::new(),
+            at: String::new(),
+            scan: Some(scan.into()),
+            late: false,
+            missed: 0,
+            manual: false,
+            skipped: None,
+            error: None,
+        }
+    }
+
+    /// A `PUT` that read the schedule before the timer recorded an occurrence must not write
+    /// over that record: the run (and its scan, which the next occurrence's overlap check
+    /// looks at) and the last occurrence would be lost.
+    #[tokio::test]
+    async fn a_replace_never_writes_over_an_occurrence_recorded_since_it_read() {
+        let table = crate::storage::table::in_memory::InMemoryTable::new("ledger");
+        table.create_if_missing().await.unwrap();
+        let ledger = Ledger::in_memory(table);
+        let t = || Timetable::every("PT10S", datetime!(2026-01-01 00:00 UTC)).unwrap();
+        let set = datetime!(2026-01-01 00:00:01 UTC);
+        ledger
+            .put_schedule(&Schedule::new("s", t(), "{}".into(), set))
+            .await
+            .unwrap();
+        let put_read = ledger.schedule("s").await.unwrap();
+        // The timer records occurrence 00:00:10 meanwhile.
+        let mut timer = ledger.schedule("s").await.unwrap().unwrap();
+        timer.last_occurrence = Some(datetime!(2026-01-01 00:00:10 UTC));
+        timer.add_run(a_run("scan10"));
+        assert!(ledger.record_schedule(&timer).await.unwrap());
+        let replacement = Schedule::new("s", t(), r#"{"new":1}"#.into(), set);
+        let over = ledger
+            .put_schedule_over(&replacement, put_read.as_ref())
+            .await
+            .unwrap();
+        assert!(
+            over.is_none(),
+            "written over a row that changed since it was read"
+        );
+        let stored = ledger.put_schedule(&replacement).await.unwrap();
+        assert_eq!(stored.request, r#"{"new":1}"#);
+        let back = ledger.schedule("s").await.unwrap().unwrap();
+        assert_eq!(back.last_scan(), Some("scan10"));
+        assert_eq!(
+            back.last_occurrence,
+            Some(datetime!(2026-01-01 00:00:10 UTC))
+        );
+        // A schedule created by two PUTs at once: the second sees the first's row.
+        let first = ledger
+            .put_schedule_over(&Schedule::new("n", t(), "{}".into(), set), None)
+            .await
+            .unwrap();
+        assert!(first.is_some());
+        let second = ledger
+            .put_schedule_over(&Schedule::new("n", t(), "{}".into(), set), None)
+            .await
+            .unwrap();
+        assert!(second.is_none(), "a second create wrote over the first");
     }
 
     #[test]

@@ -50,6 +50,11 @@ impl LedgerTable {
         on_table!(self.get_entity(partition_key, row_key))
     }
 
+    /// Inserts `entity`; refused (409, already exists) if its row is there.
+    pub async fn insert(&self, entity: &Entity) -> Result<String, StorageError> {
+        on_table!(self.insert(entity))
+    }
+
     pub async fn upsert(&self, entity: &Entity, mode: WriteMode) -> Result<String, StorageError> {
         on_table!(self.upsert(entity, mode))
     }

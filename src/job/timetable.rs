@@ -18,6 +18,9 @@ use super::spec::SpecError;
 /// The shortest interval a schedule may have: the timer that starts occurrences runs once a
 /// minute by default; shorter intervals are for tests and drills (the timer sped up).
 pub const SHORTEST_INTERVAL_SECONDS: i64 = 1;
+/// The longest interval: a little over 100 years (as `olderThan`'s longest age), so that the
+/// next occurrences stay within the calendar `time` knows (to year 9999).
+pub const LONGEST_INTERVAL_SECONDS: i64 = 36_600 * 86_400;
 
 /// A schedule's timetable.
 #[derive(Debug, Clone, PartialEq)]
@@ -88,6 +91,12 @@ impl Timetable {
         if seconds < SHORTEST_INTERVAL_SECONDS {
             return refuse("every", "must be at least a second");
         }
+        if seconds > LONGEST_INTERVAL_SECONDS {
+            return refuse(
+                "every",
+                "must be at most 36600 days (a little over 100 years)",
+            );
+        }
         Ok(Timetable::Every {
             text: text.to_string(),
             seconds,
@@ -111,7 +120,7 @@ impl Timetable {
                     return None;
                 }
                 let periods = (now - *anchor).whole_seconds() / seconds;
-                Some(*anchor + Duration::seconds(periods * seconds))
+                anchor.checked_add(Duration::seconds(periods.checked_mul(*seconds)?))
             }
         }
     }
@@ -132,7 +141,7 @@ impl Timetable {
                     return Some(*anchor);
                 }
                 let periods = (after - *anchor).whole_seconds() / seconds + 1;
-                Some(*anchor + Duration::seconds(periods * seconds))
+                anchor.checked_add(Duration::seconds(periods.checked_mul(*seconds)?))
             }
         }
     }
@@ -169,11 +178,11 @@ impl Timetable {
     }
 }
 
+/// `t` in `zone`, without its fraction of a second: croner carries the fraction of the moment
+/// it is asked about into the occurrence it finds, and an occurrence must be the same moment
+/// at every tick (cron occurrences fall on whole seconds, so the floor loses none).
 fn to_zone(t: OffsetDateTime, zone: Tz) -> Option<DateTime<Tz>> {
-    let nanos = t.unix_timestamp_nanos();
-    let secs = i64::try_from(nanos.div_euclid(1_000_000_000)).ok()?;
-    let sub = u32::try_from(nanos.rem_euclid(1_000_000_000)).ok()?;
-    Utc.timestamp_opt(secs, sub)
+    Utc.timestamp_opt(t.unix_timestamp(), 0)
         .single()
         .map(|utc| utc.with_timezone(&zone))
 }
@@ -267,5 +276,61 @@ mod dst_tests {
         assert_eq!(next, datetime!(2026-03-29 01:00 UTC), "03:00 CEST");
         let after = t.next_after(next).unwrap();
         assert_eq!(after, datetime!(2026-03-30 00:30 UTC), "02:30 CEST");
+    }
+}
+
+#[cfg(test)]
+mod moment_tests {
+    use super::*;
+    use time::macros::datetime;
+
+    /// croner carries the sub-second part of the moment it is asked about into the occurrence
+    /// it finds; an occurrence must not move with the clock, or one recorded at a tick is due
+    /// again at a later tick whose clock has a larger fraction of a second.
+    #[test]
+    fn a_cron_occurrence_is_a_whole_second_whatever_the_clock() {
+        let t = Timetable::cron("0 3 * * *", Some("Europe/Berlin")).unwrap();
+        let first = datetime!(2026-07-02 09:00:00.25 UTC);
+        let later = datetime!(2026-07-02 09:01:00.75 UTC);
+        assert_eq!(
+            t.latest_at_or_before(first),
+            Some(datetime!(2026-07-02 01:00 UTC))
+        );
+        assert_eq!(t.latest_at_or_before(first), t.latest_at_or_before(later));
+        assert_eq!(t.next_after(first), Some(datetime!(2026-07-03 01:00 UTC)));
+        let s = Timetable::cron("*/5 * * * * *", None).unwrap();
+        assert_eq!(
+            s.latest_at_or_before(datetime!(2026-01-01 00:00:05.5 UTC)),
+            Some(datetime!(2026-01-01 00:00:05 UTC))
+        );
+        assert_eq!(
+            s.next_after(datetime!(2026-01-01 00:00:05.5 UTC)),
+            Some(datetime!(2026-01-01 00:00:10 UTC))
+        );
+        assert_eq!(
+            s.next_after(datetime!(2026-01-01 00:00:04.5 UTC)),
+            Some(datetime!(2026-01-01 00:00:05 UTC))
+        );
+    }
+
+    /// An interval so long that its occurrences pass the last moment `time` knows (year 9999)
+    /// is refused naming `every`, and the arithmetic never panics on one stored before.
+    #[test]
+    fn an_interval_past_the_calendar_is_refused_and_never_panics() {
+        let now = datetime!(2026-01-01 00:00 UTC);
+        for every in ["P3650000D", "P99999999999D"] {
+            let e = Timetable::every(every, now).unwrap_err();
+            assert_eq!(e.field, "every", "{every}: {}", e.message);
+        }
+        let t = Timetable::every("P36500D", now).unwrap();
+        assert_eq!(t.upcoming(now, 5).len(), 5, "100 years is fine");
+        let stored = Timetable::Every {
+            text: "P3650000D".into(),
+            seconds: 3_650_000 * 86_400,
+            anchor: now,
+        };
+        assert_eq!(stored.next_after(now), None);
+        assert!(stored.upcoming(now, 5).is_empty());
+        assert_eq!(stored.latest_at_or_before(now), Some(now));
     }
 }
