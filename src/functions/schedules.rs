@@ -61,7 +61,7 @@ pub async fn overlap(ledger: &Ledger, schedule: &Schedule) -> Result<Option<Stri
 pub async fn run_occurrence(
     state: &AppState,
     ledger: &Ledger,
-    mut schedule: Schedule,
+    schedule: Schedule,
     occurrence: OffsetDateTime,
     now: OffsetDateTime,
     manual: bool,
@@ -122,16 +122,55 @@ pub async fn run_occurrence(
         error = run.error.as_deref().unwrap_or(""),
         "schedule run"
     );
-    if !manual {
-        schedule.last_occurrence = Some(occurrence);
-    }
-    schedule.add_run(run.clone());
-    let recorded = ledger
-        .record_schedule(&schedule)
-        .await
-        .map_err(|e| format!("the run could not be recorded: {e}"))?;
+    let recorded = record_run(ledger, schedule, &run, occurrence, manual).await?;
     Ok((run, recorded))
 }
+
+/// Records `run` on `schedule`. When another write came first (another instance, a pause, a
+/// PUT) and this run started a scan, the schedule is read again and the run added to it,
+/// unless that write recorded this occurrence already: a scan a schedule started is never
+/// missing from its runs, or the next occurrence's overlap check would not see it.
+async fn record_run(
+    ledger: &Ledger,
+    mut schedule: Schedule,
+    run: &Run,
+    occurrence: OffsetDateTime,
+    manual: bool,
+) -> Result<bool, String> {
+    for _ in 0..RECORD_RACES {
+        if !manual {
+            schedule.last_occurrence = schedule.last_occurrence.max(Some(occurrence));
+        }
+        schedule.add_run(run.clone());
+        if ledger
+            .record_schedule(&schedule)
+            .await
+            .map_err(|e| format!("the run could not be recorded: {e}"))?
+        {
+            return Ok(true);
+        }
+        if run.scan.is_none() {
+            // A skip or a refusal: whoever wrote first handled the occurrence, or will.
+            return Ok(false);
+        }
+        schedule = match ledger.schedule(&schedule.name).await {
+            Ok(Some(now)) => now,
+            // Deleted meanwhile: its scans stay, unrecorded.
+            Ok(None) => return Ok(false),
+            Err(e) => return Err(format!("the run could not be recorded: {e}")),
+        };
+        if schedule.runs.iter().any(|r| r.scan == run.scan) {
+            return Ok(false);
+        }
+    }
+    Err(format!(
+        "the run of scan {} could not be recorded: the schedule kept changing",
+        run.scan.as_deref().unwrap_or_default()
+    ))
+}
+
+/// How many times a run that started a scan is recorded again after losing a race.
+const RECORD_RACES: u32 = 5;
 
 /// What one tick of the timer did.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -204,5 +243,62 @@ pub async fn tick_handler(state: &AppState, body: &[u8]) -> Response {
             format!("the schedules could not be read: {why}"),
         )
         .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::timetable::Timetable;
+    use crate::storage::table::in_memory::InMemoryTable;
+
+    fn run(scan: Option<&str>) -> Run {
+        Run {
+            occurrence: "o".into(),
+            at: "a".into(),
+            scan: scan.map(str::to_string),
+            late: false,
+            missed: 0,
+            manual: false,
+            skipped: None,
+            error: None,
+        }
+    }
+
+    /// A run that started a scan is recorded even when a pause landed between the timer's read
+    /// of the schedule and its write; the pause stays.
+    #[tokio::test]
+    async fn a_started_run_that_loses_its_record_race_is_recorded_on_the_schedule_as_it_is_now() {
+        let ledger = Ledger::in_memory(InMemoryTable::new("ledger"));
+        let now = OffsetDateTime::from_unix_timestamp(OffsetDateTime::now_utc().unix_timestamp())
+            .unwrap();
+        let t = Timetable::every("PT1M", now).unwrap();
+        ledger
+            .put_schedule(&Schedule::new("s", t, "{}".into(), now))
+            .await
+            .unwrap();
+        let read = ledger.schedule("s").await.unwrap().unwrap();
+        let mut paused = read.clone();
+        paused.paused = true;
+        assert!(ledger.record_schedule(&paused).await.unwrap());
+        let occurrence = now + time::Duration::MINUTE;
+        assert!(record_run(
+            &ledger,
+            read.clone(),
+            &run(Some("scan1")),
+            occurrence,
+            false
+        )
+        .await
+        .unwrap());
+        let after = ledger.schedule("s").await.unwrap().unwrap();
+        assert!(after.paused, "the pause stays");
+        assert_eq!(after.last_scan(), Some("scan1"));
+        assert_eq!(after.last_occurrence, Some(occurrence));
+        // A skip that loses its race is left to whoever wrote first.
+        assert!(!record_run(&ledger, read, &run(None), occurrence, false)
+            .await
+            .unwrap());
+        assert_eq!(ledger.schedule("s").await.unwrap().unwrap().runs.len(), 1);
     }
 }
