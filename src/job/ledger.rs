@@ -205,6 +205,8 @@ pub enum FailureRecord {
 #[derive(Clone)]
 pub struct Ledger {
     table: LedgerTable,
+    /// See [`Ledger::steps_stop_within`] (`job::pause`).
+    pub(super) steps_stop_within: time::Duration,
 }
 
 impl Ledger {
@@ -212,6 +214,7 @@ impl Ledger {
     pub fn new(table: TableClient) -> Self {
         Ledger {
             table: LedgerTable::Storage(table),
+            steps_stop_within: super::pause::STEPS_STOP_WITHIN,
         }
     }
 
@@ -219,6 +222,7 @@ impl Ledger {
     pub fn in_memory(table: InMemoryTable) -> Self {
         Ledger {
             table: LedgerTable::Memory(table),
+            steps_stop_within: super::pause::STEPS_STOP_WITHIN,
         }
     }
 

@@ -35,6 +35,10 @@ pub const RESUME_ROWS_PER_ROUND: u16 = 500;
 const MARKS_PER_TRANSACTION: usize = 100;
 /// How many times a scan-row write is tried again after another write changed the row first.
 const ROW_RACES: u32 = 5;
+/// How long after a pause a step that was running then may still act, unless the app says
+/// otherwise ([`Ledger::with_steps_stop_within`]): a step's work ends at its storage deadline,
+/// three budgets of 15 s after it started, and its finish takes a few requests more.
+pub const STEPS_STOP_WITHIN: time::Duration = time::Duration::seconds(60);
 
 impl ScanRecord {
     /// Whether the scan is paused: paused, and not resumed since.
@@ -53,6 +57,47 @@ pub struct ResumeRound {
 }
 
 impl Ledger {
+    /// This ledger, for an app whose steps end at most `within` after a pause (their storage
+    /// deadline and their finish): see [`Ledger::steps_stop_within`].
+    pub fn with_steps_stop_within(mut self, within: time::Duration) -> Self {
+        self.steps_stop_within = within;
+        self
+    }
+
+    /// How long after a pause a step that was running then may still act (each sees the
+    /// pause at its next page and stops, at the latest, at its storage deadline).
+    pub fn steps_stop_within(&self) -> time::Duration {
+        self.steps_stop_within
+    }
+
+    /// Whether a step of paused scan `record` may still be running at `now` (what keeps it
+    /// `pausing`): a live claim in the claims window, or, when the scan has more pending items
+    /// than the window holds (so a running step's claim may be outside it), a pause younger
+    /// than [`Ledger::steps_stop_within`]. Unlike a cancel's, a pause's pending rows stay: the
+    /// window being short of them all says nothing about steps still running. One request of
+    /// at most `job::activity::CLAIMS_WINDOW` entities.
+    pub(crate) async fn any_stopping(
+        &self,
+        record: &ScanRecord,
+        now: OffsetDateTime,
+    ) -> Result<bool, LedgerError> {
+        let now_ms = millis(now);
+        let window = self
+            .first_pending(&record.id, super::activity::CLAIMS_WINDOW, &["leaseUntil"])
+            .await?;
+        if window
+            .rows
+            .iter()
+            .any(|row| rows::number(row, "leaseUntil") > now_ms)
+        {
+            return Ok(true);
+        }
+        let recent = record
+            .paused_at
+            .is_some_and(|paused| now < paused + self.steps_stop_within);
+        Ok(!window.complete && recent)
+    }
+
     /// Pauses scan `id` (`None` if there is no such scan). Pausing a paused scan changes
     /// nothing; the caller refuses scans that ended. The pause is written later than the last
     /// resume, whatever the clocks of the processes that wrote them say.

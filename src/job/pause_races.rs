@@ -76,7 +76,10 @@ proptest! {
                     }
                     // Everything delivered while paused was dropped: the user resumes. (A
                     // pause after the last finish finds nothing left to pause.)
-                    let status = ledger.status(&scan, at(clock)).await.unwrap().unwrap();
+                    // Read once a step running at the pause would surely have stopped (with
+                    // more pending items than the claims window, `pausing` until then).
+                    let settled = at(clock) + ledger.steps_stop_within();
+                    let status = ledger.status(&scan, settled).await.unwrap().unwrap();
                     if status.state == State::Succeeded {
                         break;
                     }
@@ -235,4 +238,47 @@ async fn a_round_costs_a_read_a_page_a_transaction_per_hundred_and_a_write() {
     let ids: std::collections::BTreeSet<_> =
         first.messages.iter().chain(&second.messages).collect();
     assert_eq!(ids.len(), 700, "every item once");
+}
+
+/// A paused scan with more pending items than the claims window holds (any scan of some size)
+/// reads `paused` once no step can still be running, not `pausing` for ever; a live claim
+/// seen in the window still reads `pausing`. (Failed before the fix: more pending rows than
+/// the window counted as a step still running, as for a cancel whose drops are under way, so
+/// `status --watch` never ended.)
+#[tokio::test]
+async fn a_paused_scan_larger_than_the_claims_window_ends_paused() {
+    let (ledger, _table, root) = started().await;
+    let scan = root.scan.clone();
+    let c = claim(&ledger, &root, at(1)).await;
+    let children: Vec<WorkItem> = (0..40).map(|n| child(&root, n)).collect();
+    ledger
+        .finish(&root, &c, reading(1), &children, at(1))
+        .await
+        .unwrap();
+    // One child runs when the pause comes.
+    let running = claim(&ledger, &children[39], at(2)).await;
+    ledger.pause(&scan, at(2)).await.unwrap();
+    let state = |seconds| {
+        let (ledger, scan) = (ledger.clone(), scan.clone());
+        async move {
+            ledger
+                .status(&scan, at(seconds))
+                .await
+                .unwrap()
+                .unwrap()
+                .state
+        }
+    };
+    assert_eq!(
+        state(3).await,
+        State::Pausing,
+        "a step may still be stopping"
+    );
+    ledger
+        .finish(&children[39], &running, reading(1), &[], at(4))
+        .await
+        .unwrap();
+    let settles = ledger.steps_stop_within().whole_seconds();
+    assert_eq!(state(3 + settles).await, State::Paused);
+    assert_eq!(state(3600).await, State::Paused);
 }

@@ -272,9 +272,12 @@ impl Ledger {
         cost = cost.plus(ReadCost::new(reads, reads * u32::from(SHARDS)));
         // Whether a step still runs: asked only of a cancelled or paused scan (`cancelling`,
         // `pausing`), whose steps are stopping.
-        let running = if record.cancelled_at.is_some() || record.is_paused() {
+        let running = if record.cancelled_at.is_some() {
             cost = cost.plus(ReadCost::new(1, u32::from(CLAIMS_WINDOW)));
             self.any_claimed(id, now).await?
+        } else if record.is_paused() {
+            cost = cost.plus(ReadCost::new(1, u32::from(CLAIMS_WINDOW)));
+            self.any_stopping(&record, now).await?
         } else {
             false
         };
