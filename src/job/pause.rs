@@ -11,7 +11,8 @@
 //! no step holds, in rounds of at most [`RESUME_ROWS_PER_ROUND`] pending rows in key order.
 //! Where a round stopped is kept on the scan row (`resumeFrom`), so that the next round, from
 //! the next resume call or from the re-drive sweep, goes on from there even if the caller went
-//! away. Each item sent is first marked sent again (`redrivenAt`), in transactions of up to 100
+//! away; only while the row still holds the resume the round started in, at the place it
+//! started from (a round overtaken by a pause and a new resume writes nothing). Each item sent is first marked sent again (`redrivenAt`), in transactions of up to 100
 //! rows, each conditional on the row as read: an item claimed, finished or sent by another
 //! round meanwhile is left alone, and the re-drive does not count a freshly sent item as
 //! stranded. A message sent twice is harmless (the second delivery finds its item claimed or
@@ -186,7 +187,7 @@ impl Ledger {
         limit: u16,
     ) -> Result<ResumeRound, LedgerError> {
         let limit = limit.clamp(1, 1000);
-        let Some(record) = self.scan(id).await? else {
+        let Some((record, etag)) = self.scan_and_etag(id).await? else {
             return Ok(ResumeRound::default());
         };
         let Some(from) = record.resume_from.clone() else {
@@ -234,14 +235,65 @@ impl Ledger {
             (true, Some(last)) => Some(last.row_key.as_str()),
             _ => None,
         };
-        self.table()
-            .update(
-                &ScanRow::resume_reached(id, reached),
-                WriteMode::Merge,
-                &IfMatch::Any,
-            )
-            .await?;
+        let more = match self.write_reached(&record, etag, &from, reached).await {
+            Ok(()) => more,
+            // The items are marked sent: their messages go out all the same. The next round
+            // goes on from where this one stopped if the write applied (its answer lost), or
+            // sends them again if it did not.
+            Err(e) if !messages.is_empty() => {
+                tracing::warn!(
+                    scan = id,
+                    "a resume round could not record where it stopped: {e}"
+                );
+                true
+            }
+            Err(e) => return Err(e),
+        };
         Ok(ResumeRound { messages, more })
+    }
+
+    /// Records that the round of `record`'s resume that started at `from` reached `reached`,
+    /// only while the scan row still holds that resume at `from`: conditional on the row as
+    /// read (`etag`), and, when another write came first, on the row read again. A round
+    /// overtaken by a pause and a new resume (which sent the rounds back to the first pending
+    /// row), or by another round of the same resume that went on from `from`, writes nothing:
+    /// its write would send the new rounds past items whose messages nobody sent since.
+    async fn write_reached(
+        &self,
+        record: &ScanRecord,
+        mut etag: String,
+        from: &str,
+        reached: Option<&str>,
+    ) -> Result<(), LedgerError> {
+        let merge = ScanRow::resume_reached(&record.id, reached);
+        for _ in 0..ROW_RACES {
+            match self
+                .table()
+                .update(&merge, WriteMode::Merge, &IfMatch::Etag(etag))
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(e) if e.reason().is_gone_or_changed() => {}
+                Err(e) => return Err(e.into()),
+            }
+            let Some((now, now_etag)) = self.scan_and_etag(&record.id).await? else {
+                return Ok(());
+            };
+            let same_round = now.resumed_at == record.resumed_at
+                && now.resume_from.as_deref() == Some(from)
+                && !now.is_paused()
+                && now.cancelled_at.is_none();
+            if !same_round {
+                // Moved on by another round or a new resume (or this very write, applied with
+                // its answer lost), paused or cancelled since.
+                return Ok(());
+            }
+            etag = now_etag;
+        }
+        Err(LedgerError::Corrupt(
+            format!("scan {}", record.id),
+            "its row kept changing while a resume round wrote where it stopped; try again".into(),
+        ))
     }
 
     /// Marks `rows` sent again at `now_ms` in one transaction, each conditional on the row as

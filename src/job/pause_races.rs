@@ -282,3 +282,81 @@ async fn a_paused_scan_larger_than_the_claims_window_ends_paused() {
     assert_eq!(state(3 + settles).await, State::Paused);
     assert_eq!(state(3600).await, State::Paused);
 }
+
+/// A round that was under way when the scan was paused and resumed again writes where it
+/// stopped after the new resume has sent its rounds back to the first pending row: that late
+/// write must not move the new resume past items whose messages the pause dropped. (Failed
+/// before the fix: the round's write, unconditional, put the new resume after the first four
+/// items, whose messages were never sent again: 6 of 10 sent.)
+#[tokio::test]
+async fn a_round_overtaken_by_a_pause_and_a_resume_does_not_move_the_new_resume_on() {
+    use std::future::Future;
+    let (ledger, table, root) = started().await;
+    let scan = root.scan.clone();
+    let c = claim(&ledger, &root, at(1)).await;
+    let children: Vec<WorkItem> = (0..10).map(|n| child(&root, n)).collect();
+    ledger
+        .finish(&root, &c, reading(1), &children, at(1))
+        .await
+        .unwrap();
+    ledger.pause(&scan, at(2)).await.unwrap();
+    ledger.resume(&scan, at(3)).await.unwrap();
+    // Round A reads the scan row and a page of four, marks them, and stops before it writes
+    // where it stopped. (Its messages arrive while the scan is paused again: dropped.)
+    let before = table.requests();
+    let mut late = std::pin::pin!(ledger.resume_round(&scan, at(3), 4));
+    let waker = futures_util::task::noop_waker();
+    let mut context = std::task::Context::from_waker(&waker);
+    while table.requests() < before + 3 {
+        assert!(late.as_mut().poll(&mut context).is_pending());
+    }
+    ledger.pause(&scan, at(4)).await.unwrap();
+    ledger.resume(&scan, at(5)).await.unwrap();
+    let overtaken = late.await.unwrap();
+    assert_eq!(overtaken.messages.len(), 4);
+    let sent: BTreeSet<String> = resume_rounds(&ledger, &scan, at(5), 4)
+        .await
+        .iter()
+        .map(WorkItem::id)
+        .collect();
+    let pending: BTreeSet<String> = children.iter().map(WorkItem::id).collect();
+    assert_eq!(sent.len(), 10, "every paused item sent again: {sent:?}");
+    assert_eq!(sent, pending);
+}
+
+/// A round whose write of where it stopped applied with its answer lost still answers with
+/// the messages it marked (the next round goes on from there, or, if the write did not apply,
+/// sends them again). (Failed before the fix: the round answered an error and its four
+/// messages were lost, the next rounds going on after them: 6 of 10 sent.)
+#[tokio::test]
+async fn a_round_whose_cursor_write_lost_its_answer_still_sends_what_it_marked() {
+    let (ledger, table, root) = started().await;
+    let scan = root.scan.clone();
+    let c = claim(&ledger, &root, at(1)).await;
+    let children: Vec<WorkItem> = (0..10).map(|n| child(&root, n)).collect();
+    ledger
+        .finish(&root, &c, reading(1), &children, at(1))
+        .await
+        .unwrap();
+    ledger.pause(&scan, at(2)).await.unwrap();
+    ledger.resume(&scan, at(3)).await.unwrap();
+    // The scan row, a page, the marks, then where it stopped: applied, the answer lost.
+    table.lose_answer(4, Retry::No);
+    let mut sent = BTreeSet::new();
+    if let Ok(round) = ledger.resume_round(&scan, at(3), 4).await {
+        assert!(round.more, "{round:?}");
+        sent.extend(
+            round
+                .messages
+                .iter()
+                .map(|m| WorkItem::decode(m).unwrap().id()),
+        );
+    }
+    sent.extend(
+        resume_rounds(&ledger, &scan, at(3), 4)
+            .await
+            .iter()
+            .map(WorkItem::id),
+    );
+    assert_eq!(sent.len(), 10, "every paused item sent: {sent:?}");
+}
