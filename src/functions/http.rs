@@ -639,7 +639,13 @@ async fn redrive_look(
         let stall = crate::job::redrive::stall_after(lease);
         let quiet = crate::job::redrive::quiet_for(&read.status, now);
         ledger
-            .stranded(id, now, after, (quiet >= stall).then_some(stall))
+            .stranded(
+                id,
+                now,
+                after,
+                (quiet >= stall).then_some(stall),
+                read.resume_from.as_deref(),
+            )
             .await
     };
     let stranded = match looked.await {

@@ -360,3 +360,51 @@ async fn a_round_whose_cursor_write_lost_its_answer_still_sends_what_it_marked()
     );
     assert_eq!(sent.len(), 10, "every paused item sent: {sent:?}");
 }
+
+/// After a pause longer than the re-drive's 15 minutes, every pending item looks stranded.
+/// While a resume's rounds are still under way, those they have not reached are theirs: the
+/// re-drive (sweep and status reads) leaves them alone, instead of sending each one now and
+/// the rounds sending it again a minute later. (Failed before the fix: the look found up to
+/// 200 of the 200 items the first round had not reached stranded.)
+#[tokio::test]
+async fn the_re_drive_leaves_the_items_a_resume_has_not_reached_to_its_rounds() {
+    let (ledger, table, root) = started().await;
+    let scan = root.scan.clone();
+    let c = claim(&ledger, &root, at(1)).await;
+    let children: Vec<WorkItem> = (0..250).map(|n| child(&root, n)).collect();
+    ledger
+        .finish(&root, &c, reading(1), &children, at(1))
+        .await
+        .unwrap();
+    ledger.pause(&scan, at(2)).await.unwrap();
+    let later = at(2) + Duration::minutes(30);
+    table.set_now(later);
+    ledger.resume(&scan, later).await.unwrap();
+    let look = |now| {
+        let (ledger, scan) = (ledger.clone(), scan.clone());
+        async move {
+            ledger
+                .status_and_stranded(&scan, now, Duration::minutes(15), LEASE)
+                .await
+                .unwrap()
+                .unwrap()
+        }
+    };
+    let (status, stranded) = look(later).await;
+    assert!(status.resuming, "{status:?}");
+    assert_eq!(stranded.len(), 0, "before the first round");
+    let first = ledger.resume_round(&scan, later, 50).await.unwrap();
+    assert_eq!((first.messages.len(), first.more), (50, true));
+    let (_, stranded) = look(later).await;
+    assert_eq!(
+        stranded.len(),
+        0,
+        "after the first round: {}",
+        stranded.len()
+    );
+    // Once the rounds are done, an item nobody ran for 15 minutes is stranded again.
+    resume_rounds(&ledger, &scan, later, 100).await;
+    let (status, stranded) = look(later + Duration::minutes(16)).await;
+    assert!(!status.resuming);
+    assert_eq!(stranded.len(), 200, "a window of the 250 items");
+}

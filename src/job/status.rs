@@ -244,6 +244,9 @@ pub struct StatusRead {
     pub created_at: OffsetDateTime,
     /// When a status read last took its turn at the re-drive look.
     pub redrive_looked_at: Option<OffsetDateTime>,
+    /// While a resume's rounds are under way: where the next one starts (the re-drive leaves
+    /// the rows after it to them).
+    pub resume_from: Option<String>,
 }
 
 impl Ledger {
@@ -303,15 +306,18 @@ impl Ledger {
         };
         let created_at = record.created_at;
         let redrive_looked_at = record.redrive_looked_at;
+        let resume_from = record.resume_from.clone();
         let mut status = status_of(record, totals, settled, running, errors, now);
         status.row_failures = notes.failed;
         status.dry_run_rows = notes.sample;
+        let resume_from = resume_from.filter(|_| status.resuming);
         Ok(Some(StatusRead {
             status,
             cost,
             scan_etag,
             created_at,
             redrive_looked_at,
+            resume_from,
         }))
     }
 
@@ -324,13 +330,15 @@ impl Ledger {
         after: time::Duration,
         lease: time::Duration,
     ) -> Result<Option<(ScanStatus, Vec<Stranded>)>, LedgerError> {
-        let Some(status) = self.status(id, now).await? else {
+        let Some(read) = self.read_status(id, now).await? else {
             return Ok(None);
         };
+        let status = read.status;
         let stranded = if matches!(status.state, State::Pending | State::Running) {
             let stall = super::redrive::stall_after(lease);
             let stalled = (super::redrive::quiet_for(&status, now) >= stall).then_some(stall);
-            self.stranded(id, now, after, stalled).await?
+            self.stranded(id, now, after, stalled, read.resume_from.as_deref())
+                .await?
         } else {
             Vec::new()
         };
