@@ -412,6 +412,8 @@ impl Ledger {
         let id = item.id();
         let Some(entity) = self.table.get_entity(&item.scan, &pending_key(&id)).await? else {
             return match self.table.get_entity(&item.scan, &done_key(&id)).await? {
+                // While paused, its children not started wait for the resume, which sends them.
+                Some(_) if scan.is_paused() => Ok(Begin::AlreadyDone(Vec::new())),
                 Some(done) => Ok(Begin::AlreadyDone(
                     DoneRow::children_of(&done).unwrap_or_default(),
                 )),
