@@ -443,3 +443,78 @@ async fn a_paused_scan_cancelled_ends_cancelled_and_can_be_removed() {
         );
     }
 }
+
+/// A paused scan whose running steps fail for good reads `failed` (nothing is left to run but
+/// the failed items). A retry, which the user is told to run, makes them pending and sends
+/// them: it resumes the scan too, or every message it sent would be dropped as paused and the
+/// scan would turn `paused` instead of running them. (Failed before the fix: after the retry
+/// the scan read `paused`, its retried item never run.)
+#[tokio::test]
+async fn a_retry_of_a_paused_scan_that_failed_runs_its_failed_items() {
+    use tablescan::job::{Begin, FailureRecord};
+    use tablescan::scan::WorkItem;
+    let source = fresh_table("pausefail").await;
+    load(&source, &source_rows()[..20]).await;
+    let state = tablescan::functions::AppState::new(tablescan::functions::Settings::from_pairs([
+        (
+            "AzureWebJobsStorage".to_string(),
+            common::connection_string(),
+        ),
+        ("TABLESCAN_LEDGER_TABLE".to_string(), unique_name("ledger")),
+        ("TABLESCAN_STEP_LEASE_SECONDS".to_string(), "1".to_string()),
+    ]));
+    let host = TestHost::serve(state.clone()).await;
+    let (id, queue) = start(
+        &host,
+        json!({"table": source.name(), "action": {"type": "count"}}),
+    )
+    .await;
+    // The root step runs when the pause comes, and fails for good.
+    let ledger = state.ledger().unwrap();
+    let root = WorkItem::decode(&queue[0].1).unwrap();
+    let now = time::OffsetDateTime::now_utc();
+    let Begin::Run(claim) = ledger
+        .begin(&root, now, time::Duration::MINUTE)
+        .await
+        .unwrap()
+    else {
+        panic!("the root runs");
+    };
+    let (status, body, _) = call(&host, "PauseScan", &id).await;
+    assert_eq!(
+        (status, body["state"].as_str()),
+        (200, Some("pausing")),
+        "{body}"
+    );
+    ledger
+        .fail(
+            &root,
+            &claim,
+            "the source refused",
+            FailureRecord::Final,
+            0,
+            now,
+        )
+        .await
+        .unwrap();
+    let (_, failed) = host.status(&id).await;
+    assert_eq!(failed["state"], "failed", "{failed}");
+
+    let retried = host
+        .http(
+            "RetryScan",
+            "POST",
+            &format!("/api/scans/{id}/retry"),
+            &[("id", &id)],
+            None,
+        )
+        .await;
+    let (status, body) = retried.res();
+    assert_eq!(status, 202, "{body}");
+    let mut queue: Queue = outputs(&retried).into_iter().collect();
+    assert_eq!(queue.len(), 1, "{body}");
+    deliver_twice(&host, &mut queue, 4, usize::MAX, async {}).await;
+    let (_, done) = host.status(&id).await;
+    assert_eq!(done["state"], "succeeded", "{done}");
+    assert_eq!(done["progress"]["rowsRead"], 20, "{done}");
+}
