@@ -71,6 +71,14 @@ impl Ledger {
         self.steps_stop_within
     }
 
+    /// Whether paused scan `record`'s pause is recent enough at `now` for a step that was
+    /// running then to be running still (see [`Ledger::steps_stop_within`]).
+    pub(crate) fn steps_may_run(&self, record: &ScanRecord, now: OffsetDateTime) -> bool {
+        record
+            .paused_at
+            .is_some_and(|paused| now < paused + self.steps_stop_within)
+    }
+
     /// Whether a step of paused scan `record` may still be running at `now` (what keeps it
     /// `pausing`): a live claim in the claims window, or, when the scan has more pending items
     /// than the window holds (so a running step's claim may be outside it), a pause younger
@@ -93,10 +101,7 @@ impl Ledger {
         {
             return Ok(true);
         }
-        let recent = record
-            .paused_at
-            .is_some_and(|paused| now < paused + self.steps_stop_within);
-        Ok(!window.complete && recent)
+        Ok(!window.complete && self.steps_may_run(record, now))
     }
 
     /// Pauses scan `id` (`None` if there is no such scan). Pausing a paused scan changes

@@ -274,11 +274,13 @@ impl Ledger {
         let (totals, settled, reads) = self.totals_within(id, STATUS_SHARD_READS).await?;
         cost = cost.plus(ReadCost::new(reads, reads * u32::from(SHARDS)));
         // Whether a step still runs: asked only of a cancelled or paused scan (`cancelling`,
-        // `pausing`), whose steps are stopping.
+        // `pausing`), whose steps are stopping; not of a scan paused so long ago that none can
+        // still be running (a paused scan is polled as often as a running one, for as long as
+        // the pause lasts).
         let running = if record.cancelled_at.is_some() {
             cost = cost.plus(ReadCost::new(1, u32::from(CLAIMS_WINDOW)));
             self.any_claimed(id, now).await?
-        } else if record.is_paused() {
+        } else if record.is_paused() && self.steps_may_run(&record, now) {
             cost = cost.plus(ReadCost::new(1, u32::from(CLAIMS_WINDOW)));
             self.any_stopping(&record, now).await?
         } else {
