@@ -224,7 +224,7 @@ async fn measure(ledger: &Ledger, counter: &Counter<'_>) -> Vec<String> {
             .await;
 
         let (stranded, look_cost) = counter
-            .cost(ledger.stranded(&root.scan, now, Duration::minutes(15), None))
+            .cost(ledger.stranded(&root.scan, now, Duration::minutes(15), None, None))
             .await;
         assert!(stranded.unwrap().is_empty(), "nothing is 15 minutes old");
 

@@ -267,6 +267,14 @@ fn parse_time_span(text: &str) -> Option<Duration> {
     }
 }
 
+/// How long after a pause a step that was running then may still act: it sees the pause at
+/// its next page, its work ends at its storage deadline (`STORAGE_DEADLINE_BUDGETS` budgets
+/// after it started) at the latest, and its finish takes a few requests more.
+fn steps_stop_within(budget: Budget) -> time::Duration {
+    let work = budget.max_duration * super::step::STORAGE_DEADLINE_BUDGETS;
+    time::Duration::try_from(work).unwrap_or(time::Duration::MINUTE) + time::Duration::seconds(15)
+}
+
 impl AppState {
     /// Builds the state from app settings. Never fails: a missing or bad storage setting is
     /// reported by every invocation instead, so the host still sees a healthy worker and logs
@@ -342,7 +350,9 @@ impl AppState {
         let ledger = state
             .clients(&state.ledger_connection)
             .and_then(|c| c.tables()?.table(&ledger_table).map_err(|e| e.to_string()))
-            .map(Ledger::new);
+            .map(|table| {
+                Ledger::new(table).with_steps_stop_within(steps_stop_within(state.budget))
+            });
         Arc::new(AppState { ledger, ..state })
     }
 

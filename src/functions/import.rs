@@ -305,6 +305,11 @@ impl BlobRead<'_> {
             }
             at += chunk.length;
             skip = 0;
+            if sink.stopping() && at < data.len() {
+                // Paused: a chunk of one row is not cut; the step stops after it.
+                rest = Some((at, 0));
+                break;
+            }
         }
         let follow_ups = match rest {
             Some((at, skip)) if !sink.cancelled => vec![self.item.follow_up(Task::ExportBlob {

@@ -18,6 +18,11 @@ fn named(state: State) -> Value {
     serde_json::to_value(state).unwrap_or(Value::Null)
 }
 
+/// The state's name in a sentence (no JSON quotes).
+fn in_words(state: State) -> String {
+    named(state).as_str().unwrap_or_default().to_string()
+}
+
 /// The state to answer with after a change: as the ledger reads it now, or `fallback`.
 async fn state_now(ledger: &Ledger, id: &str, fallback: State) -> State {
     match ledger.status(id, OffsetDateTime::now_utc()).await {
@@ -72,7 +77,7 @@ pub async fn pause_scan(state: &AppState, body: &[u8]) -> Response {
                 None,
                 format!(
                     "only a pending or running scan can be paused; this one is {}",
-                    named(status.state)
+                    in_words(status.state)
                 ),
             )
         }
@@ -132,7 +137,7 @@ pub async fn resume_scan(state: &AppState, body: &[u8]) -> Response {
                 None,
                 format!(
                     "only a paused scan can be resumed; this one is {}",
-                    named(status.state)
+                    in_words(status.state)
                 ),
             )
         }

@@ -715,6 +715,12 @@ impl RowSink for ActionSink<'_> {
         }
         Ok(self.note(applied))
     }
+
+    /// Once the scan is seen paused: a page of one row cannot be cut, so the step is told to
+    /// stop after it.
+    fn stopping(&self) -> bool {
+        self.pausing
+    }
 }
 
 impl ActionSink<'_> {

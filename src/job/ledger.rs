@@ -206,6 +206,8 @@ pub enum FailureRecord {
 #[derive(Clone)]
 pub struct Ledger {
     table: LedgerTable,
+    /// See [`Ledger::steps_stop_within`] (`job::pause`).
+    pub(super) steps_stop_within: time::Duration,
 }
 
 impl Ledger {
@@ -213,6 +215,7 @@ impl Ledger {
     pub fn new(table: TableClient) -> Self {
         Ledger {
             table: LedgerTable::Storage(table),
+            steps_stop_within: super::pause::STEPS_STOP_WITHIN,
         }
     }
 
@@ -220,6 +223,7 @@ impl Ledger {
     pub fn in_memory(table: InMemoryTable) -> Self {
         Ledger {
             table: LedgerTable::Memory(table),
+            steps_stop_within: super::pause::STEPS_STOP_WITHIN,
         }
     }
 
@@ -425,6 +429,8 @@ impl Ledger {
         let id = item.id();
         let Some(entity) = self.table.get_entity(&item.scan, &pending_key(&id)).await? else {
             return match self.table.get_entity(&item.scan, &done_key(&id)).await? {
+                // While paused, its children not started wait for the resume, which sends them.
+                Some(_) if scan.is_paused() => Ok(Begin::AlreadyDone(Vec::new())),
                 Some(done) => Ok(Begin::AlreadyDone(
                     DoneRow::children_of(&done).unwrap_or_default(),
                 )),

@@ -11,7 +11,8 @@
 //! no step holds, in rounds of at most [`RESUME_ROWS_PER_ROUND`] pending rows in key order.
 //! Where a round stopped is kept on the scan row (`resumeFrom`), so that the next round, from
 //! the next resume call or from the re-drive sweep, goes on from there even if the caller went
-//! away. Each item sent is first marked sent again (`redrivenAt`), in transactions of up to 100
+//! away; only while the row still holds the resume the round started in, at the place it
+//! started from (a round overtaken by a pause and a new resume writes nothing). Each item sent is first marked sent again (`redrivenAt`), in transactions of up to 100
 //! rows, each conditional on the row as read: an item claimed, finished or sent by another
 //! round meanwhile is left alone, and the re-drive does not count a freshly sent item as
 //! stranded. A message sent twice is harmless (the second delivery finds its item claimed or
@@ -35,6 +36,10 @@ pub const RESUME_ROWS_PER_ROUND: u16 = 500;
 const MARKS_PER_TRANSACTION: usize = 100;
 /// How many times a scan-row write is tried again after another write changed the row first.
 const ROW_RACES: u32 = 5;
+/// How long after a pause a step that was running then may still act, unless the app says
+/// otherwise ([`Ledger::with_steps_stop_within`]): a step's work ends at its storage deadline,
+/// three budgets of 15 s after it started, and its finish takes a few requests more.
+pub const STEPS_STOP_WITHIN: time::Duration = time::Duration::seconds(60);
 
 impl ScanRecord {
     /// Whether the scan is paused: paused, and not resumed since.
@@ -53,6 +58,52 @@ pub struct ResumeRound {
 }
 
 impl Ledger {
+    /// This ledger, for an app whose steps end at most `within` after a pause (their storage
+    /// deadline and their finish): see [`Ledger::steps_stop_within`].
+    pub fn with_steps_stop_within(mut self, within: time::Duration) -> Self {
+        self.steps_stop_within = within;
+        self
+    }
+
+    /// How long after a pause a step that was running then may still act (each sees the
+    /// pause at its next page and stops, at the latest, at its storage deadline).
+    pub fn steps_stop_within(&self) -> time::Duration {
+        self.steps_stop_within
+    }
+
+    /// Whether paused scan `record`'s pause is recent enough at `now` for a step that was
+    /// running then to be running still (see [`Ledger::steps_stop_within`]).
+    pub(crate) fn steps_may_run(&self, record: &ScanRecord, now: OffsetDateTime) -> bool {
+        record
+            .paused_at
+            .is_some_and(|paused| now < paused + self.steps_stop_within)
+    }
+
+    /// Whether a step of paused scan `record` may still be running at `now` (what keeps it
+    /// `pausing`): a live claim in the claims window, or, when the scan has more pending items
+    /// than the window holds (so a running step's claim may be outside it), a pause younger
+    /// than [`Ledger::steps_stop_within`]. Unlike a cancel's, a pause's pending rows stay: the
+    /// window being short of them all says nothing about steps still running. One request of
+    /// at most `job::activity::CLAIMS_WINDOW` entities.
+    pub(crate) async fn any_stopping(
+        &self,
+        record: &ScanRecord,
+        now: OffsetDateTime,
+    ) -> Result<bool, LedgerError> {
+        let now_ms = millis(now);
+        let window = self
+            .first_pending(&record.id, super::activity::CLAIMS_WINDOW, &["leaseUntil"])
+            .await?;
+        if window
+            .rows
+            .iter()
+            .any(|row| rows::number(row, "leaseUntil") > now_ms)
+        {
+            return Ok(true);
+        }
+        Ok(!window.complete && self.steps_may_run(record, now))
+    }
+
     /// Pauses scan `id` (`None` if there is no such scan). Pausing a paused scan changes
     /// nothing; the caller refuses scans that ended. The pause is written later than the last
     /// resume, whatever the clocks of the processes that wrote them say.
@@ -141,7 +192,7 @@ impl Ledger {
         limit: u16,
     ) -> Result<ResumeRound, LedgerError> {
         let limit = limit.clamp(1, 1000);
-        let Some(record) = self.scan(id).await? else {
+        let Some((record, etag)) = self.scan_and_etag(id).await? else {
             return Ok(ResumeRound::default());
         };
         let Some(from) = record.resume_from.clone() else {
@@ -189,14 +240,65 @@ impl Ledger {
             (true, Some(last)) => Some(last.row_key.as_str()),
             _ => None,
         };
-        self.table()
-            .update(
-                &ScanRow::resume_reached(id, reached),
-                WriteMode::Merge,
-                &IfMatch::Any,
-            )
-            .await?;
+        let more = match self.write_reached(&record, etag, &from, reached).await {
+            Ok(()) => more,
+            // The items are marked sent: their messages go out all the same. The next round
+            // goes on from where this one stopped if the write applied (its answer lost), or
+            // sends them again if it did not.
+            Err(e) if !messages.is_empty() => {
+                tracing::warn!(
+                    scan = id,
+                    "a resume round could not record where it stopped: {e}"
+                );
+                true
+            }
+            Err(e) => return Err(e),
+        };
         Ok(ResumeRound { messages, more })
+    }
+
+    /// Records that the round of `record`'s resume that started at `from` reached `reached`,
+    /// only while the scan row still holds that resume at `from`: conditional on the row as
+    /// read (`etag`), and, when another write came first, on the row read again. A round
+    /// overtaken by a pause and a new resume (which sent the rounds back to the first pending
+    /// row), or by another round of the same resume that went on from `from`, writes nothing:
+    /// its write would send the new rounds past items whose messages nobody sent since.
+    async fn write_reached(
+        &self,
+        record: &ScanRecord,
+        mut etag: String,
+        from: &str,
+        reached: Option<&str>,
+    ) -> Result<(), LedgerError> {
+        let merge = ScanRow::resume_reached(&record.id, reached);
+        for _ in 0..ROW_RACES {
+            match self
+                .table()
+                .update(&merge, WriteMode::Merge, &IfMatch::Etag(etag))
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(e) if e.reason().is_gone_or_changed() => {}
+                Err(e) => return Err(e.into()),
+            }
+            let Some((now, now_etag)) = self.scan_and_etag(&record.id).await? else {
+                return Ok(());
+            };
+            let same_round = now.resumed_at == record.resumed_at
+                && now.resume_from.as_deref() == Some(from)
+                && !now.is_paused()
+                && now.cancelled_at.is_none();
+            if !same_round {
+                // Moved on by another round or a new resume (or this very write, applied with
+                // its answer lost), paused or cancelled since.
+                return Ok(());
+            }
+            etag = now_etag;
+        }
+        Err(LedgerError::Corrupt(
+            format!("scan {}", record.id),
+            "its row kept changing while a resume round wrote where it stopped; try again".into(),
+        ))
     }
 
     /// Marks `rows` sent again at `now_ms` in one transaction, each conditional on the row as

@@ -444,7 +444,7 @@ async fn an_old_message_of_an_item_sent_again_is_superseded_while_the_new_one_ru
     // The claim lapses; a re-drive marks the item and sends it again at 70 s.
     table.set_now(at(70));
     let stranded = ledger
-        .stranded(&root.scan, at(70), Duration::minutes(15), None)
+        .stranded(&root.scan, at(70), Duration::minutes(15), None, None)
         .await
         .unwrap();
     assert_eq!(stranded.len(), 1, "abandoned, so stranded at once");
@@ -490,20 +490,20 @@ async fn a_stalled_scans_unclaimed_items_are_stranded_after_the_stall_time() {
     let stall = Some(Duration::seconds(20));
     table.set_now(at(40));
     let found = ledger
-        .stranded(&root.scan, at(40), long, stall)
+        .stranded(&root.scan, at(40), long, stall, None)
         .await
         .unwrap();
     assert_eq!(found.len(), 2, "stalled and nobody working");
     assert!(found.iter().all(|s| !s.abandoned));
     assert!(ledger
-        .stranded(&root.scan, at(40), long, None)
+        .stranded(&root.scan, at(40), long, None, None)
         .await
         .unwrap()
         .is_empty());
     // One child claimed and live: the other waits for the usual time.
     let _running = claim(&ledger, &children[0], at(40)).await;
     let found = ledger
-        .stranded(&root.scan, at(41), long, stall)
+        .stranded(&root.scan, at(41), long, stall, None)
         .await
         .unwrap();
     assert!(found.is_empty(), "{found:?}");

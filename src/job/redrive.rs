@@ -108,12 +108,16 @@ pub fn quiet_for(status: &super::ScanStatus, now: OffsetDateTime) -> Duration {
 impl Ledger {
     /// Scan `id`'s pending items stranded for `after` (or for `stalled`, when the scan is
     /// stalled and no claim in the window is live), among one window of its pending rows.
+    /// While a resume's rounds are under way from `rounds_from` (see `job::pause`), the rows
+    /// after it are theirs, not stranded: a pause longer than `after` leaves every item
+    /// untouched for that long, and each would be sent now and again by its round.
     pub async fn stranded(
         &self,
         id: &str,
         now: OffsetDateTime,
         after: Duration,
         stalled: Option<Duration>,
+        rounds_from: Option<&str>,
     ) -> Result<Vec<Stranded>, LedgerError> {
         if after.is_negative() {
             return Ok(Vec::new());
@@ -139,6 +143,7 @@ impl Ledger {
         Ok(window
             .rows
             .iter()
+            .filter(|e| rounds_from.is_none_or(|from| e.row_key.as_str() <= from))
             .filter_map(|e| {
                 let row = PendingRow::from_entity(e)?;
                 is_stranded(&row, now_ms, after_ms).then(|| Stranded {

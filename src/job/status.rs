@@ -259,6 +259,9 @@ pub struct StatusRead {
     pub created_at: OffsetDateTime,
     /// When a status read last took its turn at the re-drive look.
     pub redrive_looked_at: Option<OffsetDateTime>,
+    /// While a resume's rounds are under way: where the next one starts (the re-drive leaves
+    /// the rows after it to them).
+    pub resume_from: Option<String>,
 }
 
 impl Ledger {
@@ -286,10 +289,15 @@ impl Ledger {
         let (totals, settled, reads, history) = self.totals_within(id, STATUS_SHARD_READS).await?;
         cost = cost.plus(ReadCost::new(reads, reads * u32::from(SHARDS)));
         // Whether a step still runs: asked only of a cancelled or paused scan (`cancelling`,
-        // `pausing`), whose steps are stopping.
-        let running = if record.cancelled_at.is_some() || record.is_paused() {
+        // `pausing`), whose steps are stopping; not of a scan paused so long ago that none can
+        // still be running (a paused scan is polled as often as a running one, for as long as
+        // the pause lasts).
+        let running = if record.cancelled_at.is_some() {
             cost = cost.plus(ReadCost::new(1, u32::from(CLAIMS_WINDOW)));
             self.any_claimed(id, now).await?
+        } else if record.is_paused() && self.steps_may_run(&record, now) {
+            cost = cost.plus(ReadCost::new(1, u32::from(CLAIMS_WINDOW)));
+            self.any_stopping(&record, now).await?
         } else {
             false
         };
@@ -315,6 +323,7 @@ impl Ledger {
         };
         let created_at = record.created_at;
         let redrive_looked_at = record.redrive_looked_at;
+        let resume_from = record.resume_from.clone();
         let mut status = status_of(record, totals, settled, running, errors, now);
         let began = status.started_at.as_deref().unwrap_or(&status.created_at);
         let began_s = crate::storage::table::entity::EdmDateTime::parse(began)
@@ -322,12 +331,14 @@ impl Ledger {
         status.history = RateHistory::of(&history, began_s, writes_rows(&status.spec));
         status.row_failures = notes.failed;
         status.dry_run_rows = notes.sample;
+        let resume_from = resume_from.filter(|_| status.resuming);
         Ok(Some(StatusRead {
             status,
             cost,
             scan_etag,
             created_at,
             redrive_looked_at,
+            resume_from,
         }))
     }
 
@@ -340,13 +351,15 @@ impl Ledger {
         after: time::Duration,
         lease: time::Duration,
     ) -> Result<Option<(ScanStatus, Vec<Stranded>)>, LedgerError> {
-        let Some(status) = self.status(id, now).await? else {
+        let Some(read) = self.read_status(id, now).await? else {
             return Ok(None);
         };
+        let status = read.status;
         let stranded = if matches!(status.state, State::Pending | State::Running) {
             let stall = super::redrive::stall_after(lease);
             let stalled = (super::redrive::quiet_for(&status, now) >= stall).then_some(stall);
-            self.stranded(id, now, after, stalled).await?
+            self.stranded(id, now, after, stalled, read.resume_from.as_deref())
+                .await?
         } else {
             Vec::new()
         };

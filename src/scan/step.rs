@@ -144,6 +144,14 @@ pub trait RowSink {
         rows: Vec<Entity>,
         deadline: Duration,
     ) -> impl std::future::Future<Output = Result<usize, Self::Error>> + Send;
+
+    /// Whether the step should stop after the pages the sink has finished (a paused scan's
+    /// step): it hands the rest of its range on, as a step whose time is up does. A sink stops
+    /// a step at a page of many rows by finishing fewer of them; a page of one row (a
+    /// partition-keys page, a sparse filter's) cannot be cut, so it says so here.
+    fn stopping(&self) -> bool {
+        false
+    }
 }
 
 /// What one step did.
@@ -238,6 +246,12 @@ where
         return Ok(first.report);
     };
     let mut total = first.report;
+    if sink.stopping() {
+        // The rest, unread, is handed on instead of read side by side.
+        total.follow_ups.push(item.follow_up(rest));
+        total.stopped = StopReason::TimeBudget;
+        return Ok(total);
+    }
     let left = budget.saturating_sub(first.spent);
     let pieces = chain_pieces(&rest, CHAINS);
     let share = left.div_ceil(pieces.len() as u32).max(1);
@@ -248,7 +262,10 @@ where
         .map(|piece| {
             let shared = &shared;
             async move {
-                let mut sink = ChainSink { shared };
+                let mut sink = ChainSink {
+                    shared,
+                    stopping: false,
+                };
                 run_chain(reader, item, piece, options, share, false, clock, &mut sink).await
             }
         })
@@ -292,6 +309,8 @@ struct ChainEnd {
 /// A sink shared by the chains of one step, one page at a time.
 struct ChainSink<'a, 'b, S> {
     shared: &'a tokio::sync::Mutex<&'b mut S>,
+    /// What the shared sink said after this chain's last page.
+    stopping: bool,
 }
 
 impl<S> RowSink for ChainSink<'_, '_, S>
@@ -301,7 +320,14 @@ where
     type Error = S::Error;
 
     async fn accept(&mut self, rows: Vec<Entity>, deadline: Duration) -> Result<usize, S::Error> {
-        self.shared.lock().await.accept(rows, deadline).await
+        let mut sink = self.shared.lock().await;
+        let finished = sink.accept(rows, deadline).await;
+        self.stopping = sink.stopping();
+        finished
+    }
+
+    fn stopping(&self) -> bool {
+        self.stopping
     }
 }
 
@@ -404,6 +430,13 @@ where
                 // The action ran out of time inside the page: the rest of it, and the page
                 // just read, are handed on from the last finished row.
                 report.stopped = StopReason::TimeBudget;
+                break;
+            }
+            if sink.stopping() {
+                // The sink finished the page whole and stops (its scan is paused): the page
+                // just read is not acted on, its task is handed on as it was.
+                report.stopped = StopReason::TimeBudget;
+                report.follow_ups.push(item.follow_up(task));
                 break;
             }
         }

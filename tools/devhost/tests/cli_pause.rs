@@ -128,7 +128,7 @@ async fn a_paused_copy_stops_and_resumes_to_an_identical_target() {
     assert_ne!(late.status.code(), Some(0));
     let why = text(&late.stderr);
     assert!(
-        why.contains("only a pending or running scan can be paused; this one is \"succeeded\""),
+        why.contains("only a pending or running scan can be paused; this one is succeeded"),
         "{why}"
     );
     let late = tablescan(&url, &["resume", &id], &[]).await;
