@@ -128,9 +128,19 @@ async fn deliver_twice(
             .filter_map(|_| queue.pop_front())
             .collect();
         let copies: Vec<&(String, String)> = batch.iter().flat_map(|m| [m, m]).collect();
+        // Put in the queue now, as a message the resume sent is: one with an old insertion
+        // time would read as a leftover of an item sent again since (`Begin::Superseded`).
+        let inserted = time::OffsetDateTime::now_utc()
+            .replace_nanosecond(0)
+            .unwrap()
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap();
         let deliveries = join_all(copies.iter().map(|(function, text)| {
             let message = u64::from(uuid::Uuid::new_v4().as_u128() as u32);
-            host.post_raw(function, host.delivery(function, text, 1, message))
+            host.post_raw(
+                function,
+                host.delivery_at(function, text, 1, message, &inserted),
+            )
         }));
         let answers = match beside.take() {
             Some(beside) => tokio::join!(deliveries, beside).0,
