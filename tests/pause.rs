@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 use tablescan::functions::names::{
     EXPORT_OUTPUT, PARTITION_OUTPUT, RANGE_OUTPUT, SCAN_EXPORT, SCAN_PARTITION, SCAN_RANGE,
 };
+use tablescan::functions::{AppState, Settings};
 use tablescan::storage::blob::BlobServiceClient;
 use tablescan::storage::table::entity::{Entity, Value as Edm};
 use tablescan::storage::table::query::Query;
@@ -282,6 +283,31 @@ async fn pause_run_resume(
     done
 }
 
+/// The handler's state for these tests: its own ledger, leases of a second (a duplicate
+/// delivery waits for the other's claim at most that long), `max_queries` queries a step, and
+/// work-item queues of its own that do not exist: a step the scan's pace does not admit is
+/// given back to its queue, and that must fail (503, delivered again by this test's host) for
+/// the message to stay with the test rather than go to queues other tests create.
+fn state(max_queries: &str) -> std::sync::Arc<AppState> {
+    let mut state = AppState::new(Settings::from_pairs([
+        (
+            "AzureWebJobsStorage".to_string(),
+            common::connection_string(),
+        ),
+        ("TABLESCAN_LEDGER_TABLE".to_string(), unique_name("ledger")),
+        ("TABLESCAN_STEP_LEASE_SECONDS".to_string(), "1".to_string()),
+        (
+            "TABLESCAN_STEP_MAX_QUERIES".to_string(),
+            max_queries.to_string(),
+        ),
+    ]));
+    let queues = &mut std::sync::Arc::get_mut(&mut state).unwrap().item_queues;
+    queues.range = unique_name("nosuchrange");
+    queues.partition = unique_name("nosuchpartition");
+    queues.export = unique_name("nosuchexport");
+    state
+}
+
 /// Starts a scan; its first messages.
 async fn start(host: &TestHost, request: Value) -> (String, Queue) {
     let (answer, id) = host.start_scan(&request).await;
@@ -294,11 +320,7 @@ async fn a_copy_paused_while_its_steps_run_resumes_to_an_identical_target() {
     let source = fresh_table("pausesrc").await;
     load(&source, &rows).await;
     let target = unique_name("pausedst");
-    let host = TestHost::start(&[
-        ("TABLESCAN_STEP_MAX_QUERIES", "6"),
-        ("TABLESCAN_STEP_LEASE_SECONDS", "1"),
-    ])
-    .await;
+    let host = TestHost::serve(state("6")).await;
     let (id, mut queue) = start(
         &host,
         json!({"table": source.name(), "pageSize": 5, "maxRowsPerSecond": 30,
@@ -336,11 +358,7 @@ async fn an_export_paused_gets_its_manifest_once_whole_and_its_import_paused_res
     let source = fresh_table("pauseexp").await;
     load(&source, &rows).await;
     let container = unique_name("pausexp").to_lowercase();
-    let host = TestHost::start(&[
-        ("TABLESCAN_STEP_MAX_QUERIES", "6"),
-        ("TABLESCAN_STEP_LEASE_SECONDS", "1"),
-    ])
-    .await;
+    let host = TestHost::serve(state("6")).await;
     let (export, mut queue) = start(
         &host,
         json!({"table": source.name(), "pageSize": 5, "maxRowsPerSecond": 30,
@@ -390,11 +408,7 @@ async fn a_paused_scan_cancelled_ends_cancelled_and_can_be_removed() {
     let rows = source_rows();
     let source = fresh_table("pausecan").await;
     load(&source, &rows).await;
-    let host = TestHost::start(&[
-        ("TABLESCAN_STEP_MAX_QUERIES", "1"),
-        ("TABLESCAN_STEP_LEASE_SECONDS", "1"),
-    ])
-    .await;
+    let host = TestHost::serve(state("1")).await;
     let (id, mut queue) = start(
         &host,
         json!({"table": source.name(), "pageSize": 5, "action": {"type": "count"}}),
@@ -465,14 +479,7 @@ async fn a_retry_of_a_paused_scan_that_failed_runs_its_failed_items() {
     use tablescan::scan::WorkItem;
     let source = fresh_table("pausefail").await;
     load(&source, &source_rows()[..20]).await;
-    let state = tablescan::functions::AppState::new(tablescan::functions::Settings::from_pairs([
-        (
-            "AzureWebJobsStorage".to_string(),
-            common::connection_string(),
-        ),
-        ("TABLESCAN_LEDGER_TABLE".to_string(), unique_name("ledger")),
-        ("TABLESCAN_STEP_LEASE_SECONDS".to_string(), "1".to_string()),
-    ]));
+    let state = state("100");
     let host = TestHost::serve(state.clone()).await;
     let (id, queue) = start(
         &host,

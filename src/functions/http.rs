@@ -1093,28 +1093,8 @@ pub async fn retry_scan(state: &AppState, body: &[u8]) -> Response {
             )
         }
     };
-    // A scan paused while its last steps failed for good reads `failed`: its retried items
-    // would be dropped as paused when they arrive. The retry resumes it (its other items, if
-    // any, are sent by the resume's rounds).
-    match ledger.scan(id).await {
-        Ok(Some(record)) if record.is_paused() => {
-            if let Err(e) = ledger.resume(id, OffsetDateTime::now_utc()).await {
-                return error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    None,
-                    format!("the paused scan could not be resumed for its retry: {e}"),
-                );
-            }
-            state.forget_record(id);
-        }
-        Ok(_) => {}
-        Err(e) => {
-            return error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                None,
-                format!("the scan could not be read: {e}"),
-            )
-        }
+    if let Err(refused) = super::pause::resume_for_retry(state, ledger, id).await {
+        return *refused;
     }
     // An export that gave up on its manifest (every step done) tries it again now.
     if failed == 0 {

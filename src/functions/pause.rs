@@ -164,6 +164,33 @@ pub async fn resume_scan(state: &AppState, body: &[u8]) -> Response {
     super::step::with_items(outcome, round.messages).into_response()
 }
 
+/// Before a retry: a scan paused while its last steps failed for good reads `failed`, and its
+/// retried items would be dropped as paused when they arrive; the retry resumes it (its other
+/// items, if any, are sent by the resume's rounds). The answer to give if that fails.
+pub async fn resume_for_retry(
+    state: &AppState,
+    ledger: &Ledger,
+    id: &str,
+) -> Result<(), Box<Response>> {
+    let refused = |why: String| Box::new(error(StatusCode::SERVICE_UNAVAILABLE, None, why));
+    match ledger.scan(id).await {
+        Ok(Some(record)) if record.is_paused() => {
+            ledger
+                .resume(id, OffsetDateTime::now_utc())
+                .await
+                .map_err(|e| {
+                    refused(format!(
+                        "the paused scan could not be resumed for its retry: {e}"
+                    ))
+                })?;
+            state.forget_record(id);
+            Ok(())
+        }
+        Ok(_) => Ok(()),
+        Err(e) => Err(refused(format!("the scan could not be read: {e}"))),
+    }
+}
+
 /// One round of a resume that nobody goes on with (the re-drive sweep's): sends the messages
 /// straight to their queues, as the host writes output bindings. How many were sent.
 pub async fn resume_round_by_sweep(
