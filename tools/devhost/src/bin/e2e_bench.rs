@@ -56,11 +56,23 @@ struct Args {
     /// Rounds of every case; the table reports medians (1 for a quick check)
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     rounds: u32,
+    /// Only the cases of this job, and nothing after them; the table is printed, not written
+    /// to target/bench (a quick look while changing the engine)
+    #[arg(long, value_enum)]
+    only: Option<Job>,
+    /// With --only: leave the SDK's case out (to profile tablescan's runs alone)
+    #[arg(long, requires = "only")]
+    without_sdk: bool,
+    /// The emulator's process id: each case then reports the processor time the emulator
+    /// spent on it, which says whether the emulator was the bottleneck (scripts/bench passes
+    /// the Azurite it started)
+    #[arg(long, env = "TABLESCAN_BENCH_EMULATOR_PID")]
+    emulator_pid: Option<u32>,
 }
 
 /// What a case does with the table; a count is compared with the SDK's page-through, a copy
 /// with the SDK's copy.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Job {
     Count,
     Copy,
@@ -129,6 +141,8 @@ struct Run {
     steady: Option<f64>,
     /// Queries sent (the SDK's pages).
     queries: u64,
+    /// Processor seconds the emulator spent during the run, when its process is known.
+    emulator_seconds: Option<f64>,
 }
 
 /// What every case needs: where the table is, the SDK and the app.
@@ -137,6 +151,7 @@ struct Bench {
     python: String,
     app: String,
     tables: TableServiceClient,
+    emulator_pid: Option<u32>,
 }
 
 #[tokio::main]
@@ -146,6 +161,9 @@ async fn main() {
         python,
         app,
         rounds,
+        only,
+        without_sdk,
+        emulator_pid,
     } = clap::Parser::parse();
     let account = StorageAccount::from_connection_string(&storage).unwrap();
     let tables = TableServiceClient::new(&account, ClientOptions::default()).unwrap();
@@ -155,17 +173,27 @@ async fn main() {
         python,
         app,
         tables,
+        emulator_pid,
     };
 
     let mut runs: Vec<Vec<Run>> = vec![Vec::new(); CASES.len()];
     for round in 1..=rounds {
         for (index, case) in CASES.iter().enumerate() {
+            if only.is_some_and(|job| job != case.job)
+                || (without_sdk && case.runner == Runner::Sdk)
+            {
+                continue;
+            }
             let run = bench
                 .run(case, &format!("{TABLE}copy{round}x{index}"))
                 .await;
             eprintln!("round {round}, {}: {:.1} s", case.name(), run.seconds);
             runs[index].push(run);
         }
+    }
+    if only.is_some() {
+        println!("{}\n\n{}", provenance(rounds), comparison(&runs, rounds));
+        return;
     }
     let filtered = bench.filter_counts().await;
     let memory = bench.handler_memory().await;
@@ -184,11 +212,16 @@ impl Bench {
     /// Runs one case; a copy writes into `target`, which is checked and deleted afterwards so
     /// that the emulator holds one copy at a time.
     async fn run(&self, case: &Case, target: &str) -> Run {
-        let run = match (case.job, case.runner) {
+        let emulator_before = self.emulator_pid.and_then(processor_seconds);
+        let mut run = match (case.job, case.runner) {
             (Job::Count, Runner::Sdk) => self.sdk("page_through.py", &[TABLE]),
             (Job::Copy, Runner::Sdk) => self.sdk("sdk_copy.py", &[TABLE, target]),
             (job, Runner::Tablescan { instances }) => self.tablescan(job, instances, target).await,
         };
+        let emulator_after = self.emulator_pid.and_then(processor_seconds);
+        run.emulator_seconds = emulator_before
+            .zip(emulator_after)
+            .map(|(before, after)| after - before);
         if case.job == Job::Copy {
             self.tables.delete_table(target).await.unwrap();
         }
@@ -221,6 +254,7 @@ impl Bench {
             seconds: result["seconds"].as_f64().unwrap(),
             steady: result["steady_rows_per_second"].as_f64(),
             queries: result["pages"].as_u64().unwrap(),
+            emulator_seconds: None,
         }
     }
 
@@ -251,6 +285,7 @@ impl Bench {
             seconds,
             steady: steady_rate(&progress),
             queries: p["queries"].as_u64().unwrap(),
+            emulator_seconds: None,
         }
     }
 
@@ -389,7 +424,7 @@ fn median(values: impl IntoIterator<Item = f64>) -> Option<f64> {
 /// The comparison table: one line per case, medians over the rounds, and each case's speed
 /// against its SDK baseline (the baseline's median seconds over the case's).
 fn comparison(runs: &[Vec<Run>], rounds: u32) -> String {
-    let seconds = |index: usize| median(runs[index].iter().map(|r| r.seconds)).unwrap();
+    let seconds = |index: usize| median(runs[index].iter().map(|r| r.seconds));
     let baseline = |job: Job| {
         let index = CASES
             .iter()
@@ -397,33 +432,60 @@ fn comparison(runs: &[Vec<Run>], rounds: u32) -> String {
             .expect("every job has an SDK case");
         seconds(index)
     };
+    let emulator_known = runs.iter().flatten().any(|r| r.emulator_seconds.is_some());
     let mut lines = Vec::new();
     for (index, case) in CASES.iter().enumerate() {
-        let median_seconds = seconds(index);
+        let Some(median_seconds) = seconds(index) else {
+            continue;
+        };
         let each: Vec<String> = runs[index]
             .iter()
             .map(|r| format!("{:.1}", r.seconds))
             .collect();
         let steady = median(runs[index].iter().filter_map(|r| r.steady))
             .map_or("-".to_string(), |rate| format!("{rate:.0}"));
-        let queries = median(runs[index].iter().map(|r| r.queries as f64)).unwrap();
-        let speed = baseline(case.job) / median_seconds;
-        let speed = if case.runner == Runner::Sdk {
-            format!("{speed:.2} (baseline)")
+        let queries = median(runs[index].iter().map(|r| r.queries as f64)).unwrap_or(0.0);
+        let speed = match baseline(case.job) {
+            Some(baseline) if case.runner == Runner::Sdk => {
+                format!("{:.2} (baseline)", baseline / median_seconds)
+            }
+            Some(baseline) => format!("{:.2}", baseline / median_seconds),
+            None => "-".to_string(),
+        };
+        let emulator = if emulator_known {
+            let busy = median(runs[index].iter().filter_map(|r| {
+                r.emulator_seconds
+                    .map(|cpu| 100.0 * cpu / r.seconds.max(f64::EPSILON))
+            }));
+            format!(
+                " {} |",
+                busy.map_or("-".to_string(), |busy| format!("{busy:.0}%"))
+            )
         } else {
-            format!("{speed:.2}")
+            String::new()
         };
         lines.push(format!(
-            "| {} | {median_seconds:.1} | {} | {:.0} | {steady} | {queries:.0} | {speed} |",
+            "| {} | {median_seconds:.1} | {} | {:.0} | {steady} | {queries:.0} | {speed} |{emulator}",
             case.name(),
             each.join(", "),
             ROWS as f64 / median_seconds,
         ));
     }
+    let (emulator_head, emulator_rule, emulator_note) = if emulator_known {
+        (
+            " emulator busy |",
+            " --- |",
+            " Emulator busy: the processor time Azurite spent during the run (its process's user \
+             and system time, from the devhost's start to its stop for tablescan's runs) over \
+             the run's seconds; near 100% the emulator, one Node.js thread, was the bottleneck.",
+        )
+    } else {
+        ("", "", "")
+    };
     format!(
         "| run | seconds (median) | each round | rows/s | rows/s after the first 10 s | queries | \
-         speed vs the SDK |\n\
-         | --- | --- | --- | --- | --- | --- | --- |\n{}\n\n\
+         speed vs the SDK |{emulator_head}\n\
+         | --- | --- | --- | --- | --- | --- | --- |{emulator_rule}\n{}\n\n\
          {ROWS} NuGet-like rows (package ids as PartitionKey, versions as RowKey, one Int32 \
          property); {rounds} round{}, the cases in this order in each round. Speed vs the SDK: \
          the SDK's median seconds over the case's, a count against the page-through, a copy \
@@ -434,10 +496,24 @@ fn comparison(runs: &[Vec<Run>], rounds: u32) -> String {
          (the copy's include creating its target, as tablescan's do); for tablescan from the \
          start request to the status saying succeeded, read every 250 ms. Rows/s after the \
          first 10 s: rows read (a count) or written (a copy) from the first reading past 10 s \
-         to the end, for runs with 5 s or more of it (the median over the rounds that had it).",
+         to the end, for runs with 5 s or more of it (the median over the rounds that had \
+         it).{emulator_note}",
         lines.join("\n"),
         if rounds == 1 { "" } else { "s" }
     )
+}
+
+/// The processor seconds (user and system) a process has used, from /proc; `None` when it
+/// cannot be read. Linux counts them in ticks of 1/100 s (USER_HZ, fixed at 100 on the
+/// architectures this runs on).
+fn processor_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces: count from after it.
+    let after_name = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // Fields 14 and 15 of the line (utime, stime) are the 12th and 13th after the name.
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
 }
 
 /// Which commit, when, on what machine and with what command the figures were measured.
