@@ -81,7 +81,7 @@ async fn every_strategy_reads_every_row_of_its_scope_once_on_azurite() {
                 fan_out: if split == SplitPolicy::EveryPage {
                     1
                 } else {
-                    4
+                    ScanOptions::default().fan_out
                 },
                 first_step_queries: 1,
                 filter: None,

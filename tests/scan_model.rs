@@ -91,7 +91,7 @@ fn case() -> impl Strategy<Value = Case> {
         ]),
         1u16..=5,
         1u32..=4,
-        1usize..=5,
+        1usize..=9,
         1u32..=3,
         any::<bool>(),
     )

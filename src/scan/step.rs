@@ -628,6 +628,10 @@ fn subdivide(task: Task, pieces: usize, kinds: CutKinds) -> Vec<Task> {
     else {
         return vec![task];
     };
+    // When none of the kinds seen is left in the rest (a step that read digits, handing on
+    // what follows `9`), the rest goes on whole, and the step that reads it cuts it among the
+    // kinds it finds there. Cutting it among every kind instead costs queries for the pieces that
+    // turn out empty: 122 queries against 115 for the benchmark's count (e2e_bench --only count).
     let candidates: Vec<String> = kinds
         .candidates()
         .filter(|c| compare(&c.to_string(), &first.to_string()) == std::cmp::Ordering::Greater)
@@ -663,8 +667,9 @@ fn subdivide(task: Task, pieces: usize, kinds: CutKinds) -> Vec<Task> {
 /// just read): PartitionKeys for a range, RowKeys for a partition. A partition-keys scan cuts
 /// among every kind, as before: each fresh piece it reads starts with small probing queries
 /// (`scan::seek`), so the more even pieces of narrowed cuts cost it more queries than they
-/// save (the model's table of one-row partitions with hexadecimal keys, tests/scan_model.rs:
-/// 1.4 to 1.5 queries per 1,000 partitions against 1.1).
+/// save (narrowed, the model's table of one-row partitions with hexadecimal keys broke the
+/// bound of 1.3 times the queries of paging in tests/scan_model.rs,
+/// `partition_keys_seek_through_large_partitions_and_page_through_small_ones`).
 fn seen_kinds(rest: &Task, rows: &[Entity], mode: ReadMode) -> CutKinds {
     if mode == ReadMode::PartitionKeys {
         return CutKinds::default();
@@ -1059,188 +1064,5 @@ pub fn row_order(a: &(String, String), b: &(String, String)) -> std::cmp::Orderi
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::time::Duration;
-
-    use super::*;
-    use crate::scan::keys::KeyRange;
-    use crate::scan::model::{MemoryReader, MemoryTable, Quirks};
-
-    /// Reads the model and counts the reads begun.
-    struct CountingReader<'a> {
-        inner: MemoryReader<'a>,
-        begun: &'a AtomicUsize,
-    }
-
-    impl TableReader for CountingReader<'_> {
-        async fn read_page(&self, request: &PageRequest<'_>) -> Result<Page, StorageError> {
-            self.begun.fetch_add(1, Ordering::SeqCst);
-            self.inner.read_page(request).await
-        }
-    }
-
-    /// Finishes with a full page only once the read of the next page has begun: a step that
-    /// read and acted strictly in turn would wait on itself forever.
-    struct WaitsForTheNextRead<'a> {
-        reads_begun: &'a AtomicUsize,
-        full_page: usize,
-        pages: Vec<Vec<String>>,
-    }
-
-    impl RowSink for WaitsForTheNextRead<'_> {
-        type Error = String;
-        async fn accept(&mut self, rows: Vec<Entity>, _: Duration) -> Result<usize, String> {
-            let finished = rows.len();
-            let this_page = self.pages.len() + 1;
-            if rows.len() == self.full_page {
-                std::future::poll_fn(|cx| {
-                    if self.reads_begun.load(Ordering::SeqCst) > this_page {
-                        std::task::Poll::Ready(())
-                    } else {
-                        cx.waker().wake_by_ref();
-                        std::task::Poll::Pending
-                    }
-                })
-                .await;
-            }
-            self.pages
-                .push(rows.into_iter().map(|e| e.partition_key).collect());
-            Ok(finished)
-        }
-    }
-
-    struct Frozen;
-    impl Clock for Frozen {
-        fn now(&self) -> Duration {
-            Duration::ZERO
-        }
-    }
-
-    fn range(lower: &str, upper: Option<&str>) -> Task {
-        Task::Range {
-            partition_keys: KeyRange::between(None, upper).intersect(&KeyRange {
-                lower: Lower::Included(lower.to_string()),
-                upper: Upper::Unbounded,
-            }),
-            prefix: String::new(),
-            cursor: None,
-            last_partition: None,
-        }
-    }
-
-    fn lowers(pieces: &[Task]) -> Vec<String> {
-        pieces
-            .iter()
-            .map(|piece| match piece {
-                Task::Range { partition_keys, .. } => match &partition_keys.lower {
-                    Lower::Included(key) => key.clone(),
-                    other => format!("{other:?}"),
-                },
-                other => format!("{other:?}"),
-            })
-            .collect()
-    }
-
-    #[test]
-    fn the_rest_is_cut_among_the_kinds_of_character_the_step_saw() {
-        let upper = CutKinds::after_prefix("", ["AWSSDK.Core", "Akka.Remote"]);
-        let pieces = subdivide(range("B", None), 8, upper);
-        assert_eq!(lowers(&pieces), ["B", "F", "I", "L", "O", "R", "U", "X"]);
-        // Nothing seen: cuts over every digit and letter, as before the kinds were looked at.
-        let pieces = subdivide(range("B", None), 4, CutKinds::default());
-        assert_eq!(lowers(&pieces), ["B", "O", "b", "n"]);
-        // The pieces cover the range exactly: each ends where the next begins.
-        let pieces = subdivide(range("B", Some("n")), 8, upper);
-        for pair in pieces.windows(2) {
-            let (
-                Task::Range {
-                    partition_keys: a, ..
-                },
-                Task::Range {
-                    partition_keys: b, ..
-                },
-            ) = (&pair[0], &pair[1])
-            else {
-                panic!("ranges expected");
-            };
-            let Lower::Included(next) = &b.lower else {
-                panic!("pieces start at a key");
-            };
-            assert_eq!(a.upper, Upper::Excluded(next.clone()));
-        }
-        let Task::Range {
-            partition_keys: last,
-            ..
-        } = pieces.last().unwrap()
-        else {
-            panic!("ranges expected");
-        };
-        assert_eq!(last.upper, Upper::Excluded("n".into()));
-    }
-
-    #[tokio::test]
-    async fn the_action_works_on_a_page_while_the_next_is_read_and_pages_stay_in_order() {
-        let keys: Vec<String> = (0..10).map(|i| format!("k{i}")).collect();
-        let table = MemoryTable::from_keys(keys.iter().map(|k| (k.as_str(), "r")));
-        let reads_begun = AtomicUsize::new(0);
-        let reader = CountingReader {
-            inner: MemoryReader::new(&table, Quirks::default()),
-            begun: &reads_begun,
-        };
-        let mut sink = WaitsForTheNextRead {
-            reads_begun: &reads_begun,
-            full_page: 3,
-            pages: Vec::new(),
-        };
-        let options = ScanOptions {
-            page_size: 3,
-            first_step_queries: 20,
-            ..ScanOptions::default()
-        };
-        let item = WorkItem::root("s", KeyRange::all(), "");
-        let report = tokio::time::timeout(
-            Duration::from_secs(10),
-            run_step(&reader, &item, &options, &Frozen, &mut sink),
-        )
-        .await
-        .expect("reads overlap the action: the step must not wait on itself")
-        .unwrap();
-        assert_eq!(report.queries, 4);
-        assert!(report.follow_ups.is_empty());
-        let delivered: Vec<String> = sink.pages.concat();
-        assert_eq!(delivered, keys, "every row once, in the order read");
-        assert_eq!(sink.pages.len(), 4);
-    }
-
-    /// A sink that fails on its second page.
-    struct FailsSecond(usize);
-    impl RowSink for FailsSecond {
-        type Error = String;
-        async fn accept(&mut self, rows: Vec<Entity>, _: Duration) -> Result<usize, String> {
-            self.0 += 1;
-            if self.0 == 2 {
-                Err("target refused".into())
-            } else {
-                Ok(rows.len())
-            }
-        }
-    }
-
-    #[tokio::test]
-    async fn an_action_failure_fails_the_step_even_while_a_read_was_in_flight() {
-        let keys: Vec<String> = (0..10).map(|i| format!("k{i}")).collect();
-        let table = MemoryTable::from_keys(keys.iter().map(|k| (k.as_str(), "r")));
-        let reader = MemoryReader::new(&table, Quirks::default());
-        let options = ScanOptions {
-            page_size: 3,
-            ..ScanOptions::default()
-        };
-        let item = WorkItem::root("s", KeyRange::all(), "");
-        let failed = run_step(&reader, &item, &options, &Frozen, &mut FailsSecond(0)).await;
-        assert!(
-            matches!(&failed, Err(StepError::Action(why)) if why == "target refused"),
-            "{failed:?}"
-        );
-    }
-}
+#[path = "step_tests.rs"]
+mod tests;

@@ -171,8 +171,8 @@ pub struct Params {
     /// Seconds one step may read for.
     #[arg(long, default_value_t = 15.0, value_parser = positive)]
     pub max_seconds: f64,
-    /// Pieces a step's remainder is handed on in.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
+    /// Pieces a step's remainder is handed on in (the engine's default).
+    #[arg(long, default_value_t = tablescan::scan::ScanOptions::default().fan_out as u64, value_parser = clap::value_parser!(u64).range(1..=64))]
     pub fan_out: u64,
     /// Queries of the first step; each level below may make twice as many.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1000))]
