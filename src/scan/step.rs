@@ -111,7 +111,7 @@ impl Default for ScanOptions {
             page_size: MAX_PAGE_SIZE,
             columns: None,
             budget: Budget::default(),
-            fan_out: 8,
+            fan_out: 4,
             first_step_queries: 4,
             filter: None,
             split_at_positions: true,
