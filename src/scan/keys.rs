@@ -257,10 +257,10 @@ pub const CUT_POINTS: &str = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmn
 /// keep to one kind at a position (upper-case names, lower-case words, numbers), and cuts spread
 /// over every digit and letter then put most of a table into a few pieces and leave others
 /// empty: the benchmark's NuGet-like table (upper-case package ids and some lower-case ones)
-/// cut at `O`, `b` and `n` gave pieces of 45,961, 33,822, 4,631 and no rows; among the
-/// upper-case letters, eight pieces of at most 18,285 (pinned by a test in `scan::step`). Rows
-/// of a kind not seen still fall into some piece: the pieces cover the range whatever the cut
-/// points.
+/// cut at `O`, `b` and `n` gave pieces of 45,961, 33,822, 4,631 and no rows; cut among the
+/// upper-case letters, 22,500, 23,461, 19,025 and 19,428 (pinned by a test in `scan::step`).
+/// Rows of a kind not seen still fall into some piece: the pieces cover the range whatever the
+/// cut points.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CutKinds {
     digits: bool,
