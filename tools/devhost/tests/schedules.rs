@@ -332,10 +332,27 @@ async fn overlaps_skip_a_downtime_runs_once_late_and_the_cli_manages_schedules()
         "{counts}\n{tick}"
     );
 
-    // By hand: run now (a count, quick), preview (a dry run), resume, delete.
+    // By hand: run now (a count, quick), preview (a dry run), resume, delete. A run now while
+    // the schedule's last run is still in flight is refused (409, naming its scan) as an
+    // overlap; the last run (started by the timer just before the pause, perhaps, or the late
+    // one after the downtime) ends within seconds, and then the run now starts.
     cli_ok(&url, &["schedule", "pause", "tick"]).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let ran = cli_ok(&url, &["schedule", "run", "tick"]).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let ran = loop {
+        let out = cli(&url, &["schedule", "run", "tick"]).await;
+        if out.status.code() == Some(0) {
+            break text(&out.stdout);
+        }
+        let why = text(&out.stderr);
+        assert!(
+            out.status.code() == Some(3)
+                && why.contains("refused (409)")
+                && why.contains("the previous run's scan")
+                && std::time::Instant::now() < deadline,
+            "schedule run tick: {why}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
     assert!(ran.starts_with("schedule tick: started scan "), "{ran}");
     let preview = cli_ok(&url, &["schedule", "preview", "slowcopy"]).await;
     assert!(preview.contains("started a dry run, scan "), "{preview}");
