@@ -257,11 +257,7 @@ mod tests {
             occurrence: "o".into(),
             at: "a".into(),
             scan: scan.map(str::to_string),
-            late: false,
-            missed: 0,
-            manual: false,
-            skipped: None,
-            error: None,
+            ..Run::default()
         }
     }
 

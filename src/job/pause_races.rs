@@ -43,6 +43,18 @@ async fn resume_rounds(
     panic!("the rounds did not end");
 }
 
+/// A started scan whose root step finished at 1 s with `n` children, all pending.
+async fn root_done_with(n: usize) -> (Ledger, InMemoryTable, String, Vec<WorkItem>) {
+    let (ledger, table, root) = started().await;
+    let c = claim(&ledger, &root, at(1)).await;
+    let children: Vec<WorkItem> = (0..n).map(|n| child(&root, n)).collect();
+    ledger
+        .finish(&root, &c, reading(1), &children, at(1))
+        .await
+        .unwrap();
+    (ledger, table, root.scan, children)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
@@ -189,14 +201,7 @@ async fn pause_and_resume_write_only_what_changes() {
 /// marks) still sends every message it marked.
 #[tokio::test]
 async fn a_round_whose_answer_was_lost_still_sends_what_it_marked() {
-    let (ledger, table, root) = started().await;
-    let scan = root.scan.clone();
-    let c = claim(&ledger, &root, at(1)).await;
-    let children: Vec<WorkItem> = (0..4).map(|n| child(&root, n)).collect();
-    ledger
-        .finish(&root, &c, reading(1), &children, at(1))
-        .await
-        .unwrap();
+    let (ledger, table, scan, _) = root_done_with(4).await;
     ledger.pause(&scan, at(2)).await.unwrap();
     ledger.resume(&scan, at(3)).await.unwrap();
     // The round reads the scan row, then a page, then marks in one transaction.
@@ -211,14 +216,7 @@ async fn a_round_whose_answer_was_lost_still_sends_what_it_marked() {
 /// requests.
 #[tokio::test]
 async fn a_round_costs_a_read_a_page_a_transaction_per_hundred_and_a_write() {
-    let (ledger, table, root) = started().await;
-    let scan = root.scan.clone();
-    let c = claim(&ledger, &root, at(1)).await;
-    let children: Vec<WorkItem> = (0..700).map(|n| child(&root, n)).collect();
-    ledger
-        .finish(&root, &c, reading(1), &children, at(1))
-        .await
-        .unwrap();
+    let (ledger, table, scan, _) = root_done_with(700).await;
     ledger.pause(&scan, at(2)).await.unwrap();
     ledger.resume(&scan, at(3)).await.unwrap();
     let before = table.requests();
@@ -247,14 +245,7 @@ async fn a_round_costs_a_read_a_page_a_transaction_per_hundred_and_a_write() {
 /// `status --watch` never ended.)
 #[tokio::test]
 async fn a_paused_scan_larger_than_the_claims_window_ends_paused() {
-    let (ledger, _table, root) = started().await;
-    let scan = root.scan.clone();
-    let c = claim(&ledger, &root, at(1)).await;
-    let children: Vec<WorkItem> = (0..40).map(|n| child(&root, n)).collect();
-    ledger
-        .finish(&root, &c, reading(1), &children, at(1))
-        .await
-        .unwrap();
+    let (ledger, _table, scan, children) = root_done_with(40).await;
     // One child runs when the pause comes.
     let running = claim(&ledger, &children[39], at(2)).await;
     ledger.pause(&scan, at(2)).await.unwrap();
@@ -291,14 +282,7 @@ async fn a_paused_scan_larger_than_the_claims_window_ends_paused() {
 #[tokio::test]
 async fn a_round_overtaken_by_a_pause_and_a_resume_does_not_move_the_new_resume_on() {
     use std::future::Future;
-    let (ledger, table, root) = started().await;
-    let scan = root.scan.clone();
-    let c = claim(&ledger, &root, at(1)).await;
-    let children: Vec<WorkItem> = (0..10).map(|n| child(&root, n)).collect();
-    ledger
-        .finish(&root, &c, reading(1), &children, at(1))
-        .await
-        .unwrap();
+    let (ledger, table, scan, children) = root_done_with(10).await;
     ledger.pause(&scan, at(2)).await.unwrap();
     ledger.resume(&scan, at(3)).await.unwrap();
     // Round A reads the scan row and a page of four, marks them, and stops before it writes
@@ -330,14 +314,7 @@ async fn a_round_overtaken_by_a_pause_and_a_resume_does_not_move_the_new_resume_
 /// messages were lost, the next rounds going on after them: 6 of 10 sent.)
 #[tokio::test]
 async fn a_round_whose_cursor_write_lost_its_answer_still_sends_what_it_marked() {
-    let (ledger, table, root) = started().await;
-    let scan = root.scan.clone();
-    let c = claim(&ledger, &root, at(1)).await;
-    let children: Vec<WorkItem> = (0..10).map(|n| child(&root, n)).collect();
-    ledger
-        .finish(&root, &c, reading(1), &children, at(1))
-        .await
-        .unwrap();
+    let (ledger, table, scan, _) = root_done_with(10).await;
     ledger.pause(&scan, at(2)).await.unwrap();
     ledger.resume(&scan, at(3)).await.unwrap();
     // The scan row, a page, the marks, then where it stopped: applied, the answer lost.
@@ -368,14 +345,7 @@ async fn a_round_whose_cursor_write_lost_its_answer_still_sends_what_it_marked()
 /// 200 of the 200 items the first round had not reached stranded.)
 #[tokio::test]
 async fn the_re_drive_leaves_the_items_a_resume_has_not_reached_to_its_rounds() {
-    let (ledger, table, root) = started().await;
-    let scan = root.scan.clone();
-    let c = claim(&ledger, &root, at(1)).await;
-    let children: Vec<WorkItem> = (0..250).map(|n| child(&root, n)).collect();
-    ledger
-        .finish(&root, &c, reading(1), &children, at(1))
-        .await
-        .unwrap();
+    let (ledger, table, scan, _) = root_done_with(250).await;
     ledger.pause(&scan, at(2)).await.unwrap();
     let later = at(2) + Duration::minutes(30);
     table.set_now(later);
@@ -416,14 +386,7 @@ async fn the_re_drive_leaves_the_items_a_resume_has_not_reached_to_its_rounds() 
 /// ago.)
 #[tokio::test]
 async fn a_scan_paused_long_ago_reads_no_claims_window() {
-    let (ledger, table, root) = started().await;
-    let scan = root.scan.clone();
-    let c = claim(&ledger, &root, at(1)).await;
-    let children: Vec<WorkItem> = (0..40).map(|n| child(&root, n)).collect();
-    ledger
-        .finish(&root, &c, reading(1), &children, at(1))
-        .await
-        .unwrap();
+    let (ledger, table, scan, _) = root_done_with(40).await;
     ledger.pause(&scan, at(2)).await.unwrap();
     let before = (table.requests(), table.entities());
     let read = ledger.read_status(&scan, at(3600)).await.unwrap().unwrap();

@@ -35,7 +35,7 @@ pub fn is_schedule_name(name: &str) -> bool {
 }
 
 /// One run of a schedule: a scan started, an occurrence skipped, or a start refused.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Run {
     /// The occurrence (RFC 3339), or the moment of a run asked for by hand.
@@ -346,19 +346,6 @@ mod tests {
         assert_eq!(s.due(datetime!(2026-01-02 03:01:30.9 UTC)), None);
     }
 
-    fn a_run(scan: &str) -> Run {
-        Run {
-            occurrence: String::new(),
-            at: String::new(),
-            scan: Some(scan.into()),
-            late: false,
-            missed: 0,
-            manual: false,
-            skipped: None,
-            error: None,
-        }
-    }
-
     /// A `PUT` that read the schedule before the timer recorded an occurrence must not write
     /// over that record: the run (and its scan, which the next occurrence's overlap check
     /// looks at) and the last occurrence would be lost.
@@ -377,7 +364,10 @@ mod tests {
         // The timer records occurrence 00:00:10 meanwhile.
         let mut timer = ledger.schedule("s").await.unwrap().unwrap();
         timer.last_occurrence = Some(datetime!(2026-01-01 00:00:10 UTC));
-        timer.add_run(a_run("scan10"));
+        timer.add_run(Run {
+            scan: Some("scan10".into()),
+            ..Run::default()
+        });
         assert!(ledger.record_schedule(&timer).await.unwrap());
         let replacement = Schedule::new("s", t(), r#"{"new":1}"#.into(), set);
         let over = ledger
