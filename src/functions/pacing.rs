@@ -275,7 +275,15 @@ impl ScanPace {
         if *current == Some(cap) {
             return;
         }
+        let first = current.is_none();
         *current = Some(cap);
+        if first && learned.is_some() {
+            // The scan's own ceiling, for all its processes, takes over from this process's
+            // back-off (`Governor::lift`); a refusal above it cuts again, and teaches anew.
+            if let Some((source, _)) = lock(&self.source).as_ref() {
+                source.lift();
+            }
+        }
         let mut slices = lock(&self.slices);
         match slices.as_ref() {
             Some(share) => share.set_cap(cap),

@@ -42,6 +42,13 @@ pub const LEARNED_SHARE: f64 = 0.9;
 pub const QUIET: Duration = Duration::from_secs(20);
 /// How much a raise adds.
 pub const RAISE: f64 = 1.05;
+/// How much a lowering keeps of the learned cap, after the account refused a process using
+/// its whole share of it.
+pub const LOWER: f64 = 0.9;
+/// The least time between a change of the learned cap and a lowering: every process reads the
+/// scan (and its cap) within `functions::app::CANCEL_CHECK_EVERY`, and refusals met before it
+/// did are not news.
+pub const LOWER_EVERY: Duration = Duration::from_secs(6);
 /// How many times a report or a raise is tried when another process wrote the row meanwhile.
 const TRIES: usize = 3;
 /// The least cap learned (entities per second): a scan always moves.
@@ -269,6 +276,48 @@ impl Ledger {
         Ok(Some(raised))
     }
 
+    /// Lowers the scan's learned cap by [`LOWER`] after the account refused a process that
+    /// used its whole share of it: the cap is over what the account takes beside whatever else
+    /// runs on it (an application's refusals come with the scan's, many more of them: it sends
+    /// small requests). At most once per [`LOWER_EVERY`], so that every process applies one
+    /// lowering (it reads the scan every few seconds) before the next; never under a quarter of
+    /// the highest cap learned. The new cap if this call lowered it; `None` when the scan has
+    /// no learned cap yet (the refusal is for a round to learn one), or it was lowered lately.
+    pub async fn lower_learned_cap(
+        &self,
+        scan: &str,
+        now_ms: u64,
+    ) -> Result<Option<f64>, LedgerError> {
+        let Some(current) = self.learning(scan).await? else {
+            return Ok(None);
+        };
+        let Some(cap) = current.cap else {
+            return Ok(None);
+        };
+        if !current.closed || now_ms < current.cap_at_ms + ms(LOWER_EVERY) {
+            return Ok(None);
+        }
+        let lowered = (cap * LOWER)
+            .max(current.peak * LEAST_OF_PEAK)
+            .max(LEAST_CAP);
+        // Written at the floor too: the refusal's time holds off a raise for a quiet while.
+        let next = Learning {
+            cap: Some(lowered.min(cap)),
+            cap_at_ms: now_ms,
+            ..current.clone()
+        };
+        if !self.write_learning(scan, &next, Some(&current)).await? || lowered >= cap {
+            return Ok(None);
+        }
+        self.publish_cap(scan, lowered).await?;
+        tracing::info!(
+            scan,
+            cap = lowered,
+            "the account refused the scan at its learned cap: the cap is lowered"
+        );
+        Ok(Some(lowered))
+    }
+
     /// Writes the learned cap where every process reads the scan.
     async fn publish_cap(&self, scan: &str, cap: f64) -> Result<(), LedgerError> {
         self.publish(ScanRow::learned(scan, cap)).await
@@ -452,5 +501,53 @@ mod tests {
                 .unwrap(),
             None
         );
+    }
+
+    #[tokio::test]
+    async fn a_refusal_at_the_learned_cap_lowers_it_at_most_once_a_while_and_not_far_below_its_peak(
+    ) {
+        let ledger = ledger().await;
+        let t = 7_000_000;
+        // No learned cap yet: nothing to lower (a round learns one).
+        assert_eq!(ledger.lower_learned_cap("s", t).await.unwrap(), None);
+        ledger.report_refusal("s", 4_000.0, t).await.unwrap();
+        let closed = t + ms(ROUND);
+        ledger.close_round("s", closed).await.unwrap();
+        let learned = 4_000.0 * LEARNED_SHARE;
+        let every = ms(LOWER_EVERY);
+        // Too soon after the cap was set: the refusal may come from before every process had it.
+        assert_eq!(
+            ledger
+                .lower_learned_cap("s", closed + every - 1)
+                .await
+                .unwrap(),
+            None
+        );
+        let lowered = ledger
+            .lower_learned_cap("s", closed + every)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!((lowered - learned * LOWER).abs() < 1e-6, "{lowered}");
+        assert_eq!(published(&ledger).await, Some(lowered));
+        assert_eq!(
+            ledger
+                .lower_learned_cap("s", closed + every + 10)
+                .await
+                .unwrap(),
+            None
+        );
+        // Refusals that keep coming (an account failing a share of requests whatever the rate)
+        // stop at a quarter of the highest cap learned.
+        let mut at = closed + every;
+        for _ in 0..40 {
+            at += every;
+            ledger.lower_learned_cap("s", at).await.unwrap();
+        }
+        let cap = ledger.learning("s").await.unwrap().unwrap().cap.unwrap();
+        assert!((cap - learned * LEAST_OF_PEAK).abs() < 1e-6, "{cap}");
+        // Refused at the floor, the cap is not raised a quiet while later: the quiet while
+        // counts from the last refusal.
+        assert_eq!(ledger.raise_learned_cap("s", at + 1).await.unwrap(), None);
     }
 }

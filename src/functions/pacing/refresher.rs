@@ -31,10 +31,15 @@ const TICK_TIME: Duration = Duration::from_millis(400);
 /// A process with no step of the scan for this long gives its slices back (it stays in the
 /// scan, and takes slices again when a step comes).
 const IDLE_RELEASE: Duration = Duration::from_secs(1);
-/// How long after a cut of the account's back-off the process reports what it moves: by then
-/// the back-off has recovered to just under where the account refused (a report at the cut
-/// would count the burst that met the refusal, above what the account takes).
-const REPORT_DELAY: Duration = Duration::from_secs(3);
+/// How long after a cut of the account's back-off the process reports what it moves: the back-off
+/// recovers to its ceiling within about two seconds, and what the process moves over the
+/// [`RATE_SPAN`] after that is what the account gives it at that ceiling (a report at the cut
+/// would count the burst that met the refusal, above what the account takes; one at 3 s
+/// counted a second of the recovery, and learned caps 10-25% under the account's room).
+pub(super) const REPORT_DELAY: Duration = Duration::from_secs(4);
+/// A process refused while it moves at least this share of what its slices grant presses on
+/// the account with the scan's cap (see [`Refresher::lower`]).
+const PRESSING: f64 = 0.8;
 /// What the process moved over this long is what it reports when an account refuses it.
 const RATE_SPAN: Duration = Duration::from_secs(2);
 
@@ -154,7 +159,14 @@ impl Refresher {
         let seen = *self.cuts_seen.get_or_insert(cuts_before);
         let cuts = source.cuts();
         let now = Instant::now();
-        if cuts > seen {
+        if cuts > seen && self.learned_in_force() {
+            self.cuts_seen = Some(cuts);
+            // The scan has a ceiling already: refused while using all of its share here, the
+            // ceiling is too high for what else runs on the account now.
+            if self.pressing(now) {
+                self.lower(now_ms).await;
+            }
+        } else if cuts > seen {
             self.cuts_seen = Some(cuts);
             // Counted once per round: a second cut while this process's report for the open
             // round stands adds nothing.
@@ -177,15 +189,22 @@ impl Refresher {
         if self.report_at.is_some_and(|at| now >= at) {
             self.report_at = None;
             // What this process pressed on the account with: where its back-off takes the
-            // account to refuse it (what it moved as it was refused, less the burst), or, for a
-            // process the account did not refuse, what it moves.
+            // account to refuse it, but no more than the account gave it since (what it moved
+            // over the last seconds, which the back-off brought back to that estimate unless
+            // the account took less); for a process the account did not refuse, what it moves.
+            // The estimate alone counts what steps asked for, ahead of what the account served,
+            // and learned caps 30-50% over what the account took.
             let moved = self.rate();
             let rate = match source.estimate() {
-                Some(estimate) if cuts > cuts_before => estimate,
+                Some(estimate) if cuts > cuts_before => estimate.min(moved),
                 _ => moved,
             };
             // A process that moved nothing lately did not press on the account: its report
             // would only say less than the scan moved.
+            tracing::debug!(
+                scan = %self.pace.scan, rate, moved, refused = cuts > cuts_before,
+                "reporting into the scan's learning round"
+            );
             if rate >= 1.0 {
                 self.report(rate, now_ms).await;
             }
@@ -203,6 +222,36 @@ impl Refresher {
         }
     }
 
+    /// Whether the scan's cap is one it learned (its request set none, or a higher one).
+    fn learned_in_force(&self) -> bool {
+        let cap = *lock(&self.pace.cap);
+        cap.is_some() && self.pace.set.is_none_or(|set| cap < Some(set))
+    }
+
+    /// Whether this process uses (nearly) all of its share of the scan's cap.
+    fn pressing(&self, now: Instant) -> bool {
+        let Some(slices) = self.pace.slices() else {
+            return false;
+        };
+        let granted = slices.granted();
+        granted > 0.0 && self.demand(now).used >= granted * PRESSING
+    }
+
+    async fn lower(&mut self, now_ms: u64) {
+        match self
+            .pace
+            .ledger
+            .lower_learned_cap(&self.pace.scan, now_ms)
+            .await
+        {
+            Ok(Some(cap)) => self.pace.learned(Some(cap)),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::debug!(scan = %self.pace.scan, "could not lower the learned cap: {e}")
+            }
+        }
+    }
+
     async fn report(&mut self, rate: f64, now_ms: u64) {
         match self
             .pace
@@ -215,7 +264,9 @@ impl Refresher {
                 self.pace.round_ms.fetch_max(round_at, Ordering::Relaxed);
                 self.close_at_ms = Some(round_at + ROUND.as_millis() as u64);
             }
-            Ok(Reported::Skipped) => {}
+            Ok(Reported::Skipped) => {
+                tracing::debug!(scan = %self.pace.scan, "report skipped: a round is recent")
+            }
             Err(e) => tracing::debug!(scan = %self.pace.scan, "could not report a refusal: {e}"),
         }
     }
@@ -223,11 +274,7 @@ impl Refresher {
     /// Raises the scan's learned cap, if it has one, has held it quietly for a while, and this
     /// process would use more (at most one try per [`QUIET`] half).
     async fn raise(&mut self, now: Instant) {
-        let learned_applies = {
-            let cap = *lock(&self.pace.cap);
-            cap.is_some() && self.pace.set.is_none_or(|set| cap < Some(set))
-        };
-        if !learned_applies
+        if !self.learned_in_force()
             || self
                 .raise_tried
                 .is_some_and(|at| now.saturating_duration_since(at) < QUIET / 2)

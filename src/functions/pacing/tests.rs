@@ -227,10 +227,10 @@ async fn an_uncapped_scan_learns_a_cap_from_a_refusal_and_is_paced_by_it() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     source.throttled();
-    // The process goes on as its back-off lets it; three seconds after the cut the refresher
-    // reports what it moves, the round closes two seconds later, and the cap is what this
-    // process (the only one) moved then.
-    let end = Instant::now() + Duration::from_millis(3_300);
+    // The process goes on as its back-off lets it; a few seconds after the cut the refresher
+    // reports what it moves (no more than its back-off's estimate), the round closes later,
+    // and the cap is what this process (the only one) moved then.
+    let end = Instant::now() + super::refresher::REPORT_DELAY + Duration::from_millis(300);
     while Instant::now() < end {
         let ticket = step.before_read(200).await;
         step.after_read(ticket, 200, 0);
