@@ -2063,5 +2063,4 @@ mod tests {
 }
 
 #[cfg(test)]
-#[path = "spec_path_tests.rs"]
 mod path_tests;
