@@ -413,6 +413,9 @@ fn too_many_row_failures(spec: &ScanSpec, t: &Tallies) -> bool {
         .is_some_and(|most| t.rows_failed > most)
 }
 
+/// The status of scan `record`, from its totals `t` (`settled` when two reads saw them
+/// unchanged with nothing unsettled), whether a step of a cancelled or paused scan still runs,
+/// and its items failed for good.
 fn status_of(
     record: ScanRecord,
     t: Tallies,
@@ -421,66 +424,8 @@ fn status_of(
     errors: Vec<StepFailure>,
     now: OffsetDateTime,
 ) -> ScanStatus {
-    let state = if record.cancelled_at.is_some() {
-        if running {
-            State::Cancelling
-        } else {
-            State::Cancelled
-        }
-    } else if record.is_paused() && !settled {
-        if running {
-            State::Pausing
-        } else {
-            State::Paused
-        }
-    } else if !settled {
-        if t.done + t.failed > 0 || record.started_at.is_some() {
-            State::Running
-        } else {
-            State::Pending
-        }
-    } else if t.failed_now() > 0
-        || too_many_row_failures(&record.spec, &t)
-        || (awaits_manifest(&record) && record.manifest_trouble.gave_up_at.is_some())
-    {
-        State::Failed
-    } else if awaits_manifest(&record) {
-        // Every step is done; the export is whole once its manifest is written.
-        State::Running
-    } else {
-        State::Succeeded
-    };
-    let failed_because = (state == State::Failed).then(|| {
-        let mut reasons = Vec::new();
-        if t.failed_now() > 0 {
-            reasons.push(format!(
-                "{} step{} failed for good (see errors; POST /api/scans/{}/retry runs them again)",
-                t.failed_now(),
-                if t.failed_now() == 1 { "" } else { "s" },
-                record.id
-            ));
-        }
-        if let (true, Some(most)) = (
-            too_many_row_failures(&record.spec, &t),
-            record.spec.max_row_failures,
-        ) {
-            reasons.push(format!(
-                "{} row{} could not be acted on, more than maxRowFailures ({most}); see rowFailures",
-                t.rows_failed,
-                if t.rows_failed == 1 { "" } else { "s" }
-            ));
-        }
-        let trouble = &record.manifest_trouble;
-        if let (Some(since), Some(gave_up)) = (trouble.since, trouble.gave_up_at) {
-            reasons.push(format!(
-                "the export's manifest could not be written ({}), tried for {} minutes; the \
-                 blobs are written but no import reads them without a manifest",
-                trouble.error.as_deref().unwrap_or("no cause recorded"),
-                (gave_up - since).whole_minutes()
-            ));
-        }
-        reasons.join("; ")
-    });
+    let state = state_of(&record, &t, settled, running);
+    let failed_because = (state == State::Failed).then(|| failed_because(&record, &t));
     let last_finished = (t.last_finished_ms > 0)
         .then(|| {
             OffsetDateTime::from_unix_timestamp_nanos(i128::from(t.last_finished_ms) * 1_000_000)
@@ -507,57 +452,17 @@ fn status_of(
             partitions: t.partitions,
         },
     );
-    let rows_read_per_partition = (record.spec.reads_partition_keys() && t.partitions > 0)
-        .then(|| (t.rows_read as f64 / t.partitions as f64 * 100.0).round() / 100.0);
-    let export = match &record.spec.action {
-        ActionSpec::Export {
-            container, prefix, ..
-        } => Some(ExportProgress {
-            container: container.clone(),
-            prefix: prefix.clone(),
-            blobs: t.blobs,
-            bytes: t.blob_bytes,
-            manifest: record
-                .manifest_at
-                .map(|_| super::exports::Layout { prefix }.manifest()),
-            manifest_written_at: record.manifest_at.map(format_time),
-            manifest_error: record
-                .manifest_at
-                .is_none()
-                .then(|| record.manifest_trouble.error.clone())
-                .flatten(),
-        }),
-        _ => None,
-    };
     let paused = record.is_paused();
     ScanStatus {
-        export,
+        export: export_progress(&record, &t),
         paused_at: record.paused_at.filter(|_| paused).map(format_time),
         resumed_at: record.resumed_at.filter(|_| !paused).map(format_time),
         resuming: !paused && record.cancelled_at.is_none() && record.resume_from.is_some(),
+        progress: progress_of(&record.spec, &t, rows_per_second, last_finished),
         id: record.id,
         state,
         learned_max_rows_per_second: record.learned_cap.map(|cap| cap.round() as u32),
         spec: record.spec,
-        progress: Progress {
-            rows_read: t.rows_read,
-            rows_acted: t.rows_acted,
-            rows_skipped: t.rows_skipped,
-            rows_failed: t.rows_failed,
-            partitions: t.partitions,
-            steps_done: t.done,
-            steps_pending: t.unsettled(),
-            steps_failed: t.failed_now(),
-            steps_retried: t.retried,
-            attempts_failed: t.attempts_failed,
-            requests_throttled: t.throttled,
-            queries: t.queries,
-            rows_per_second,
-            longest_step_seconds: t.longest_step_ms as f64 / 1000.0,
-            last_step_at: last_finished.map(format_time),
-            steps_redriven: t.redriven,
-            rows_read_per_partition,
-        },
         errors,
         failed_because,
         row_failures: Vec::new(),
@@ -569,6 +474,130 @@ fn status_of(
         activity: None,
         pace: None,
         history: None,
+    }
+}
+
+/// Where the scan stands: cancelled or paused (and whether a step still stops), in flight
+/// while anything is unsettled, else failed or succeeded (an export only once its manifest is
+/// written).
+fn state_of(record: &ScanRecord, t: &Tallies, settled: bool, running: bool) -> State {
+    if record.cancelled_at.is_some() {
+        if running {
+            State::Cancelling
+        } else {
+            State::Cancelled
+        }
+    } else if record.is_paused() && !settled {
+        if running {
+            State::Pausing
+        } else {
+            State::Paused
+        }
+    } else if !settled {
+        if t.done + t.failed > 0 || record.started_at.is_some() {
+            State::Running
+        } else {
+            State::Pending
+        }
+    } else if t.failed_now() > 0
+        || too_many_row_failures(&record.spec, t)
+        || (awaits_manifest(record) && record.manifest_trouble.gave_up_at.is_some())
+    {
+        State::Failed
+    } else if awaits_manifest(record) {
+        // Every step is done; the export is whole once its manifest is written.
+        State::Running
+    } else {
+        State::Succeeded
+    }
+}
+
+/// Why a failed scan failed, in a sentence: its items failed for good, its rows that could not
+/// be acted on beyond `maxRowFailures`, an export's manifest that could not be written.
+fn failed_because(record: &ScanRecord, t: &Tallies) -> String {
+    let mut reasons = Vec::new();
+    if t.failed_now() > 0 {
+        reasons.push(format!(
+            "{} step{} failed for good (see errors; POST /api/scans/{}/retry runs them again)",
+            t.failed_now(),
+            if t.failed_now() == 1 { "" } else { "s" },
+            record.id
+        ));
+    }
+    if let (true, Some(most)) = (
+        too_many_row_failures(&record.spec, t),
+        record.spec.max_row_failures,
+    ) {
+        reasons.push(format!(
+            "{} row{} could not be acted on, more than maxRowFailures ({most}); see rowFailures",
+            t.rows_failed,
+            if t.rows_failed == 1 { "" } else { "s" }
+        ));
+    }
+    let trouble = &record.manifest_trouble;
+    if let (Some(since), Some(gave_up)) = (trouble.since, trouble.gave_up_at) {
+        reasons.push(format!(
+            "the export's manifest could not be written ({}), tried for {} minutes; the \
+             blobs are written but no import reads them without a manifest",
+            trouble.error.as_deref().unwrap_or("no cause recorded"),
+            (gave_up - since).whole_minutes()
+        ));
+    }
+    reasons.join("; ")
+}
+
+/// An export's progress: where its blobs are, how many, and its manifest once written.
+fn export_progress(record: &ScanRecord, t: &Tallies) -> Option<ExportProgress> {
+    let ActionSpec::Export {
+        container, prefix, ..
+    } = &record.spec.action
+    else {
+        return None;
+    };
+    Some(ExportProgress {
+        container: container.clone(),
+        prefix: prefix.clone(),
+        blobs: t.blobs,
+        bytes: t.blob_bytes,
+        manifest: record
+            .manifest_at
+            .map(|_| super::exports::Layout { prefix }.manifest()),
+        manifest_written_at: record.manifest_at.map(format_time),
+        manifest_error: record
+            .manifest_at
+            .is_none()
+            .then(|| record.manifest_trouble.error.clone())
+            .flatten(),
+    })
+}
+
+/// The scan's exact counts from its totals.
+fn progress_of(
+    spec: &ScanSpec,
+    t: &Tallies,
+    rows_per_second: f64,
+    last_finished: Option<OffsetDateTime>,
+) -> Progress {
+    let rows_read_per_partition = (spec.reads_partition_keys() && t.partitions > 0)
+        .then(|| (t.rows_read as f64 / t.partitions as f64 * 100.0).round() / 100.0);
+    Progress {
+        rows_read: t.rows_read,
+        rows_acted: t.rows_acted,
+        rows_skipped: t.rows_skipped,
+        rows_failed: t.rows_failed,
+        partitions: t.partitions,
+        steps_done: t.done,
+        steps_pending: t.unsettled(),
+        steps_failed: t.failed_now(),
+        steps_retried: t.retried,
+        attempts_failed: t.attempts_failed,
+        requests_throttled: t.throttled,
+        queries: t.queries,
+        rows_per_second,
+        longest_step_seconds: t.longest_step_ms as f64 / 1000.0,
+        last_step_at: last_finished.map(format_time),
+        steps_redriven: t.redriven,
+        rows_read_per_partition,
     }
 }
 
