@@ -159,9 +159,9 @@ pub(super) async fn start_request(
     text: &str,
     key: Option<&str>,
 ) -> Result<Started, HttpError> {
-    let default_cap = match &state.default_cap {
-        Ok(cap) => *cap,
-        Err(why) => return refuse(StatusCode::INTERNAL_SERVER_ERROR, None, why.clone()),
+    let default_cap = match state.default_cap() {
+        Ok(cap) => cap,
+        Err(why) => return refuse(StatusCode::INTERNAL_SERVER_ERROR, None, why),
     };
     let mut spec = match super::allowlist::parse_start(state, text, default_cap).and_then(|spec| {
         spec.check_stored_size()
@@ -364,7 +364,7 @@ async fn prepare(state: &AppState, spec: &mut ScanSpec, id: &str) -> Result<(), 
     let unavailable = |what: String| refusal(StatusCode::SERVICE_UNAVAILABLE, None, what);
     let ledger = state.ledger().map_err(unavailable)?;
     let ledger_account = state
-        .clients(&state.ledger_connection)
+        .clients(&state.config.ledger_connection)
         .map_err(unavailable)?;
     let ledger_tables = ledger_account.tables().map_err(unavailable)?;
     ledger_tables
@@ -651,7 +651,7 @@ async fn redrive_look(
     let now = OffsetDateTime::now_utc();
     let after = super::redrive::redrive_after(state);
     // A claim can be abandoned once a lease has passed, long before an item can be stranded.
-    let lease = time::Duration::try_from(state.lease).unwrap_or(time::Duration::MINUTE);
+    let lease = time::Duration::try_from(state.config.lease).unwrap_or(time::Duration::MINUTE);
     let every = match abandoned {
         true => super::redrive::status_look_every(state).min(lease),
         false => super::redrive::status_look_every(state),
@@ -790,7 +790,7 @@ async fn activity(
     let since = crate::storage::table::entity::EdmDateTime::parse(last)
         .map(|t| (now - t.time()).whole_seconds().max(0) as u64)
         .unwrap_or(0);
-    let redrive_minutes = state.redrive_after.as_secs() / 60;
+    let redrive_minutes = state.config.redrive_after.as_secs() / 60;
     let now_ms = crate::job::rows::millis(now);
     // The Functions host holds a delivered queue message at most 10 minutes (its visibility
     // while an execution runs); a stopped host's messages come back after that.
