@@ -46,7 +46,7 @@ async fn an_import_cut_inside_a_chunk_counts_each_row_once() {
         ),
         ("TABLESCAN_LEDGER_TABLE".to_string(), unique_name("ledger")),
     ]));
-    Arc::get_mut(&mut state).unwrap().budget.max_duration = Duration::from_millis(1);
+    Arc::get_mut(&mut state).unwrap().config.budget.max_duration = Duration::from_millis(1);
     let mut importer = TestHost::serve(state).await;
     let restored = unique_name("cutrestored");
     let import = importer

@@ -3,16 +3,20 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 
+use tablescan::functions::config::log_filter;
 use tablescan::functions::{router, AppState, Settings};
 use tracing_subscriber::fmt::writer::MakeWriterExt;
 
 #[tokio::main]
 async fn main() {
+    let settings = Settings::from_env();
+    // A bad filter is reported once logging is up; `info` meanwhile (no function depends on it).
+    let (filter, bad_filter) = match log_filter(&settings) {
+        Ok(filter) => (filter, None),
+        Err(bad) => (tracing_subscriber::EnvFilter::new("info"), Some(bad)),
+    };
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("TABLESCAN_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(filter)
         .with_ansi(false)
         // The host logs the handler's stderr lines as errors and its stdout lines as
         // information: warnings and errors go to stderr, the rest to stdout.
@@ -22,6 +26,9 @@ async fn main() {
                 .or_else(std::io::stdout),
         )
         .init();
+    if let Some(bad) = bad_filter {
+        tracing::error!("{bad}; logging at info until it is mended");
+    }
     let port = match std::env::var("FUNCTIONS_CUSTOMHANDLER_PORT") {
         Ok(text) => match text.trim().parse::<u16>() {
             Ok(port) => port,
@@ -32,7 +39,7 @@ async fn main() {
         },
         Err(_) => 8080,
     };
-    let state = AppState::new(Settings::from_env());
+    let state = AppState::new(settings);
     if let Err(why) = &state.ledger {
         tracing::error!("every function will fail until this is fixed: {why}");
     }

@@ -21,9 +21,9 @@
 //! caller cannot tell from it which app settings exist. Why a listed connection cannot be used
 //! is the operator's business, and goes to the log.
 //!
-//! The setting is read once, when the handler starts (`AppState::new`); a value that cannot be
-//! read is logged then, refuses every start with a 500 that names it, and fails the steps of
-//! scans in flight: a broken list lets nothing through.
+//! The setting is read once, when the handler starts (`functions::config`); a value that cannot
+//! be read is logged then, and every function answers with a 500 that names it until it is
+//! mended: a broken list lets nothing through.
 
 use std::collections::BTreeMap;
 
@@ -112,17 +112,6 @@ impl Allowlist {
             return Err(AllowlistError::Empty);
         }
         Ok(Allowlist { listed })
-    }
-
-    /// The app's list: `None` when the setting is absent (every connection usable), or why
-    /// its value cannot be read, naming the setting.
-    pub fn from_settings(settings: &dyn SettingLookup) -> Result<Option<Allowlist>, String> {
-        match settings.setting(CONNECTIONS_SETTING) {
-            None => Ok(None),
-            Some(text) => Allowlist::parse(&text)
-                .map(Some)
-                .map_err(|why| format!("the app setting {CONNECTIONS_SETTING} {why}")),
-        }
     }
 
     /// How scans may use `connection`: as listed; the app's own storage read-only when the

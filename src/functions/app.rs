@@ -10,12 +10,10 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
 
+use super::config::{Config, ConfigError, LEDGER_CONNECTION_SETTING};
 use super::names::*;
 use super::{http, redrive, step};
-use crate::job::ledger::DEFAULT_LEDGER_TABLE;
-use crate::job::spec::{
-    parse_rate_cap, SettingLookup, DEFAULT_MAX_ROWS_PER_SECOND, MAX_ROWS_PER_SECOND_SETTING,
-};
+use crate::job::spec::SettingLookup;
 use crate::job::{Ledger, ScanRecord};
 use crate::scan::Budget;
 use crate::storage::{
@@ -98,10 +96,6 @@ fn no_endpoint(
     }
 }
 
-/// The setting that names the connection (an app setting's name, like `AzureWebJobsStorage`)
-/// of the account that holds the ledger; the app's own account when absent.
-pub const LEDGER_CONNECTION_SETTING: &str = "TABLESCAN_LEDGER_CONNECTION";
-
 /// How stale a process's knowledge of a scan (its cap, whether it was cancelled) may be: a
 /// cancel stops the steps of other processes within this long. One read of the scan row per
 /// scan per process this often: 20 entities a second at 100 processes.
@@ -114,19 +108,14 @@ pub const REMOVAL_TIME: Duration = Duration::from_secs(20);
 /// Everything the functions share.
 pub struct AppState {
     pub settings: Settings,
+    /// The handler's own settings, read once (`functions::config`). When some cannot be used
+    /// these are the defaults, and no function runs with them: see `bad_settings`.
+    pub config: Config,
+    /// The settings whose values cannot be used, and why: then every function answers with
+    /// this (`app::router`), and the ledger is not opened.
+    pub bad_settings: Option<ConfigError>,
     /// The ledger, or why it is unavailable (then every function fails with that reason).
     pub ledger: Result<Ledger, String>,
-    /// The name of the app setting whose connection string reaches the ledger's account.
-    pub ledger_connection: String,
-    pub budget: Budget,
-    /// How long a step's claim on its work item lasts.
-    pub lease: Duration,
-    /// How long a pending work item may go untouched before a status read sends its message
-    /// again (`TABLESCAN_REDRIVE_AFTER_SECONDS`).
-    pub redrive_after: Duration,
-    /// How long a work item may keep failing for transient reasons (throttling, an outage)
-    /// before it is failed for good (`TABLESCAN_OUTAGE_WINDOW_SECONDS`).
-    pub outage_window: Duration,
     /// How long one call of `DELETE /api/scans/{id}` (or `DELETE /api/rejected`) removes rows
     /// before it answers `"more": true` ([`REMOVAL_TIME`]; tests shorten it to see many rounds).
     pub removal_time: Duration,
@@ -135,12 +124,6 @@ pub struct AppState {
     pub item_queues: ItemQueues,
     /// How the host retries queue messages, from the app's host.json (see [`host_queues`]).
     pub host_queues: HostQueues,
-    /// The cap a scan gets when its request names none, or why the app setting
-    /// [`MAX_ROWS_PER_SECOND_SETTING`] could not be read (then starts are refused with that).
-    pub default_cap: Result<Option<u32>, String>,
-    /// The connections scans may use (`TABLESCAN_CONNECTIONS`): `None` for every one, or why
-    /// the setting could not be read (then starts are refused with that, and steps fail).
-    pub connections: Result<Option<super::allowlist::Allowlist>, String>,
     /// This process's share of each running scan's cap, and the slots of its steps.
     pub pacing: super::pacing::Pacing,
     clients: Mutex<HashMap<String, Clients>>,
@@ -276,84 +259,49 @@ fn steps_stop_within(budget: Budget) -> time::Duration {
 }
 
 impl AppState {
-    /// Builds the state from app settings. Never fails: a missing or bad storage setting is
-    /// reported by every invocation instead, so the host still sees a healthy worker and logs
-    /// the reason.
+    /// Builds the state from app settings. Never fails: a bad setting (or a missing or bad
+    /// storage setting) is reported by every invocation instead, so the host still sees a
+    /// healthy worker, and logged by the handler at start-up (`state.ledger`'s reason).
     pub fn new(settings: Settings) -> Arc<AppState> {
-        let number = |name: &str, default: u64| -> u64 {
-            settings
-                .get(name)
-                .and_then(|v| v.trim().parse().ok())
-                .filter(|n| *n > 0)
-                .unwrap_or(default)
+        let (config, bad_settings) = match Config::parse(&settings) {
+            Ok(config) => (config, None),
+            Err(bad) => (Config::default(), Some(bad)),
         };
-        let budget = Budget {
-            max_queries: number(
-                "TABLESCAN_STEP_MAX_QUERIES",
-                u64::from(Budget::default().max_queries),
-            )
-            .min(1000) as u32,
-            max_duration: Duration::from_secs(
-                number(
-                    "TABLESCAN_STEP_MAX_SECONDS",
-                    Budget::default().max_duration.as_secs(),
-                )
-                .min(300),
-            ),
-        };
-        let lease = Duration::from_secs(number("TABLESCAN_STEP_LEASE_SECONDS", 60));
-        // Past the host's 10-minute hold on a message being processed and the function
-        // timeout, so a message that still exists has surely been delivered by then.
-        let redrive_after = Duration::from_secs(number("TABLESCAN_REDRIVE_AFTER_SECONDS", 900));
-        let outage_window = Duration::from_secs(number("TABLESCAN_OUTAGE_WINDOW_SECONDS", 30 * 60));
-        // The ledger's account: the app's own unless a setting names another connection, so
-        // that a source or target sharing the app's account cannot starve the ledger.
-        let ledger_connection = settings
-            .get(LEDGER_CONNECTION_SETTING)
-            .map(str::trim)
-            .filter(|name| !name.is_empty())
-            .unwrap_or(STORAGE_CONNECTION)
-            .to_string();
-        let default_cap = match settings.get(MAX_ROWS_PER_SECOND_SETTING) {
-            None => Ok(DEFAULT_MAX_ROWS_PER_SECOND),
-            Some(text) => parse_rate_cap(text)
-                .map_err(|why| format!("the app setting {MAX_ROWS_PER_SECOND_SETTING} {why}")),
-        };
-        if let Err(why) = &default_cap {
-            tracing::error!("{why}; scans cannot start until it is mended");
-        }
-        let connections = super::allowlist::Allowlist::from_settings(&settings);
-        if let Err(why) = &connections {
-            tracing::error!("{why}; scans cannot start or run until it is mended");
-        }
+        let here = std::env::current_dir().unwrap_or_default();
         let state = AppState {
-            default_cap,
-            connections,
             pacing: super::pacing::Pacing::default(),
-            ledger_connection,
-            settings: settings.clone(),
+            settings,
+            config,
+            bad_settings,
             ledger: Err(String::new()),
-            budget,
-            lease,
-            redrive_after,
-            outage_window,
             removal_time: REMOVAL_TIME,
-            item_queues: item_queues(&std::env::current_dir().unwrap_or_default()),
-            host_queues: host_queues(&std::env::current_dir().unwrap_or_default()),
+            item_queues: item_queues(&here),
+            host_queues: host_queues(&here),
             clients: Mutex::new(HashMap::new()),
             cancels: Mutex::new(HashMap::new()),
         };
-        let ledger_table = settings
-            .get("TABLESCAN_LEDGER_TABLE")
-            .unwrap_or(DEFAULT_LEDGER_TABLE)
-            .to_string();
-        let ledger = state
-            .clients(&state.ledger_connection)
-            .and_then(|c| c.tables()?.table(&ledger_table).map_err(|e| e.to_string()))
-            .map(|table| {
-                Ledger::new(table).with_steps_stop_within(steps_stop_within(state.budget))
-            });
+        let ledger = match &state.bad_settings {
+            Some(bad) => Err(bad.to_string()),
+            None => state.open_ledger(),
+        };
         Arc::new(AppState { ledger, ..state })
+    }
+
+    /// The ledger in the table and account the config names.
+    fn open_ledger(&self) -> Result<Ledger, String> {
+        let (connection, table) = (&self.config.ledger_connection, &self.config.ledger_table);
+        self.clients(connection)
+            .and_then(|c| c.tables()?.table(table).map_err(|e| e.to_string()))
+            .map(|table| {
+                Ledger::new(table).with_steps_stop_within(steps_stop_within(self.config.budget))
+            })
+            .map_err(|why| match connection.as_str() {
+                STORAGE_CONNECTION => why,
+                named => format!(
+                    "{why} (the ledger's connection {named:?}, which the app setting \
+                     {LEDGER_CONNECTION_SETTING} names)"
+                ),
+            })
     }
 
     /// Scan `id`'s record as read from the ledger at most [`CANCEL_CHECK_EVERY`] ago: the steps
@@ -469,7 +417,13 @@ impl AppState {
     /// The storage account a connection names (an app setting with a connection string, or
     /// settings `C__...` of a connection by identity: see [`crate::storage::connection`]).
     pub fn account(&self, connection: &str) -> Result<StorageAccount, String> {
-        crate::storage::connection::resolve(connection, &self.settings).map_err(|e| e.to_string())
+        let account =
+            crate::storage::connection::resolve_without_extra_roots(connection, &self.settings)
+                .map_err(|e| e.to_string())?;
+        Ok(match &self.config.trusted_roots {
+            Some(roots) => account.trusting(roots.clone()),
+            None => account,
+        })
     }
 
     fn clients_with(
@@ -499,13 +453,24 @@ impl AppState {
         Ok(clients)
     }
 
-    /// The connections scans may use: `None` for every one; an error naming the setting when
-    /// its value could not be read.
+    /// The connections scans may use: `None` for every one; an error naming the settings that
+    /// cannot be used (this one or another: nothing runs then).
     pub fn allowlist(&self) -> Result<Option<&super::allowlist::Allowlist>, String> {
-        self.connections
-            .as_ref()
-            .map(Option::as_ref)
-            .map_err(Clone::clone)
+        self.usable_config()
+            .map(|config| config.connections.as_ref())
+    }
+
+    /// The cap a scan gets when its request names none, or why the settings cannot be used.
+    pub fn default_cap(&self) -> Result<Option<u32>, String> {
+        self.usable_config().map(|config| config.default_cap)
+    }
+
+    /// The config, or why some of its settings cannot be used.
+    fn usable_config(&self) -> Result<&Config, String> {
+        match &self.bad_settings {
+            None => Ok(&self.config),
+            Some(bad) => Err(bad.to_string()),
+        }
     }
 
     pub fn ledger(&self) -> Result<&Ledger, String> {
@@ -539,8 +504,37 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(&format!("/{CLEAR_REJECTED}"), post(clear_rejected))
         .route(&format!("/{REDRIVE_SCANS}"), post(redrive_scans))
         .route(&format!("/{SCANS_PAGE}"), post(scans_page))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            refuse_while_settings_are_bad,
+        ))
         .layer(DefaultBodyLimit::max(MAX_INVOCATION_BYTES))
         .with_state(state)
+}
+
+/// Answers every function with the reason while some of the handler's settings cannot be
+/// used (`functions::config`): a 500 naming them, as a failed invocation (queue and timer
+/// triggers, which the host retries or logs) or as the HTTP answer. A step refused so is
+/// left pending in the ledger, and re-driven once the setting is mended. `GET /` and the
+/// page of scans need no setting.
+async fn refuse_while_settings_are_bad(
+    State(state): State<Arc<AppState>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Some(bad) = &state.bad_settings else {
+        return next.run(request).await;
+    };
+    let function = request.uri().path().trim_start_matches('/');
+    let why = format!("the app's settings need mending: {bad}");
+    let status = axum::http::StatusCode::INTERNAL_SERVER_ERROR;
+    match function {
+        "" | SCANS_PAGE => next.run(request).await,
+        SCAN_RANGE | SCAN_PARTITION | SCAN_EXPORT | RUN_SCHEDULES | REDRIVE_SCANS => {
+            axum::response::IntoResponse::into_response(super::protocol::Failure::new(status, why))
+        }
+        _ => http::error(status, None, why),
+    }
 }
 
 async fn scan_range(State(state): State<Arc<AppState>>, body: Bytes) -> Response {

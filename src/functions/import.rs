@@ -252,7 +252,7 @@ impl BlobRead<'_> {
         let spec = &self.scan.spec;
         let action = action_for(self.state, spec).map_err(StepFailure::permanent)?;
         let clock = SystemClock::default();
-        let budget = self.state.budget;
+        let budget = self.state.config.budget;
         let mut sink = ActionSink::new(
             action,
             spec.dry_run,

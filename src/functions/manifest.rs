@@ -103,7 +103,7 @@ pub async fn seal_record(
         Err(why) => {
             // Recorded for the status, and bounded: after the outage window the scan fails
             // with this cause instead of waiting for ever with every step done.
-            let window = time::Duration::try_from(state.outage_window)
+            let window = time::Duration::try_from(state.config.outage_window)
                 .unwrap_or(time::Duration::MINUTE * 30);
             match ledger
                 .note_manifest_failure(&record, &why, OffsetDateTime::now_utc(), window)

@@ -4,6 +4,7 @@
 pub mod account;
 pub mod allowlist;
 pub mod app;
+pub mod config;
 mod export_checks;
 pub mod guard;
 pub mod http;

@@ -21,7 +21,7 @@ use crate::storage::queue::{MessageEncoding, PutOptions};
 
 /// How long a pending item may go untouched before it counts as stranded.
 pub fn redrive_after(state: &AppState) -> time::Duration {
-    time::Duration::try_from(state.redrive_after).unwrap_or(time::Duration::MAX)
+    time::Duration::try_from(state.config.redrive_after).unwrap_or(time::Duration::MAX)
 }
 
 /// How often, at most, status reads of one scan take the re-drive look: once a minute
@@ -208,10 +208,10 @@ pub async fn sweep_handler(state: &AppState, body: &[u8]) -> Response {
 /// stranded items, drops the unclaimed items of a cancelled one, or takes it off the list once
 /// it has settled (or does not exist).
 pub async fn sweep(state: &AppState, ledger: &Ledger) -> Result<Sweep, String> {
-    let deadline = Instant::now() + state.budget.max_duration;
+    let deadline = Instant::now() + state.config.budget.max_duration;
     let listings = ledger.listings().await.map_err(|e| e.to_string())?;
     let after = redrive_after(state);
-    let lease = time::Duration::try_from(state.lease).unwrap_or(time::Duration::MINUTE);
+    let lease = time::Duration::try_from(state.config.lease).unwrap_or(time::Duration::MINUTE);
     let mut done = Sweep {
         scans: listings.len(),
         ..Sweep::default()

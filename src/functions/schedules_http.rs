@@ -184,7 +184,7 @@ fn parse_put(
             ))
         }
     };
-    let default_cap = state.default_cap.clone().map_err(|why| (None, why))?;
+    let default_cap = state.default_cap().map_err(|why| (None, why))?;
     if let Err(refused) = super::allowlist::parse_start(state, &scan, default_cap) {
         let (_, field, message) = refused.answer();
         return Err((Some(format!("scan.{}", field.unwrap_or_default())), message));

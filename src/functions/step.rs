@@ -273,7 +273,7 @@ async fn on_failure(
         FailureKind::Permanent => (FailureRecord::Final, false),
         FailureKind::Transient => {
             let since = claim.failing_since.unwrap_or(now_ms);
-            let window = state.outage_window.as_millis() as u64;
+            let window = state.config.outage_window.as_millis() as u64;
             if now_ms.saturating_sub(since) >= window {
                 (FailureRecord::Final, false)
             } else {
@@ -439,8 +439,8 @@ async fn run_claimed(
     claim: &mut Claim,
     admitted: Option<StepPace>,
 ) -> Result<StepDone, StepFailure> {
-    let lease = time::Duration::try_from(state.lease).unwrap_or(time::Duration::MINUTE);
-    let period = (state.lease / 3).max(Duration::from_millis(100));
+    let lease = time::Duration::try_from(state.config.lease).unwrap_or(time::Duration::MINUTE);
+    let period = (state.config.lease / 3).max(Duration::from_millis(100));
     let lost = std::sync::atomic::AtomicBool::new(false);
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let scan = claim.scan.clone();
@@ -496,7 +496,7 @@ async fn begin_when_free(
     sent: Option<OffsetDateTime>,
     admitted: &mut Option<StepPace>,
 ) -> Result<Begin, crate::job::LedgerError> {
-    let lease = time::Duration::try_from(state.lease).unwrap_or(time::Duration::MINUTE);
+    let lease = time::Duration::try_from(state.config.lease).unwrap_or(time::Duration::MINUTE);
     let mut waited = std::time::Duration::ZERO;
     loop {
         let begin = ledger
@@ -505,7 +505,7 @@ async fn begin_when_free(
         let Begin::Busy(remaining) = begin else {
             return Ok(begin);
         };
-        if waited >= state.lease * 2 {
+        if waited >= state.config.lease * 2 {
             return Ok(Begin::Busy(remaining));
         }
         let pause =
@@ -853,7 +853,7 @@ async fn run(
     let action = action_for(state, spec).map_err(StepFailure::permanent)?;
     // The step's budget starts once it has its slot.
     let started = std::time::Instant::now();
-    let options = scan_options(spec, state.budget).map_err(StepFailure::permanent)?;
+    let options = scan_options(spec, state.config.budget).map_err(StepFailure::permanent)?;
     let clock = SystemClock::default();
     let mut sink = ActionSink::new(action, spec.dry_run, clock, state, &item.scan, lost, &pace);
     let reader = PacedReader {
@@ -864,7 +864,7 @@ async fn run(
     // Past its action's deadline the step only finishes the writes it started; retries that
     // would outlast that only put off the failure that hands its work on.
     let deadline =
-        tokio::time::Instant::now() + state.budget.max_duration * STORAGE_DEADLINE_BUDGETS;
+        tokio::time::Instant::now() + state.config.budget.max_duration * STORAGE_DEADLINE_BUDGETS;
     let report = crate::storage::deadline::within(
         deadline,
         run_step(&reader, item, &options, &clock, &mut sink),

@@ -68,8 +68,8 @@ impl World {
             let mutable = Arc::get_mut(&mut state).expect("not shared yet");
             mutable.ledger = Ok(ledger.clone());
             mutable.item_queues = queues.clone();
-            mutable.lease = lease;
-            mutable.redrive_after = redrive_after;
+            mutable.config.lease = lease;
+            mutable.config.redrive_after = redrive_after;
             // A step's hand-on at the last delivery comes back in 2 s, not a minute.
             mutable.host_queues.visibility_timeout = Duration::from_secs(1);
             state

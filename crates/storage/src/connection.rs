@@ -63,24 +63,37 @@ pub enum ConnectionError {
     TrustedRoots(String),
 }
 
-/// The account that connection `name` reaches, from `settings`.
+/// The account that connection `name` reaches, from `settings`, trusting the extra root
+/// certificates [`TRUSTED_CA_SETTING`] names (read from its file on every call).
 pub fn resolve(
     name: &str,
     settings: &dyn SettingLookup,
 ) -> Result<StorageAccount, ConnectionError> {
-    let account = match settings.setting(name).filter(|v| !v.trim().is_empty()) {
-        Some(text) => StorageAccount::from_connection_string(&text).map_err(|error| {
-            ConnectionError::ConnectionString {
-                setting: name.to_string(),
-                error,
-            }
-        })?,
-        None => by_identity(name, settings)?,
-    };
+    let account = resolve_without_extra_roots(name, settings)?;
     Ok(match trusted_roots(settings)? {
         Some(roots) => account.trusting(roots),
         None => account,
     })
+}
+
+/// The account that connection `name` reaches, from `settings`, trusting the built-in root
+/// certificates only: for a caller that read [`TRUSTED_CA_SETTING`] once itself and adds its
+/// roots with [`StorageAccount::trusting`].
+pub fn resolve_without_extra_roots(
+    name: &str,
+    settings: &dyn SettingLookup,
+) -> Result<StorageAccount, ConnectionError> {
+    Ok(
+        match settings.setting(name).filter(|v| !v.trim().is_empty()) {
+            Some(text) => StorageAccount::from_connection_string(&text).map_err(|error| {
+                ConnectionError::ConnectionString {
+                    setting: name.to_string(),
+                    error,
+                }
+            })?,
+            None => by_identity(name, settings)?,
+        },
+    )
 }
 
 /// The value of `C__property` (or `C:property`) and the name it was found under.

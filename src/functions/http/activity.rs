@@ -104,7 +104,7 @@ pub(super) async fn activity(
         true => queued_messages(state, status, budget).await,
         false => None,
     };
-    let redrive_minutes = state.redrive_after.as_secs() / 60;
+    let redrive_minutes = state.config.redrive_after.as_secs() / 60;
     let note = stall_note(status, &claims, since, queued_messages, redrive_minutes);
     Some(crate::job::Activity {
         steps_running: claims.running,

@@ -98,7 +98,7 @@ pub(super) async fn prepare(
     let unavailable = |what: String| refusal(StatusCode::SERVICE_UNAVAILABLE, None, what);
     let ledger = state.ledger().map_err(unavailable)?;
     let ledger_account = state
-        .clients(&state.ledger_connection)
+        .clients(&state.config.ledger_connection)
         .map_err(unavailable)?;
     let ledger_tables = ledger_account.tables().map_err(unavailable)?;
     ledger_tables

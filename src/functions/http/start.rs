@@ -86,9 +86,9 @@ pub(in crate::functions) async fn start_request(
     text: &str,
     key: Option<&str>,
 ) -> Result<Started, HttpError> {
-    let default_cap = match &state.default_cap {
-        Ok(cap) => *cap,
-        Err(why) => return refuse(StatusCode::INTERNAL_SERVER_ERROR, None, why.clone()),
+    let default_cap = match state.default_cap() {
+        Ok(cap) => cap,
+        Err(why) => return refuse(StatusCode::INTERNAL_SERVER_ERROR, None, why),
     };
     let mut spec = checked_request(state, text, default_cap)?;
     let ledger = match state.ledger() {

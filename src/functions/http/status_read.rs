@@ -110,7 +110,7 @@ async fn redrive_look(
     let now = OffsetDateTime::now_utc();
     let after = crate::functions::redrive::redrive_after(state);
     // A claim can be abandoned once a lease has passed, long before an item can be stranded.
-    let lease = time::Duration::try_from(state.lease).unwrap_or(time::Duration::MINUTE);
+    let lease = time::Duration::try_from(state.config.lease).unwrap_or(time::Duration::MINUTE);
     let every = match abandoned {
         true => crate::functions::redrive::status_look_every(state).min(lease),
         false => crate::functions::redrive::status_look_every(state),

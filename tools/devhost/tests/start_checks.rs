@@ -1,7 +1,8 @@
 //! What a start answers when an account a scan would use cannot work, through devhost on
 //! Azurite: refused credentials are a 400 naming the setting (never its value) within
 //! seconds; an endpoint that does not answer is reported within 10 s; an endpoint the
-//! connection string does not give is named with the setting.
+//! connection string does not give is named with the setting; an app setting of the handler's
+//! own with a bad value is named, with that value, by every function.
 
 mod common;
 
@@ -176,4 +177,43 @@ async fn a_sas_setting_with_a_table_endpoint_only_counts_and_cannot_enqueue() {
         "no token in the message: {message}"
     );
     assert!(took < Duration::from_secs(2), "{took:?}");
+}
+
+/// A bad value in a handler setting is never replaced by the default: the handler starts, logs
+/// the setting, and a start (and every other function) answers 500 naming it and its value.
+/// (Before: `15s` was not a number, so the handler used 15 s without a word, and the scan ran.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bad_step_setting_is_named_by_every_function() {
+    let source = table_with(&rows()[..5]).await;
+    let host = Host::start(1, &[("TABLESCAN_STEP_MAX_SECONDS", "15s")]);
+    let (status, body, _) = start(
+        &host,
+        json!({"table": source.name(), "action": {"type": "count"}}),
+    )
+    .await;
+    assert_eq!(status, 500, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("TABLESCAN_STEP_MAX_SECONDS") && message.contains("\"15s\""),
+        "{body}"
+    );
+    assert!(message.contains("1 to 300"), "the allowed range: {message}");
+    let list = reqwest::Client::new()
+        .get(format!("http://127.0.0.1:{}/api/scans", host.port))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(list.status().as_u16(), 500);
+    assert!(list
+        .text()
+        .await
+        .unwrap()
+        .contains("TABLESCAN_STEP_MAX_SECONDS"));
+    assert!(
+        host.log()
+            .lines()
+            .any(|line| line.contains("TABLESCAN_STEP_MAX_SECONDS") && line.contains("ERROR")),
+        "logged as an error at start:\n{}",
+        host.log()
+    );
 }
