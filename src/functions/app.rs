@@ -316,6 +316,11 @@ impl AppState {
         }
         // A read that failed is not remembered: the next call reads again.
         let record = self.ledger().ok()?.scan(id).await.ok()?.map(Arc::new);
+        if let Some(record) = &record {
+            // A cap learned, lowered or raised by another process applies here within this
+            // read's period, also to steps that run long.
+            self.pacing.read(record).await;
+        }
         if let Ok(mut cancels) = self.cancels.lock() {
             if cancels.len() > 10_000 {
                 cancels.clear();

@@ -4,9 +4,9 @@
 //! A setting that is present must hold a good value: a bad one is never replaced by the default
 //! or clamped into range, since a scan run with a value its operator did not mean (15-second
 //! steps for `15s`, 1,000 queries for `5000`) is worse than one that waits. Each bad value is a
-//! [`SettingError`] naming the setting, quoting the value (these settings hold no secrets; the
-//! list of connections, which might hold a pasted connection string, is never echoed) and saying
-//! what it must be. An empty value is a bad value: removing a setting gives its default.
+//! [`SettingError`] naming the setting, quoting the value (except where a pasted connection
+//! string may stand instead of a name: the list of connections and the ledger's connection are
+//! never echoed) and saying what it must be. An empty value is no value: the default.
 //!
 //! What the handler does with them (`AppState::new`, `app::router`): it starts anyway, so that
 //! the host sees a healthy worker; it logs the reasons as an error; every function answers with
@@ -135,12 +135,13 @@ pub fn log_filter(
         .map_err(|e| Setting::Log.error(&text, Problem::NotALogFilter(e.to_string())))
 }
 
-/// A setting's value, trimmed: `None` when it is not set; an error when it is set to nothing.
+/// A setting's value, trimmed: `None` when it is not set, or set to nothing (deployment
+/// templates and the portal leave optional settings empty, meaning "not set"; the list of
+/// connections alone refuses an empty value, see [`connections`]).
 fn present(settings: &dyn SettingLookup, setting: Setting) -> Result<Option<String>, SettingError> {
     match settings.setting(setting.name()) {
-        None => Ok(None),
-        Some(text) if text.trim().is_empty() => Err(setting.error(&text, Problem::Empty)),
-        Some(text) => Ok(Some(text.trim().to_string())),
+        Some(text) if !text.trim().is_empty() => Ok(Some(text.trim().to_string())),
+        _ => Ok(None),
     }
 }
 
@@ -177,7 +178,11 @@ fn ledger_connection(settings: &dyn SettingLookup) -> Result<Option<String>, Set
     };
     match is_connection_name(&name) {
         true => Ok(Some(name)),
-        false => Err(Setting::LedgerConnection.error(&name, Problem::NotAConnectionName)),
+        // Not quoted: what is here instead of a name is most often a pasted connection string.
+        false => Err(SettingError {
+            value: None,
+            ..Setting::LedgerConnection.error(&name, Problem::NotAConnectionName)
+        }),
     }
 }
 
@@ -317,8 +322,6 @@ impl Setting {
 /// What is wrong with a setting's value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Problem {
-    /// Set to nothing (or spaces): remove the setting for its default.
-    Empty,
     NotANumber,
     /// 0 where at least 1 is needed.
     Zero,
@@ -361,7 +364,6 @@ impl fmt::Display for SettingError {
             write!(f, " is {:?}", shortened(value))?;
         }
         match &self.problem {
-            Problem::Empty => write!(f, " (empty)")?,
             Problem::NotANumber => write!(f, ", not a whole number")?,
             Problem::Zero => write!(f, ", and 0 is not allowed")?,
             Problem::OutOfRange { min, max } => write!(f, ", outside {min} to {max}")?,

@@ -76,7 +76,6 @@ fn every_bad_value_is_an_error_naming_its_setting_and_what_was_wrong() {
         (StepMaxQueries, "twenty", NotANumber),
         (StepMaxQueries, "0", Zero),
         (StepMaxQueries, "1001", range(1, 1000)),
-        (StepMaxQueries, "", Empty),
         (StepMaxSeconds, "15s", NotANumber),
         (StepMaxSeconds, "-1", NotANumber),
         (StepMaxSeconds, "1.5", NotANumber),
@@ -87,7 +86,6 @@ fn every_bad_value_is_an_error_naming_its_setting_and_what_was_wrong() {
         (StepLeaseSeconds, "3601", range(1, 3600)),
         (RedriveAfterSeconds, "15 minutes", NotANumber),
         (RedriveAfterSeconds, "604801", range(1, 604_800)),
-        (OutageWindowSeconds, "   ", Empty),
         (OutageWindowSeconds, "0", Zero),
         (OutageWindowSeconds, "604801", range(1, 604_800)),
         (
@@ -111,13 +109,10 @@ fn every_bad_value_is_an_error_naming_its_setting_and_what_was_wrong() {
                 rule: "it must start with a letter",
             },
         ),
-        (LedgerTable, "", Empty),
         (LedgerConnection, "Ledger Storage", NotAConnectionName),
-        (LedgerConnection, "", Empty),
         (MaxRowsPerSecond, "lots", NotANumber),
         (MaxRowsPerSecond, "0", Zero),
         (MaxRowsPerSecond, "10000001", range(1, 10_000_000)),
-        (MaxRowsPerSecond, "", Empty),
         (Connections, "DATA", entry(1, EntryProblem::NoAccess)),
         (
             Connections,
@@ -131,7 +126,6 @@ fn every_bad_value_is_an_error_naming_its_setting_and_what_was_wrong() {
             Unreadable(ErrorKind::NotFound),
         ),
         (TrustedCaFile, no_pem.path(), NoCertificate),
-        (TrustedCaFile, "", Empty),
     ];
     for (setting, value, problem) in cases {
         let error = error_of(setting, value);
@@ -142,10 +136,11 @@ fn every_bad_value_is_an_error_naming_its_setting_and_what_was_wrong() {
         );
         let message = error.to_string();
         assert!(
-            message.starts_with(&format!("the app setting {} ", setting.name())),
+            message.starts_with(&format!("the app setting {}", setting.name())),
             "{message}"
         );
-        if setting != Connections {
+        // Never quoted where a pasted connection string may stand.
+        if !matches!(setting, Connections | LedgerConnection) {
             assert!(message.contains(&format!("{value:?}")), "quoted: {message}");
         }
         if let OutOfRange { min, max } = problem {
@@ -160,7 +155,6 @@ fn every_bad_value_is_an_error_naming_its_setting_and_what_was_wrong() {
         error.to_string().contains("\"info,tablescan=loud\""),
         "{error}"
     );
-    assert_eq!(error_of(Log, " ").problem, Empty);
 }
 
 #[test]
@@ -223,6 +217,30 @@ fn absent_settings_give_the_documented_defaults() {
     assert_eq!(config.connections, None);
     assert!(config.trusted_roots.is_none());
     assert!(log_filter(&lookup(&[])).is_ok());
+}
+
+#[test]
+fn empty_settings_give_the_defaults_but_an_empty_list_of_connections_is_refused() {
+    let every_empty: Vec<(&str, &str)> = Setting::ALL
+        .iter()
+        .filter(|s| **s != Setting::Connections)
+        .map(|s| (s.name(), " "))
+        .collect();
+    let config = Config::parse(&lookup(&every_empty)).unwrap();
+    assert_eq!(config.budget.max_duration, Duration::from_secs(15));
+    assert_eq!(config.ledger_connection, "AzureWebJobsStorage");
+    assert!(config.trusted_roots.is_none());
+    assert!(log_filter(&lookup(&every_empty)).is_ok());
+    assert!(Config::parse(&lookup(&[("TABLESCAN_CONNECTIONS", "")])).is_err());
+}
+
+#[test]
+fn a_ledger_connection_that_is_not_a_name_is_not_echoed() {
+    let pasted = "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=c2VjcmV0";
+    let error = error_of(Setting::LedgerConnection, pasted);
+    assert_eq!(error.problem, Problem::NotAConnectionName);
+    assert!(!error.to_string().contains("AccountKey"), "{error}");
+    assert!(error.to_string().contains("TABLESCAN_LEDGER_CONNECTION"));
 }
 
 #[test]

@@ -91,6 +91,8 @@ pub struct ScanPace {
     /// When the scan's last learning round opened, as this process last read the scan: its
     /// refresher reports into it (`job::learning`).
     round_ms: AtomicU64,
+    /// Whether the scan has learned a cap (in force or not: its request may set a lower one).
+    has_learned: std::sync::atomic::AtomicBool,
     /// Entities this process moved for the scan (rows the account returned, rows written): what
     /// its slices report, and what it reports when an account refuses it.
     moved: AtomicU64,
@@ -203,6 +205,17 @@ impl Pacing {
         Ok(StepPace { pace, source })
     }
 
+    /// Takes a fresh read of `scan` into its pace here, if the process runs steps of it: its
+    /// learned cap, and its learning round.
+    pub async fn read(&self, scan: &ScanRecord) {
+        let pace = self.scans.lock().await.get(&scan.id).cloned();
+        if let Some(pace) = pace {
+            pace.learned(scan.learned_cap);
+            pace.round_ms
+                .fetch_max(scan.learn_round_ms, Ordering::Relaxed);
+        }
+    }
+
     /// The scan's pace in this process, counting one more step waiting for it, its cap brought
     /// up to date; started (with its refresher) if the process had none.
     async fn join(
@@ -257,6 +270,7 @@ impl ScanPace {
             share: TokenBucket::new(None),
             recent: RecentUse::new(None),
             moved: AtomicU64::new(0),
+            has_learned: Default::default(),
             round_ms: AtomicU64::new(scan.learn_round_ms),
             state: Mutex::new(PaceState::default()),
         };
@@ -268,6 +282,9 @@ impl ScanPace {
     /// neither has no slices; one that gets a cap takes slices from then on, and uses nothing
     /// until it holds one.
     pub(super) fn learned(&self, learned: Option<f64>) {
+        if learned.is_some() {
+            self.has_learned.store(true, Ordering::Relaxed);
+        }
         let Some(cap) = cap_of(self.set, learned) else {
             return;
         };
@@ -275,11 +292,16 @@ impl ScanPace {
         if *current == Some(cap) {
             return;
         }
-        let first = current.is_none();
+        // The learned cap takes over (it had none, or only the one its request set).
+        let takes_over = learned.is_some() && (current.is_none() || *current == self.set);
         *current = Some(cap);
-        if first && learned.is_some() {
+        if takes_over {
             // The scan's own ceiling, for all its processes, takes over from this process's
-            // back-off (`Governor::lift`); a refusal above it cuts again, and teaches anew.
+            // back-off (`Governor::lift`), which would otherwise hold it under that ceiling
+            // until 12 s after its last refusal. The back-off is the account's in this process,
+            // shared with its other scans: those are paced by their own caps (set or learned),
+            // and one that has none meets the account's next refusal as any scan does, with a
+            // cut. A refusal above the cap cuts again, and lowers the cap.
             if let Some((source, _)) = lock(&self.source).as_ref() {
                 source.lift();
             }

@@ -13,13 +13,15 @@
 //! becomes [`LEARNED_SHARE`] of the sum (the scan row's `learnedCap`, which every process reads
 //! with the scan). The cap keeps what the back-offs found when they lift, and when processes
 //! come and go. From then on the scan is paced as a capped one (its slices, `tablescan_pace`)
-//! at that cap; further refusals learn it again (lower), and a cap that has held for [`QUIET`]
+//! at that cap; a refusal of a process using its whole share of it lowers it by [`LOWER`] (at
+//! most once per [`LOWER_EVERY`]), and a cap that has held for [`QUIET`]
 //! while the scan used all of it is raised by [`RAISE`], so a ceiling set while an application
 //! was busy is found again when it is not.
 //!
 //! Cost: a report is a read and a conditional write of one row (retried at most [`TRIES`]
 //! times when processes report at once); a round at most every [`BETWEEN_ROUNDS`]; a raise two
-//! writes at most every [`QUIET`].
+//! writes at most every [`QUIET`]; a lowering, per process, a read at most every
+//! [`LOWER_EVERY`] while it is refused, and two writes per scan at most that often.
 
 use std::time::Duration;
 

@@ -15,7 +15,7 @@ use tablescan_pace::{Clock, Demand};
 use tokio::time::Instant;
 
 use super::{lock, LeaseClock, ScanPace, Scans};
-use crate::job::learning::{Reported, QUIET, ROUND};
+use crate::job::learning::{Reported, LOWER_EVERY, QUIET, ROUND};
 
 /// How often the refresher runs.
 const TICK: Duration = Duration::from_millis(100);
@@ -58,6 +58,8 @@ pub(super) struct Refresher {
     reported_round: u64,
     /// When this process last tried to raise the learned cap.
     raise_tried: Option<Instant>,
+    /// When this process last tried to lower it.
+    lower_tried: Option<Instant>,
 }
 
 impl Refresher {
@@ -71,6 +73,7 @@ impl Refresher {
             close_at_ms: None,
             reported_round: 0,
             raise_tried: None,
+            lower_tried: None,
         }
     }
 
@@ -159,14 +162,24 @@ impl Refresher {
         let seen = *self.cuts_seen.get_or_insert(cuts_before);
         let cuts = source.cuts();
         let now = Instant::now();
-        if cuts > seen && self.learned_in_force() {
+        if self.pace.has_learned.load(Ordering::Relaxed) {
+            // The scan has a ceiling already: rounds are for learning the first. Refused while
+            // using all of its share here, the ceiling is too high for what else runs on the
+            // account now; it is lowered, at most once a while (checked here first, so that
+            // a hundred processes refused at once do not all read the ledger).
+            self.report_at = None;
+            self.close_at_ms = None;
             self.cuts_seen = Some(cuts);
-            // The scan has a ceiling already: refused while using all of its share here, the
-            // ceiling is too high for what else runs on the account now.
-            if self.pressing(now) {
+            let tried_lately = self
+                .lower_tried
+                .is_some_and(|at| now.saturating_duration_since(at) < LOWER_EVERY);
+            if cuts > seen && !tried_lately && self.pressing(now) {
+                self.lower_tried = Some(now);
                 self.lower(now_ms).await;
             }
-        } else if cuts > seen {
+            return;
+        }
+        if cuts > seen {
             self.cuts_seen = Some(cuts);
             // Counted once per round: a second cut while this process's report for the open
             // round stands adds nothing.

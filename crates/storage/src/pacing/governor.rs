@@ -50,8 +50,8 @@ const QUIET_BEFORE_PROBE: Duration = Duration::from_secs(8);
 /// grows when other processes leave.
 const PROBE_PER_SECOND: f64 = 0.05;
 /// After this long without a refusal the limit is lifted: a scan keeps its own ceiling for
-/// all its processes (its learned cap, set within about 11 seconds of a refusal: a report 3 s
-/// after the cut, a round of 8), and a queue's refusals come back, if they do, as a cut again.
+/// all its processes (its learned cap, set within about 12 seconds of a refusal: a report 4 s
+/// after the cut, a round of 8; the handler lifts the limit then), and a queue's refusals come back, if they do, as a cut again.
 /// A process cut while it had little to do would otherwise read at a few hundred entities a
 /// second long after the account had room.
 const QUIET_BEFORE_LIFT: Duration = Duration::from_secs(12);
@@ -286,8 +286,9 @@ impl Governor {
         tracing::debug!(rate, from, refused_at, "storage target busy: rate lowered");
     }
 
-    /// Lifts the limit at once, keeping what the refusals taught (the next refusal cuts from
-    /// the rate then in use, as after any lift): a scan that learned its own cap from them is
+    /// Lifts the limit at once; the next refusal cuts from the rate then in use, as after the
+    /// lift that follows a quiet while (the handler lifts when a scan that learned its own cap
+    /// from the refusals is paced by it): a scan that learned its own cap from them is
     /// paced by that cap from then on, and a back-off of this process that lingered after it
     /// would hold the scan under its cap for the rest of [`QUIET_BEFORE_LIFT`].
     pub fn lift(&self) {
@@ -479,7 +480,7 @@ mod tests {
             "nothing limits it until refused again"
         );
         governor.throttled();
-        // Cut from what it used (100,000 a second while unlimited), below the estimate kept.
+        // Cut from what it used (100,000 a second while unlimited).
         assert!(governor.rate().is_some_and(|rate| rate < 100_000.0));
         assert_eq!(governor.cuts(), 3);
     }
