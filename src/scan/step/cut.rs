@@ -317,43 +317,55 @@ pub(super) fn advance(
                 ..
             },
             _,
-        ) => {
-            let child_prefix = if split {
-                extend_prefix(&prefix, rk)
-            } else {
-                None
-            };
-            let Some(child_prefix) = child_prefix else {
-                return Some(Task::Partition {
-                    partition_key,
-                    row_keys,
-                    prefix,
-                    cursor: Some(token),
-                    unstarted: false,
-                });
-            };
-            let rest = KeyRange {
-                lower: Lower::Excluded(rk.to_string()),
-                upper: row_keys.upper.clone(),
-            };
-            let (child, parent) = cut_at_prefix(&rest, &child_prefix);
-            emit(Task::Partition {
-                partition_key: partition_key.clone(),
-                row_keys: child,
-                prefix: child_prefix,
-                cursor: None,
-                unstarted: false,
-            });
-            parent.map(|row_keys| Task::Partition {
-                partition_key,
-                row_keys,
-                prefix,
-                cursor: None,
-                unstarted: false,
-            })
-        }
+        ) => advance_partition(partition_key, row_keys, prefix, token, rk, split, emit),
         (Task::ExportPart { .. } | Task::ExportBlob { .. }, _) => None,
     }
+}
+
+/// What remains of a partition task (of `partition_key`, `row_keys`, `prefix`) after a page
+/// that ended on RowKey `rk` with a continuation; split-off pieces go to `emit`.
+fn advance_partition(
+    partition_key: String,
+    row_keys: KeyRange,
+    prefix: String,
+    token: Continuation,
+    rk: &str,
+    split: bool,
+    emit: &mut dyn FnMut(Task),
+) -> Option<Task> {
+    let child_prefix = if split {
+        extend_prefix(&prefix, rk)
+    } else {
+        None
+    };
+    let Some(child_prefix) = child_prefix else {
+        return Some(Task::Partition {
+            partition_key,
+            row_keys,
+            prefix,
+            cursor: Some(token),
+            unstarted: false,
+        });
+    };
+    let rest = KeyRange {
+        lower: Lower::Excluded(rk.to_string()),
+        upper: row_keys.upper.clone(),
+    };
+    let (child, parent) = cut_at_prefix(&rest, &child_prefix);
+    emit(Task::Partition {
+        partition_key: partition_key.clone(),
+        row_keys: child,
+        prefix: child_prefix,
+        cursor: None,
+        unstarted: false,
+    });
+    parent.map(|row_keys| Task::Partition {
+        partition_key,
+        row_keys,
+        prefix,
+        cursor: None,
+        unstarted: false,
+    })
 }
 
 /// Splits the PartitionKey range `rest` (which starts just after `last`, a key under `prefix`)
