@@ -4,9 +4,14 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use super::cut::subdivide;
 use super::*;
+use crate::scan::item::Task;
 use crate::scan::keys::KeyRange;
+use crate::scan::keys::{CutKinds, Lower, Upper};
 use crate::scan::model::{MemoryReader, MemoryTable, Quirks};
+use crate::scan::reader::PageRequest;
+use crate::storage::table::query::Page;
 
 /// Reads the model and counts the reads begun.
 struct CountingReader<'a> {
