@@ -268,4 +268,27 @@ async fn an_uncapped_scan_learns_a_cap_from_a_refusal_and_is_paced_by_it() {
         took >= Duration::from_millis(800),
         "{took:?}: not paced by the learned cap"
     );
+    // The cap took over from the back-off, which no longer limits the process.
+    assert_eq!(source.rate(), None, "the back-off was lifted");
+    // Refused again while it uses its whole share: once the cap has stood a while, the scan's
+    // cap is lowered (no new round), and the process is paced by the lower one.
+    let end = Instant::now() + crate::job::learning::LOWER_EVERY;
+    while Instant::now() < end {
+        let ticket = step.before_read(cap as u64 / 10).await;
+        step.after_read(ticket, cap as u64 / 10, 0);
+    }
+    source.throttled();
+    let end = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < end {
+        let ticket = step.before_read(cap as u64 / 20).await;
+        step.after_read(ticket, cap as u64 / 20, 0);
+    }
+    let lowered = ledger.learning("scan5").await.unwrap().unwrap();
+    let expected = cap * crate::job::learning::LOWER;
+    assert!(
+        lowered.cap.is_some_and(|c| (c - expected).abs() < 1e-6),
+        "{:?}, not {expected}",
+        lowered.cap
+    );
+    assert_eq!(lowered.round_at_ms, learned.round_at_ms, "no new round");
 }
