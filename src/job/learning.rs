@@ -471,13 +471,18 @@ mod tests {
         assert_eq!(next_cap(None, 0.0, 0.0), LEAST_CAP);
     }
 
+    /// Scan `s` learned a cap from one report of `rate` at `t`; when its round closed.
+    async fn learned_at(ledger: &Ledger, t: u64, rate: f64) -> u64 {
+        ledger.report_refusal("s", rate, t).await.unwrap();
+        let closed = t + ms(ROUND);
+        ledger.close_round("s", closed).await.unwrap();
+        closed
+    }
+
     #[tokio::test]
     async fn a_cap_that_held_quietly_is_raised_at_most_once_a_quiet_while() {
         let ledger = ledger().await;
-        let t = 5_000_000;
-        ledger.report_refusal("s", 1_000.0, t).await.unwrap();
-        let closed = t + ms(ROUND);
-        ledger.close_round("s", closed).await.unwrap();
+        let closed = learned_at(&ledger, 5_000_000, 1_000.0).await;
         let quiet = ms(QUIET);
         assert_eq!(
             ledger
@@ -509,12 +514,9 @@ mod tests {
     async fn a_refusal_at_the_learned_cap_lowers_it_at_most_once_a_while_and_not_far_below_its_peak(
     ) {
         let ledger = ledger().await;
-        let t = 7_000_000;
         // No learned cap yet: nothing to lower (a round learns one).
-        assert_eq!(ledger.lower_learned_cap("s", t).await.unwrap(), None);
-        ledger.report_refusal("s", 4_000.0, t).await.unwrap();
-        let closed = t + ms(ROUND);
-        ledger.close_round("s", closed).await.unwrap();
+        assert_eq!(ledger.lower_learned_cap("s", 1).await.unwrap(), None);
+        let closed = learned_at(&ledger, 7_000_000, 4_000.0).await;
         let learned = 4_000.0 * LEARNED_SHARE;
         let every = ms(LOWER_EVERY);
         // Too soon after the cap was set: the refusal may come from before every process had it.
