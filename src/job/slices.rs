@@ -31,6 +31,7 @@ fn to_entity(scan: &str, row: &SliceRow) -> Entity {
             Value::Int64(row.wanted_ms.min(i64::MAX as u64) as i64),
         )
         .with("wantedBy", Value::String(row.wanted_by.clone()))
+        .with("wantedHolds", Value::Int32(i32::from(row.wanted_holds)))
 }
 
 fn finite(x: f64) -> f64 {
@@ -60,6 +61,11 @@ fn from_entity(e: &Entity) -> Option<SliceRow> {
         wanted_by: match e.properties.get("wantedBy") {
             Some(Value::String(by)) => by.clone(),
             _ => String::new(),
+        },
+        // Absent in rows written before it: 0, as for a process that held nothing.
+        wanted_holds: match e.properties.get("wantedHolds") {
+            Some(Value::Int32(n)) => u16::try_from(*n).unwrap_or(0),
+            _ => 0,
         },
         etag: e.etag.clone(),
     })
@@ -191,5 +197,20 @@ mod tests {
         assert_eq!(pace.entities_per_second, 250.0);
         assert_eq!(pace.instances, 1);
         assert_eq!(ledger.read_one("scan", 9).await.unwrap(), None);
+        // A mark keeps who asked and how many slices it held.
+        let one = ledger.read_one("scan", 0).await.unwrap().unwrap();
+        ledger
+            .write("scan", &[one.wanted("q", 3, 5_000)])
+            .await
+            .unwrap();
+        let marked = ledger.read_one("scan", 0).await.unwrap().unwrap();
+        assert_eq!(
+            (
+                marked.wanted_by.as_str(),
+                marked.wanted_holds,
+                marked.wanted_ms
+            ),
+            ("q", 3, 5_000)
+        );
     }
 }

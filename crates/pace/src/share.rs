@@ -309,6 +309,7 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
                 used: per_slice,
                 wanted_ms: 0,
                 wanted_by: String::new(),
+                wanted_holds: 0,
                 etag: Some(held.etag.clone()),
             })
             .collect();
@@ -415,18 +416,25 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
     async fn give_up_wanted(&self, rows: &[SliceRow]) {
         let wanted: Vec<(u16, Held)> = {
             let mut state = self.lock();
-            let asked: Vec<u16> = rows
+            let mut asked: Vec<(u16, usize)> = rows
                 .iter()
                 .filter(|row| row.wanted_ms > 0 && state.held.contains_key(&row.index))
-                .map(|row| row.index)
+                .map(|row| (row.index, usize::from(row.wanted_holds)))
                 .collect();
-            let keep = 1.min(state.held.len());
-            let room = state.held.len().saturating_sub(keep);
-            asked
-                .into_iter()
-                .take(room)
-                .filter_map(|index| state.held.remove(&index).map(|held| (index, held)))
-                .collect()
+            // The poorest asker first; each gets one only while this process keeps more than
+            // it will then hold (so a process holding nothing always gets one, and the last
+            // slice is always kept).
+            asked.sort_by_key(|(_, holds)| *holds);
+            let mut given = Vec::new();
+            for (index, holds) in asked {
+                if state.held.len() < holds + 2 {
+                    continue;
+                }
+                if let Some(held) = state.held.remove(&index) {
+                    given.push((index, held));
+                }
+            }
+            given
         };
         if !wanted.is_empty() {
             tracing::debug!(scan = %self.scan, given = wanted.len(), "gave slices to processes that asked");
@@ -496,9 +504,16 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
             }
             return;
         }
-        if asked_before {
+        if asked_before && found.wanted_by == self.process {
             // Its holder has not given it up yet: look again shortly.
             self.lock().next_probe_ms = now + ms(PROBE_MIN);
+            return;
+        }
+        if asked_before {
+            // Its holder renewed it without handing it over: it holds no more than this
+            // process's share (or another asked since). Look elsewhere, later.
+            self.lock().asked = None;
+            self.back_off(now);
             return;
         }
         // Held: ask for it, unless somebody asked lately (its holder is giving it up, or keeps
@@ -508,9 +523,10 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
             self.back_off(now);
             return;
         }
+        let holds = self.lock().held.len();
         match self
             .store
-            .write(&self.scan, &[found.wanted(&self.process, now)])
+            .write(&self.scan, &[found.wanted(&self.process, holds, now)])
             .await
         {
             Ok(_) => {
@@ -576,6 +592,32 @@ mod tests {
         assert!(b >= 1, "the process that asked holds {b}");
         assert!(a >= 1, "the holder kept its last");
         assert!(a + b <= 16, "{a} + {b} slices in use");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn processes_that_all_want_more_settle_on_even_shares_and_stop_handing_over() {
+        let store = InMemorySlices::default();
+        let shares: Vec<_> = ["a", "b", "c"]
+            .iter()
+            .map(|name| ScanShare::new(store.clone(), TokioClock, "s", name, 1_600.0))
+            .collect();
+        shares[0].tick(WANTS).await;
+        let mut held_at_60s = Vec::new();
+        for tick in 0..900 {
+            for share in &shares {
+                share.tick(WANTS).await;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if tick == 600 {
+                held_at_60s = shares.iter().map(|s| s.usable()).collect();
+            }
+        }
+        let held: Vec<usize> = shares.iter().map(|s| s.usable()).collect();
+        let (least, most) = (*held.iter().min().unwrap(), *held.iter().max().unwrap());
+        assert!(most - least <= 1, "uneven shares: {held:?}");
+        assert!(held.iter().sum::<usize>() >= 15, "slices unused: {held:?}");
+        // Settled: no slice moved in the last 30 s (each hand-over leaves one unused a while).
+        assert_eq!(held, held_at_60s, "slices still moving");
     }
 
     #[tokio::test(start_paused = true)]

@@ -36,6 +36,11 @@ pub struct SliceRow {
     pub wanted_ms: u64,
     /// The process that asked for it: its holder hands it over when it gives it up.
     pub wanted_by: String,
+    /// How many slices the process that asked held then: a holder gives a slice up only to a
+    /// process holding at least two fewer than itself, so that processes that all want more
+    /// settle on even shares instead of handing slices back and forth (each hand-over leaves
+    /// the slice unused for a look's while).
+    pub wanted_holds: u16,
     /// The row's version as last read or written; `None` for a row not stored yet.
     pub etag: Option<String>,
 }
@@ -50,6 +55,7 @@ impl SliceRow {
             used: 0.0,
             wanted_ms: 0,
             wanted_by: String::new(),
+            wanted_holds: 0,
             etag: None,
         }
     }
@@ -74,15 +80,17 @@ impl SliceRow {
             used,
             wanted_ms: 0,
             wanted_by: String::new(),
+            wanted_holds: 0,
             ..self.clone()
         }
     }
 
-    /// The same slice, asked for at `now_ms` by `process`, which wants more.
-    pub fn wanted(&self, process: &str, now_ms: u64) -> Self {
+    /// The same slice, asked for at `now_ms` by `process`, which wants more and holds `holds`.
+    pub fn wanted(&self, process: &str, holds: usize, now_ms: u64) -> Self {
         SliceRow {
             wanted_ms: now_ms.max(1),
             wanted_by: process.to_string(),
+            wanted_holds: holds.min(usize::from(u16::MAX)) as u16,
             ..self.clone()
         }
     }
@@ -106,6 +114,7 @@ impl SliceRow {
             used: 0.0,
             wanted_ms: 0,
             wanted_by: String::new(),
+            wanted_holds: 0,
             ..self.clone()
         }
     }
