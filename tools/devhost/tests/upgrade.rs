@@ -46,9 +46,13 @@ fn build_twin() -> PathBuf {
     let _ = std::fs::remove_dir_all(&copy);
     copy_tree(&root.join("src"), &copy.join("src"));
     copy_tree(&root.join("benches"), &copy.join("benches"));
-    // The storage client, a crate the handler depends on by path.
-    copy_tree(&root.join("crates/storage"), &copy.join("crates/storage"));
-    copy_tree(&root.join("crates/pace"), &copy.join("crates/pace"));
+    // The crates the handler is made of, each depended on by path.
+    for name in [
+        "storage", "pace", "engine", "api", "ledger", "actions", "handler",
+    ] {
+        let dir = format!("crates/{name}");
+        copy_tree(&root.join(&dir), &copy.join(&dir));
+    }
     std::fs::copy(root.join("Cargo.lock"), copy.join("Cargo.lock")).unwrap();
 
     // Its own workspace (the copy lies inside this one's target directory), and a binary name
@@ -62,16 +66,23 @@ fn build_twin() -> PathBuf {
         "{}[workspace]{}",
         &manifest[..workspace_start],
         &manifest[workspace_end..]
-    )
-    .replace("name = \"handler\"", "name = \"handler-twin\"");
+    );
     std::fs::write(copy.join("Cargo.toml"), manifest).unwrap();
+    let handler_manifest = copy.join("crates/handler/Cargo.toml");
+    let text = std::fs::read_to_string(&handler_manifest).unwrap();
+    assert!(
+        text.contains("name = \"handler\""),
+        "the handler's [[bin]] is named handler"
+    );
+    let text = text.replace("name = \"handler\"", "name = \"handler-twin\"");
+    std::fs::write(&handler_manifest, text).unwrap();
 
-    let item = copy.join("src/scan/item.rs");
+    let item = copy.join("crates/engine/src/item.rs");
     let mut text = std::fs::read_to_string(&item).unwrap();
     for (ours, twins) in REORDERINGS {
         assert!(
             text.contains(ours),
-            "src/scan/item.rs no longer declares\n{ours}\nupdate this test's REORDERINGS"
+            "crates/engine/src/item.rs no longer declares\n{ours}\nupdate this test's REORDERINGS"
         );
         text = text.replacen(ours, twins, 1);
     }
@@ -82,6 +93,8 @@ fn build_twin() -> PathBuf {
         .args([
             "build",
             "--offline",
+            "-p",
+            "tablescan-handler",
             "--bin",
             "handler-twin",
             "--manifest-path",

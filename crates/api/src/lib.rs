@@ -1,0 +1,46 @@
+//! The API's scan request (`POST /api/scans`): its types, validated and normalised, shared by
+//! the handler (which reads requests with [`ScanSpec::parse`]) and the ledger (which stores them).
+//!
+//! May use: `tablescan-storage` (names' rules, filters) and `tablescan-engine` (key ranges,
+//! strategies). Must not use: the ledger, the actions or the handler (they are built on it).
+//!
+//! Every field is checked before anything is created, and a refusal names the field
+//! (`action.table`, `scope.after`, ...). Connections are names of app settings, never raw
+//! connection strings: a request can only reach the accounts the app is configured with.
+//!
+//! `types` holds the request's types (also the form the ledger stores); `parse` reads a
+//! request, with `fields` (field-by-field reading and the refusal), `scope`, `action`, `rate`
+//! (the cap) and `age` (`olderThan`) for its parts; `conditions` joins the row conditions into
+//! the filter the service applies, and `summary` says what a scan does in one line.
+
+mod action;
+mod age;
+mod conditions;
+pub mod connections;
+mod duplicate_keys;
+mod fields;
+mod parse;
+mod rate;
+mod scope;
+mod summary;
+mod types;
+
+pub use action::MAX_EXPORT_PREFIX_CHARS;
+pub use age::iso_duration_seconds;
+pub use fields::{is_connection_name, SpecError};
+pub use rate::{
+    parse_rate_cap, DEFAULT_MAX_ROWS_PER_SECOND, MAX_RATE_CAP, MAX_ROWS_PER_SECOND_SETTING,
+};
+pub use types::{
+    ActionSpec, Compression, CopyMode, Encoding, ImportSource, ManifestSummary, OlderThan, Per,
+    ScanSpec, Scope, DEFAULT_CONNECTION, MAX_QUEUES, MAX_ROWS_PER_MESSAGE, MAX_SELECT,
+};
+
+/// Looks up app settings by name.
+pub use tablescan_storage::SettingLookup;
+
+#[cfg(test)]
+mod tests;
+
+#[cfg(test)]
+mod path_tests;

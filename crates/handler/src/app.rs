@@ -1,0 +1,717 @@
+//! The handler's shared state and its axum router: one route per function, plus `GET /`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+
+use super::config::{Config, ConfigError, LEDGER_CONNECTION_SETTING};
+use super::names::*;
+use super::{http, redrive, step};
+use tablescan_api::SettingLookup;
+use tablescan_engine::Budget;
+use tablescan_ledger::{Ledger, ScanRecord};
+use tablescan_storage::{
+    BlobServiceClient, ClientOptions, QueueServiceClient, StorageAccount, StorageError,
+    TableServiceClient,
+};
+
+/// The largest queue-trigger invocation the handler reads (work items are small); HTTP
+/// triggers read theirs through `functions::http_body`, which answers a larger one with a 413.
+const MAX_INVOCATION_BYTES: usize = super::http_body::MAX_INVOCATION_BYTES;
+
+/// App settings (the environment the host gives the handler), looked up by name.
+#[derive(Clone, Default)]
+pub struct Settings(Arc<HashMap<String, String>>);
+
+impl Settings {
+    pub fn from_env() -> Self {
+        Settings(Arc::new(std::env::vars().collect()))
+    }
+
+    pub fn from_pairs(pairs: impl IntoIterator<Item = (String, String)>) -> Self {
+        Settings(Arc::new(pairs.into_iter().collect()))
+    }
+
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0.get(name).map(String::as_str)
+    }
+}
+
+impl SettingLookup for Settings {
+    fn setting(&self, name: &str) -> Option<String> {
+        self.get(name).map(str::to_string)
+    }
+}
+
+/// Clients of one storage account: of its Table and Queue services, each as far as its app
+/// setting gives an endpoint for it (a SAS connection string may give only one).
+#[derive(Clone)]
+pub struct Clients {
+    tables: Result<TableServiceClient, String>,
+    queues: Result<QueueServiceClient, String>,
+    blobs: Result<BlobServiceClient, String>,
+}
+
+impl Clients {
+    /// The Table service client, or why the setting gives none.
+    pub fn tables(&self) -> Result<&TableServiceClient, String> {
+        self.tables.as_ref().map_err(Clone::clone)
+    }
+
+    /// The Queue service client, or why the setting gives none.
+    pub fn queues(&self) -> Result<&QueueServiceClient, String> {
+        self.queues.as_ref().map_err(Clone::clone)
+    }
+
+    /// The Blob service client (exports and imports), or why the setting gives none.
+    pub fn blobs(&self) -> Result<&BlobServiceClient, String> {
+        self.blobs.as_ref().map_err(Clone::clone)
+    }
+}
+
+/// Why a connection gives no client for a service: it names no endpoint for it.
+fn no_endpoint(
+    connection: &str,
+    account: &StorageAccount,
+    endpoint: &str,
+    error: StorageError,
+) -> String {
+    let named = account.setting_name(endpoint);
+    if named == endpoint {
+        format!(
+            "app setting {connection:?} gives no {endpoint} (nor an AccountName to make one \
+             from), and this needs one: add {endpoint}=<url> to it ({error})"
+        )
+    } else {
+        format!(
+            "connection {connection:?} gives no {endpoint} (nor an accountName to make one \
+             from), and this needs one: set {named} ({error})"
+        )
+    }
+}
+
+/// How stale a process's knowledge of a scan (its cap, whether it was cancelled) may be: a
+/// cancel stops the steps of other processes within this long. One read of the scan row per
+/// scan per process this often: 20 entities a second at 100 processes.
+pub const CANCEL_CHECK_EVERY: Duration = Duration::from_secs(5);
+
+/// How long one removal call works before it answers `"more": true`: well inside the 230 s
+/// Azure's front end gives an HTTP call.
+pub const REMOVAL_TIME: Duration = Duration::from_secs(20);
+
+/// Everything the functions share.
+pub struct AppState {
+    pub settings: Settings,
+    /// The handler's own settings, read once (`functions::config`). When some cannot be used
+    /// these are the defaults, and no function runs with them: see `bad_settings`.
+    pub config: Config,
+    /// The settings whose values cannot be used, and why: then every function answers with
+    /// this (`app::router`), and the ledger is not opened.
+    pub bad_settings: Option<ConfigError>,
+    /// The ledger, or why it is unavailable (then every function fails with that reason).
+    pub ledger: Result<Ledger, String>,
+    /// How long one call of `DELETE /api/scans/{id}` (or `DELETE /api/rejected`) removes rows
+    /// before it answers `"more": true` ([`REMOVAL_TIME`]; tests shorten it to see many rounds).
+    pub removal_time: Duration,
+    /// The queues of range and partition work items, as the app's function.json files name
+    /// them (see [`item_queues`]).
+    pub item_queues: ItemQueues,
+    /// How the host retries queue messages, from the app's host.json (see [`host_queues`]).
+    pub host_queues: HostQueues,
+    /// This process's share of each running scan's cap, and the slots of its steps.
+    pub pacing: super::pacing::Pacing,
+    clients: Mutex<HashMap<String, Clients>>,
+    /// Per scan, its record as last read and when (see [`AppState::scan_record`]), and
+    /// whether it was cancelled through this process.
+    cancels: Mutex<HashMap<String, Known>>,
+}
+
+/// What a process knows of a scan (see [`AppState::scan_record`]).
+#[derive(Clone)]
+struct Known {
+    read_at: std::time::Instant,
+    record: Option<Arc<ScanRecord>>,
+    /// Cancelled through this process: known at once, whatever the last read said.
+    noted_cancelled: bool,
+}
+
+/// The queues the two queue-triggered functions listen on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemQueues {
+    pub range: String,
+    pub partition: String,
+    /// An import's items.
+    pub export: String,
+}
+
+impl ItemQueues {
+    /// The queue a work item of `task`'s kind goes to.
+    pub fn of(&self, task: &tablescan_engine::item::Task) -> &str {
+        use tablescan_engine::item::Task;
+        match task {
+            Task::Range { .. } => &self.range,
+            Task::Partition { .. } => &self.partition,
+            Task::ExportPart { .. } | Task::ExportBlob { .. } => &self.export,
+        }
+    }
+
+    /// Every queue of work items.
+    pub fn all(&self) -> [&str; 3] {
+        [&self.range, &self.partition, &self.export]
+    }
+}
+
+/// Reads the trigger queue names from `<dir>/ScanRange/function.json` and
+/// `<dir>/ScanPartition/function.json` (the host runs the handler in the app's folder), so
+/// that an app whose queues were renamed there still re-drives into the right ones; the
+/// built-in names where a file is missing or unreadable.
+pub fn item_queues(dir: &std::path::Path) -> ItemQueues {
+    let read = |function: &str, default: &str| -> String {
+        std::fs::read_to_string(dir.join(function).join("function.json"))
+            .ok()
+            .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+            .and_then(|json| {
+                json["bindings"]
+                    .as_array()?
+                    .iter()
+                    .find(|b| b["type"] == "queueTrigger")?["queueName"]
+                    .as_str()
+                    .map(str::to_string)
+            })
+            .unwrap_or_else(|| default.to_string())
+    };
+    ItemQueues {
+        range: read(SCAN_RANGE, RANGE_QUEUE),
+        partition: read(SCAN_PARTITION, PARTITION_QUEUE),
+        export: read(SCAN_EXPORT, EXPORT_QUEUE),
+    }
+}
+
+/// How the host retries a failing queue message: visible again after `visibility_timeout`,
+/// moved to the poison queue on delivery `max_dequeue_count`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostQueues {
+    pub visibility_timeout: Duration,
+    pub max_dequeue_count: u32,
+}
+
+impl Default for HostQueues {
+    /// The values of this project's host.json.
+    fn default() -> Self {
+        HostQueues {
+            visibility_timeout: Duration::from_secs(30),
+            max_dequeue_count: MAX_DEQUEUE_COUNT,
+        }
+    }
+}
+
+/// Reads `extensions.queues.visibilityTimeout` (`hh:mm:ss`) and `maxDequeueCount` from
+/// `<dir>/host.json`, so that the handler knows which delivery of a message is its last
+/// whatever the app's settings; this project's values where the file or a value is missing.
+pub fn host_queues(dir: &std::path::Path) -> HostQueues {
+    let defaults = HostQueues::default();
+    let Some(json) = std::fs::read_to_string(dir.join("host.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+    else {
+        return defaults;
+    };
+    let queues = &json["extensions"]["queues"];
+    let visibility_timeout = queues["visibilityTimeout"]
+        .as_str()
+        .and_then(parse_time_span)
+        .unwrap_or(defaults.visibility_timeout);
+    let max_dequeue_count = queues["maxDequeueCount"]
+        .as_u64()
+        .and_then(|n| u32::try_from(n).ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(defaults.max_dequeue_count);
+    HostQueues {
+        visibility_timeout,
+        max_dequeue_count,
+    }
+}
+
+/// `hh:mm:ss` (a .NET TimeSpan without days or fractions) as a duration.
+fn parse_time_span(text: &str) -> Option<Duration> {
+    let parts: Vec<u64> = text
+        .split(':')
+        .map(|p| p.trim().parse().ok())
+        .collect::<Option<_>>()?;
+    match parts[..] {
+        [h, m, s] if m < 60 && s < 60 => Some(Duration::from_secs(h * 3600 + m * 60 + s)),
+        _ => None,
+    }
+}
+
+/// How long after a pause a step that was running then may still act: it sees the pause at
+/// its next page, its work ends at its storage deadline (`STORAGE_DEADLINE_BUDGETS` budgets
+/// after it started) at the latest, and its finish takes a few requests more.
+fn steps_stop_within(budget: Budget) -> time::Duration {
+    let work = budget.max_duration * super::step::STORAGE_DEADLINE_BUDGETS;
+    time::Duration::try_from(work).unwrap_or(time::Duration::MINUTE) + time::Duration::seconds(15)
+}
+
+impl AppState {
+    /// Builds the state from app settings. Never fails: a bad setting (or a missing or bad
+    /// storage setting) is reported by every invocation instead, so the host still sees a
+    /// healthy worker, and logged by the handler at start-up (`state.ledger`'s reason).
+    pub fn new(settings: Settings) -> Arc<AppState> {
+        let (config, bad_settings) = match Config::parse(&settings) {
+            Ok(config) => (config, None),
+            Err(bad) => (Config::default(), Some(bad)),
+        };
+        let here = std::env::current_dir().unwrap_or_default();
+        let state = AppState {
+            pacing: super::pacing::Pacing::default(),
+            settings,
+            config,
+            bad_settings,
+            ledger: Err(String::new()),
+            removal_time: REMOVAL_TIME,
+            item_queues: item_queues(&here),
+            host_queues: host_queues(&here),
+            clients: Mutex::new(HashMap::new()),
+            cancels: Mutex::new(HashMap::new()),
+        };
+        let ledger = match &state.bad_settings {
+            Some(bad) => Err(bad.to_string()),
+            None => state.open_ledger(),
+        };
+        Arc::new(AppState { ledger, ..state })
+    }
+
+    /// The ledger in the table and account the config names.
+    fn open_ledger(&self) -> Result<Ledger, String> {
+        let (connection, table) = (&self.config.ledger_connection, &self.config.ledger_table);
+        self.clients(connection)
+            .and_then(|c| c.tables()?.table(table).map_err(|e| e.to_string()))
+            .map(|table| {
+                Ledger::new(table).with_steps_stop_within(steps_stop_within(self.config.budget))
+            })
+            .map_err(|why| match connection.as_str() {
+                STORAGE_CONNECTION => why,
+                named => format!(
+                    "{why} (the ledger's connection {named:?}, which the app setting \
+                     {LEDGER_CONNECTION_SETTING} names)"
+                ),
+            })
+    }
+
+    /// Scan `id`'s record as read from the ledger at most [`CANCEL_CHECK_EVERY`] ago: the steps
+    /// of one process running for the same scan share one read, so checking between pages
+    /// (and admitting steps by the scan's cap) costs the ledger a read per scan per process
+    /// every few seconds, not per page. `None` for a scan not found or a read that failed (the
+    /// next call tries again).
+    pub async fn scan_record(&self, id: &str) -> Option<Arc<ScanRecord>> {
+        let known = self.cancels.lock().ok().and_then(|c| c.get(id).cloned());
+        if let Some(known) = known.filter(|k| k.read_at.elapsed() < CANCEL_CHECK_EVERY) {
+            return known.record;
+        }
+        // A read that failed is not remembered: the next call reads again.
+        let record = self.ledger().ok()?.scan(id).await.ok()?.map(Arc::new);
+        if let Some(record) = &record {
+            // A cap learned, lowered or raised by another process applies here within this
+            // read's period, also to steps that run long.
+            self.pacing.read(record).await;
+        }
+        if let Ok(mut cancels) = self.cancels.lock() {
+            if cancels.len() > 10_000 {
+                cancels.clear();
+            }
+            let noted = cancels.get(id).is_some_and(|k| k.noted_cancelled);
+            cancels.insert(
+                id.to_string(),
+                Known {
+                    read_at: std::time::Instant::now(),
+                    record: record.clone(),
+                    noted_cancelled: noted,
+                },
+            );
+        }
+        record
+    }
+
+    /// Whether scan `id` was cancelled, as far as this process knows (see
+    /// [`AppState::scan_record`]). A read that fails counts as not cancelled.
+    pub async fn cancelled(&self, id: &str) -> bool {
+        let noted = self
+            .cancels
+            .lock()
+            .ok()
+            .is_some_and(|c| c.get(id).is_some_and(|k| k.noted_cancelled));
+        noted
+            || self
+                .scan_record(id)
+                .await
+                .is_some_and(|r| r.cancelled_at.is_some())
+    }
+
+    /// Whether scan `id` is paused, as far as this process knows (see
+    /// [`AppState::scan_record`]): its steps stop at their next page. A read that fails counts
+    /// as not paused.
+    pub async fn paused(&self, id: &str) -> bool {
+        self.scan_record(id)
+            .await
+            .is_some_and(|record| record.is_paused())
+    }
+
+    /// Forgets this process's read of scan `id` (after a pause or resume through it), so that
+    /// its own steps see the change at their next page.
+    pub fn forget_record(&self, id: &str) {
+        if let Ok(mut known) = self.cancels.lock() {
+            if known.get(id).is_some_and(|k| !k.noted_cancelled) {
+                known.remove(id);
+            }
+        }
+    }
+
+    /// Remembers that scan `id` was cancelled through this process, so that its own steps stop
+    /// at their next page without waiting for the next read.
+    pub fn note_cancelled(&self, id: &str) {
+        if let Ok(mut cancels) = self.cancels.lock() {
+            let known = cancels.entry(id.to_string()).or_insert(Known {
+                read_at: std::time::Instant::now(),
+                record: None,
+                noted_cancelled: true,
+            });
+            known.noted_cancelled = true;
+        }
+    }
+
+    /// The clients for the account named by an app setting (cached).
+    pub fn clients(&self, setting: &str) -> Result<Clients, String> {
+        self.clients_with(setting, ClientOptions::default(), "")
+    }
+
+    /// The table client a step reads its source with: short retries that fit the step's budget
+    /// (see `scan::budget::read_retry_policy`).
+    pub fn scan_source(
+        &self,
+        setting: &str,
+        table: &str,
+    ) -> Result<tablescan_storage::TableClient, String> {
+        let options = ClientOptions {
+            retry: tablescan_engine::budget::read_retry_policy(),
+            ..ClientOptions::default()
+        };
+        self.clients_with(setting, options, "#scan-reads")?
+            .tables()?
+            .table(table)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Clients that give up fast, for the checks a start makes of the accounts a scan will
+    /// use: a caller waits for the answer, and an account that does not answer within a few
+    /// seconds is better reported than waited for (see `functions::reach`).
+    pub fn probe_clients(&self, setting: &str) -> Result<Clients, String> {
+        let options = ClientOptions {
+            retry: super::reach::check_retries(),
+            attempt_timeout: super::reach::ATTEMPT_TIMEOUT,
+            ..ClientOptions::default()
+        };
+        self.clients_with(setting, options, "#probe")
+    }
+
+    /// The storage account a connection names (an app setting with a connection string, or
+    /// settings `C__...` of a connection by identity: see [`tablescan_storage::connection`]).
+    pub fn account(&self, connection: &str) -> Result<StorageAccount, String> {
+        let account =
+            tablescan_storage::connection::resolve_without_extra_roots(connection, &self.settings)
+                .map_err(|e| e.to_string())?;
+        Ok(match &self.config.trusted_roots {
+            Some(roots) => account.trusting(roots.clone()),
+            None => account,
+        })
+    }
+
+    fn clients_with(
+        &self,
+        setting: &str,
+        options: ClientOptions,
+        purpose: &str,
+    ) -> Result<Clients, String> {
+        let key = format!("{setting}{purpose}");
+        let mut cache = self
+            .clients
+            .lock()
+            .map_err(|_| "client cache poisoned".to_string())?;
+        if let Some(clients) = cache.get(&key) {
+            return Ok(clients.clone());
+        }
+        let account = self.account(setting)?;
+        let clients = Clients {
+            tables: TableServiceClient::new(&account, options.clone())
+                .map_err(|e| no_endpoint(setting, &account, "TableEndpoint", e)),
+            queues: QueueServiceClient::new(&account, options.clone())
+                .map_err(|e| no_endpoint(setting, &account, "QueueEndpoint", e)),
+            blobs: BlobServiceClient::new(&account, options)
+                .map_err(|e| no_endpoint(setting, &account, "BlobEndpoint", e)),
+        };
+        cache.insert(key, clients.clone());
+        Ok(clients)
+    }
+
+    /// The connections scans may use: `None` for every one; an error naming the settings that
+    /// cannot be used (this one or another: nothing runs then).
+    pub fn allowlist(&self) -> Result<Option<&super::allowlist::Allowlist>, String> {
+        self.usable_config()
+            .map(|config| config.connections.as_ref())
+    }
+
+    /// The cap a scan gets when its request names none, or why the settings cannot be used.
+    pub fn default_cap(&self) -> Result<Option<u32>, String> {
+        self.usable_config().map(|config| config.default_cap)
+    }
+
+    /// The config, or why some of its settings cannot be used.
+    fn usable_config(&self) -> Result<&Config, String> {
+        match &self.bad_settings {
+            None => Ok(&self.config),
+            Some(bad) => Err(bad.to_string()),
+        }
+    }
+
+    pub fn ledger(&self) -> Result<&Ledger, String> {
+        self.ledger
+            .as_ref()
+            .map_err(|why| format!("the scan ledger is unavailable: {why}"))
+    }
+}
+
+/// The handler's routes.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/", get(|| async { "tablescan handler" }))
+        .route(&format!("/{SCAN_RANGE}"), post(scan_range))
+        .route(&format!("/{SCAN_PARTITION}"), post(scan_partition))
+        .route(&format!("/{SCAN_EXPORT}"), post(scan_export))
+        .route(&format!("/{START_SCAN}"), post(start_scan))
+        .route(&format!("/{GET_SCAN}"), post(get_scan))
+        .route(&format!("/{LIST_SCANS}"), post(list_scans))
+        .route(&format!("/{CANCEL_SCAN}"), post(cancel_scan))
+        .route(&format!("/{RETRY_SCAN}"), post(retry_scan))
+        .route(&format!("/{PAUSE_SCAN}"), post(pause_scan))
+        .route(&format!("/{RESUME_SCAN}"), post(resume_scan))
+        .route(&format!("/{PUT_SCHEDULE}"), post(put_schedule))
+        .route(&format!("/{GET_SCHEDULE}"), post(get_schedule))
+        .route(&format!("/{LIST_SCHEDULES}"), post(list_schedules))
+        .route(&format!("/{DELETE_SCHEDULE}"), post(delete_schedule))
+        .route(&format!("/{SCHEDULE_ACTION}"), post(schedule_action))
+        .route(&format!("/{RUN_SCHEDULES}"), post(run_schedules))
+        .route(&format!("/{DELETE_SCAN}"), post(delete_scan))
+        .route(&format!("/{CLEAR_REJECTED}"), post(clear_rejected))
+        .route(&format!("/{REDRIVE_SCANS}"), post(redrive_scans))
+        .route(&format!("/{SCANS_PAGE}"), post(scans_page))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            refuse_while_settings_are_bad,
+        ))
+        .layer(DefaultBodyLimit::max(MAX_INVOCATION_BYTES))
+        .with_state(state)
+}
+
+/// Answers every function with the reason while some of the handler's settings cannot be
+/// used (`functions::config`): a 500 naming them, as a failed invocation (queue and timer
+/// triggers, which the host retries or logs) or as the HTTP answer. A step refused so is
+/// left pending in the ledger, and re-driven once the setting is mended. `GET /` and the
+/// page of scans need no setting.
+async fn refuse_while_settings_are_bad(
+    State(state): State<Arc<AppState>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Some(bad) = &state.bad_settings else {
+        return next.run(request).await;
+    };
+    let function = request.uri().path().trim_start_matches('/');
+    let why = format!("the app's settings need mending: {bad}");
+    let status = axum::http::StatusCode::INTERNAL_SERVER_ERROR;
+    match function {
+        "" | SCANS_PAGE => next.run(request).await,
+        SCAN_RANGE | SCAN_PARTITION | SCAN_EXPORT | RUN_SCHEDULES | REDRIVE_SCANS => {
+            axum::response::IntoResponse::into_response(super::protocol::Failure::new(status, why))
+        }
+        _ => http::error(status, None, why),
+    }
+}
+
+async fn scan_range(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    step::handle(&state, step::Queue::Range, &body).await
+}
+
+async fn scan_export(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    step::handle(&state, step::Queue::Export, &body).await
+}
+
+async fn scan_partition(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    step::handle(&state, step::Queue::Partition, &body).await
+}
+
+async fn start_scan(State(state): State<Arc<AppState>>, body: Body) -> Response {
+    match super::http_body::read(body).await {
+        Ok(body) => http::start_scan(&state, &body).await,
+        Err(refused) => refused,
+    }
+}
+
+async fn get_scan(State(state): State<Arc<AppState>>, body: Body) -> Response {
+    match super::http_body::read(body).await {
+        Ok(body) => http::get_scan(&state, &body).await,
+        Err(refused) => refused,
+    }
+}
+
+async fn scans_page(body: Body) -> Response {
+    match super::http_body::read(body).await {
+        Ok(body) => super::ui::page_answer(&body),
+        Err(refused) => refused,
+    }
+}
+
+async fn list_scans(State(state): State<Arc<AppState>>, body: Body) -> Response {
+    match super::http_body::read(body).await {
+        Ok(body) => http::list_scans(&state, &body).await,
+        Err(refused) => refused,
+    }
+}
+
+async fn cancel_scan(State(state): State<Arc<AppState>>, body: Body) -> Response {
+    match super::http_body::read(body).await {
+        Ok(body) => http::cancel_scan(&state, &body).await,
+        Err(refused) => refused,
+    }
+}
+
+async fn pause_scan(State(state): State<Arc<AppState>>, body: Body) -> Response {
+    match super::http_body::read(body).await {
+        Ok(body) => super::pause::pause_scan(&state, &body).await,
+        Err(refused) => refused,
+    }
+}
+
+async fn resume_scan(State(state): State<Arc<AppState>>, body: Body) -> Response {
+    match super::http_body::read(body).await {
+        Ok(body) => super::pause::resume_scan(&state, &body).await,
+        Err(refused) => refused,
+    }
+}
+
+async fn delete_scan(State(state): State<Arc<AppState>>, body: Body) -> Response {
+    match super::http_body::read(body).await {
+        Ok(body) => http::delete_scan(&state, &body).await,
+        Err(refused) => refused,
+    }
+}
+
+async fn clear_rejected(State(state): State<Arc<AppState>>, body: Body) -> Response {
+    match super::http_body::read(body).await {
+        Ok(body) => http::clear_rejected(&state, &body).await,
+        Err(refused) => refused,
+    }
+}
+
+async fn retry_scan(State(state): State<Arc<AppState>>, body: Body) -> Response {
+    match super::http_body::read(body).await {
+        Ok(body) => http::retry_scan(&state, &body).await,
+        Err(refused) => refused,
+    }
+}
+
+/// The schedules' HTTP functions: each reads its body, then `functions::schedules_http`.
+macro_rules! schedule_route {
+    ($name:ident) => {
+        async fn $name(State(state): State<Arc<AppState>>, body: Body) -> Response {
+            match super::http_body::read(body).await {
+                Ok(body) => super::schedules_http::$name(&state, &body).await,
+                Err(refused) => refused,
+            }
+        }
+    };
+}
+schedule_route!(put_schedule);
+schedule_route!(get_schedule);
+schedule_route!(list_schedules);
+schedule_route!(delete_schedule);
+schedule_route!(schedule_action);
+
+async fn run_schedules(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    super::schedules::tick_handler(&state, &body).await
+}
+
+async fn redrive_scans(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    redrive::sweep_handler(&state, &body).await
+}
+
+#[cfg(test)]
+mod queue_name_tests {
+    use super::*;
+
+    #[test]
+    fn item_queues_come_from_the_apps_function_json_files() {
+        let app = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../function_app");
+        assert_eq!(
+            item_queues(&app),
+            ItemQueues {
+                range: RANGE_QUEUE.into(),
+                partition: PARTITION_QUEUE.into(),
+                export: EXPORT_QUEUE.into(),
+            }
+        );
+        // A queue renamed in function.json is followed; a missing function falls back.
+        let dir = std::env::temp_dir().join(format!("tablescan-queues-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join(SCAN_RANGE)).unwrap();
+        std::fs::write(
+            dir.join(SCAN_RANGE).join("function.json"),
+            r#"{"bindings":[{"type":"queueTrigger","name":"item","queueName":"renamed-range"}]}"#,
+        )
+        .unwrap();
+        let queues = item_queues(&dir);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(queues.range, "renamed-range");
+        assert_eq!(queues.partition, PARTITION_QUEUE);
+    }
+}
+
+#[cfg(test)]
+mod host_queue_tests {
+    use super::*;
+
+    #[test]
+    fn host_json_queue_settings_are_read_and_bad_ones_fall_back() {
+        let dir = std::env::temp_dir().join(format!("tablescan-hostjson-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(host_queues(&dir), HostQueues::default(), "no host.json");
+        std::fs::write(
+            dir.join("host.json"),
+            r#"{"extensions":{"queues":{"visibilityTimeout":"00:01:05","maxDequeueCount":3}}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            host_queues(&dir),
+            HostQueues {
+                visibility_timeout: Duration::from_secs(65),
+                max_dequeue_count: 3
+            }
+        );
+        std::fs::write(
+            dir.join("host.json"),
+            r#"{"extensions":{"queues":{"visibilityTimeout":"soon","maxDequeueCount":0}}}"#,
+        )
+        .unwrap();
+        assert_eq!(host_queues(&dir), HostQueues::default());
+        std::fs::remove_dir_all(&dir).unwrap();
+        let project = &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        assert_eq!(
+            host_queues(project),
+            HostQueues::default(),
+            "this project's host.json"
+        );
+    }
+}

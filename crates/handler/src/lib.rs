@@ -1,0 +1,34 @@
+//! The Azure Functions custom handler: the invocation protocol (with the real host's quirks),
+//! one handler per function, the router, the settings and the steps that run a scan's work
+//! items; its binary (`src/bin/handler.rs`) is the `handler` the function app runs.
+//!
+//! May use every crate below it: `tablescan-storage`, `tablescan-pace`, `tablescan-engine`,
+//! `tablescan-api`, `tablescan-ledger` and `tablescan-actions`. None of them may use it, and
+//! neither may the CLI (a client of the HTTP API only).
+
+pub mod account;
+pub mod allowlist;
+pub mod app;
+pub mod config;
+mod export_checks;
+pub mod guard;
+pub mod http;
+mod http_body;
+mod import;
+pub mod manifest;
+pub mod names;
+pub mod pacing;
+pub mod pause;
+pub mod plan;
+pub mod protocol;
+pub mod reach;
+pub mod redrive;
+mod scans_list;
+pub mod schedules;
+mod schedules_http;
+mod send;
+mod ui;
+
+pub mod step;
+
+pub use app::{router, AppState, Settings};

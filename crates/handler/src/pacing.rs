@@ -1,0 +1,524 @@
+//! A scan's pace in this process: how many of its steps may run here at once, how fast they
+//! may read and write, and, for a capped scan, this process's part of the cap.
+//!
+//! Each process keeps, per scan it runs steps of, a token bucket ([`TokenBucket`]) that every
+//! read and write of those steps pays into before it is sent: rows asked for (a short page gives
+//! the rest back) and rows written. For a capped scan the bucket's rate is what the process
+//! holds of the cap: its leased slices (`tablescan_pace`), renewed, taken and given back by a
+//! refresher task a tick at a time; beside the bucket, a record of the last second's use
+//! ([`RecentUse`]) holds every second within a tenth of that rate. An uncapped scan's bucket
+//! is unlimited; its reads and writes are paced only by the account's back-off ([`Governor`]).
+//!
+//! Admission: a step may start only while the process runs fewer steps of the scan than its
+//! rate gives each [`STEP_RATE`] (all of them while nothing limits it). A step that is not
+//! admitted within a few seconds ([`ADMIT_WAIT`]) is not run here: the caller gives its work
+//! item back to the queue for later, so that no invocation waits long for a share (holding its
+//! place in the host, and a long queue that makes the platform add instances that could only
+//! split the cap further). Fewer steps, each reading longer pages, also cost fewer queries and
+//! ledger writes than many starved ones.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use tablescan_ledger::{Ledger, ScanRecord};
+use tablescan_pace::ScanShare;
+use tablescan_storage::pacing::{Governor, RecentUse, Ticket, TokenBucket};
+
+/// The wall clock leases are written in; in tests, one that moves with tokio's paused clock.
+#[cfg(not(test))]
+type LeaseClock = tablescan_pace::SystemClock;
+#[cfg(test)]
+type LeaseClock = tablescan_pace::TokioClock;
+
+/// How long a step waits to be admitted before its work item is given back.
+pub const ADMIT_WAIT: Duration = Duration::from_secs(3);
+/// The rate one step of a paced scan is given at least (entities per second).
+pub const STEP_RATE: f64 = 300.0;
+/// How long after its place is earned a page reserved ahead may still use it.
+const RESERVATION_LIFE: Duration = Duration::from_millis(100);
+/// How many seconds of its share one page of a paced step holds.
+const PAGE_SECONDS: f64 = 0.5;
+/// The smallest page a paced step asks for.
+const MIN_PAGE: u16 = 100;
+
+/// This process's pacing of every scan it runs steps of.
+pub struct Pacing {
+    /// Names this process in the slices it leases.
+    process: String,
+    scans: Scans,
+}
+
+/// The scans this process paces. A refresher removes its scan while holding the lock, so a
+/// step that arrives meanwhile finds the scan gone and starts afresh, never a removed one.
+type Scans = Arc<tokio::sync::Mutex<HashMap<String, Arc<ScanPace>>>>;
+
+impl Default for Pacing {
+    fn default() -> Self {
+        Pacing {
+            process: tablescan_ledger::ledger::new_scan_id(),
+            scans: Scans::default(),
+        }
+    }
+}
+
+/// One scan's pacing in this process.
+pub struct ScanPace {
+    scan: String,
+    /// The cap the scan's request set, entities per second, if any.
+    set: Option<f64>,
+    /// The cap it is paced at now: the set one, or one learned from the accounts' refusals
+    /// (see [`cap_of`]).
+    cap: Mutex<Option<f64>>,
+    /// This process's part of the cap, once the scan has one.
+    slices: Mutex<Option<Arc<ScanShare<Ledger, LeaseClock>>>>,
+    ledger: Ledger,
+    /// Names this process in the slices it leases.
+    process: String,
+    /// The back-off of the account the scan reads, as its first step here found it, and how
+    /// many cuts it had made then (those were not this scan's).
+    source: Mutex<Option<(Arc<Governor>, u64)>>,
+    /// What the process may use of the scan's rate: its slices' worth for a capped scan,
+    /// unlimited otherwise.
+    share: TokenBucket,
+    /// What the share let through over the last second, so that no second holds more than a
+    /// tenth over what the share earned in it (the bucket alone lets give-backs spend capacity
+    /// earned earlier).
+    recent: RecentUse,
+    /// When the scan's last learning round opened, as this process last read the scan: its
+    /// refresher reports into it (`job::learning`).
+    round_ms: AtomicU64,
+    /// Whether the scan has learned a cap (in force or not: its request may set a lower one).
+    has_learned: std::sync::atomic::AtomicBool,
+    /// Entities this process moved for the scan (rows the account returned, rows written): what
+    /// its slices report, and what it reports when an account refuses it.
+    moved: AtomicU64,
+    state: Mutex<PaceState>,
+}
+
+/// Locks plain data: a panic elsewhere cannot leave it half-written.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[derive(Debug, Default)]
+struct PaceState {
+    running: usize,
+    waiting: usize,
+    /// When the last step ended, if none runs or waits now.
+    idle_since: Option<Instant>,
+}
+
+/// A place reserved in a scan's share ahead of a read ([`StepPace::reserve_read`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Reservation {
+    source_place: f64,
+    share_place: f64,
+    /// When the share's place is earned, at the rate of the moment it was reserved.
+    due: Instant,
+    entities: u64,
+}
+
+/// A step's place in its scan's pacing: released when dropped.
+pub struct StepPace {
+    pace: Arc<ScanPace>,
+    /// The back-off of the account the scan reads.
+    source: Arc<Governor>,
+}
+
+/// How long a running step's read or write may wait for its share of the rate: a page waits
+/// half a second of it normally, but a share may fall to nothing while the step runs (its
+/// process lost its slices). Past this the step ends as if throttled, handing on the rest.
+pub const SHARE_WAIT: Duration = Duration::from_secs(5);
+
+/// The error a read or write meets when its share did not come within [`SHARE_WAIT`]: transient
+/// (the step hands its rest on, or is tried again).
+pub fn no_share(operation: &'static str, scan: &str) -> tablescan_storage::StorageError {
+    tablescan_storage::StorageError::new(
+        operation,
+        format!("scan {scan}"),
+        tablescan_storage::ErrorKind::Transport {
+            message: format!(
+                "no share of the scan's rate within {} s in this process",
+                SHARE_WAIT.as_secs()
+            ),
+            maybe_sent: false,
+        },
+    )
+}
+
+/// A step not admitted in time: its work item should be given back for later.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotAdmitted {
+    /// Steps of the scan running in this process, and what its rate allows.
+    pub running: usize,
+    pub slots: usize,
+}
+
+impl std::fmt::Display for NotAdmitted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} steps of the scan run in this process and its share of the scan's rate allows {}",
+            self.running, self.slots
+        )
+    }
+}
+
+impl Pacing {
+    /// Admits a step of `scan` (as this process last read it: its cap, set or learned) reading
+    /// from the account behind `source`, waiting at most `wait` for room.
+    pub async fn admit(
+        &self,
+        ledger: &Ledger,
+        scan: &ScanRecord,
+        source: Arc<Governor>,
+        wait: Duration,
+    ) -> Result<StepPace, NotAdmitted> {
+        let pace = self.join(ledger, scan, &source).await;
+        // Counted as waiting until admitted or given up, also if this future is dropped (the
+        // host went away): a count left behind would keep the scan here for ever.
+        let waiting = Waiting(pace.clone());
+        let give_up_at = Instant::now() + wait;
+        loop {
+            {
+                let mut state = pace.lock();
+                let slots = pace.slots(&source);
+                if state.running < slots {
+                    state.running += 1;
+                    state.idle_since = None;
+                    break;
+                }
+                if Instant::now() >= give_up_at {
+                    return Err(NotAdmitted {
+                        running: state.running,
+                        slots,
+                    });
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        drop(waiting);
+        Ok(StepPace { pace, source })
+    }
+
+    /// Takes a fresh read of `scan` into its pace here, if the process runs steps of it: its
+    /// learned cap, and its learning round.
+    pub async fn read(&self, scan: &ScanRecord) {
+        let pace = self.scans.lock().await.get(&scan.id).cloned();
+        if let Some(pace) = pace {
+            pace.learned(scan.learned_cap);
+            pace.round_ms
+                .fetch_max(scan.learn_round_ms, Ordering::Relaxed);
+        }
+    }
+
+    /// The scan's pace in this process, counting one more step waiting for it, its cap brought
+    /// up to date; started (with its refresher) if the process had none.
+    async fn join(
+        &self,
+        ledger: &Ledger,
+        scan: &ScanRecord,
+        source: &Arc<Governor>,
+    ) -> Arc<ScanPace> {
+        let mut scans = self.scans.lock().await;
+        let pace = scans
+            .entry(scan.id.clone())
+            .or_insert_with(|| {
+                let pace = Arc::new(ScanPace::new(ledger, &self.process, scan));
+                let refresher = refresher::Refresher::new(pace.clone(), self.scans.clone());
+                tokio::spawn(refresher.run());
+                pace
+            })
+            .clone();
+        pace.learned(scan.learned_cap);
+        pace.round_ms
+            .fetch_max(scan.learn_round_ms, Ordering::Relaxed);
+        pace.watch(source);
+        {
+            let mut state = pace.lock();
+            state.waiting += 1;
+            state.idle_since = None;
+        }
+        pace
+    }
+}
+
+/// The cap a scan is paced at: the one its request set, or the one learned from the accounts'
+/// refusals (`job::learning`), whichever is lower.
+pub fn cap_of(set: Option<f64>, learned: Option<f64>) -> Option<f64> {
+    match (set, learned) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+impl ScanPace {
+    fn new(ledger: &Ledger, process: &str, scan: &ScanRecord) -> Self {
+        let set = scan.spec.max_rows_per_second.map(f64::from);
+        let pace = ScanPace {
+            scan: scan.id.clone(),
+            set,
+            cap: Mutex::new(None),
+            slices: Mutex::new(None),
+            ledger: ledger.clone(),
+            process: process.to_string(),
+            source: Mutex::new(None),
+            share: TokenBucket::new(None),
+            recent: RecentUse::new(None),
+            moved: AtomicU64::new(0),
+            has_learned: Default::default(),
+            round_ms: AtomicU64::new(scan.learn_round_ms),
+            state: Mutex::new(PaceState::default()),
+        };
+        pace.learned(scan.learned_cap);
+        pace
+    }
+
+    /// Takes `learned` (the scan's learned cap as last read) into the cap: a scan paced by
+    /// neither has no slices; one that gets a cap takes slices from then on, and uses nothing
+    /// until it holds one.
+    pub(super) fn learned(&self, learned: Option<f64>) {
+        if learned.is_some() {
+            self.has_learned.store(true, Ordering::Relaxed);
+        }
+        let Some(cap) = cap_of(self.set, learned) else {
+            return;
+        };
+        let mut current = lock(&self.cap);
+        if *current == Some(cap) {
+            return;
+        }
+        // The learned cap takes over (it had none, or only the one its request set).
+        let takes_over = learned.is_some() && (current.is_none() || *current == self.set);
+        *current = Some(cap);
+        if takes_over {
+            // The scan's own ceiling, for all its processes, takes over from this process's
+            // back-off (`Governor::lift`), which would otherwise hold it under that ceiling
+            // until 12 s after its last refusal. The back-off is the account's in this process,
+            // shared with its other scans: those are paced by their own caps (set or learned),
+            // and one that has none meets the account's next refusal as any scan does, with a
+            // cut. A refusal above the cap cuts again, and lowers the cap.
+            if let Some((source, _)) = lock(&self.source).as_ref() {
+                source.lift();
+            }
+        }
+        let mut slices = lock(&self.slices);
+        match slices.as_ref() {
+            Some(share) => share.set_cap(cap),
+            None => {
+                // Leased under a name of this pace's own: a pace of the same scan removed
+                // from this process a moment ago may still be giving its slices back.
+                let nonce = tablescan_ledger::ledger::new_scan_id();
+                let holder = format!("{}.{}", self.process, &nonce[..8]);
+                *slices = Some(Arc::new(ScanShare::new(
+                    self.ledger.clone(),
+                    LeaseClock::default(),
+                    &self.scan,
+                    &holder,
+                    cap,
+                )));
+                self.share.set_rate(Some(0.0));
+                self.recent.set_rate(Some(0.0));
+            }
+        }
+    }
+
+    /// Remembers the account back-off the scan's steps read through, to learn from its cuts.
+    fn watch(&self, source: &Arc<Governor>) {
+        lock(&self.source).get_or_insert_with(|| (source.clone(), source.cuts()));
+    }
+
+    /// The scan's share of its cap in this process, once it has a cap.
+    pub(super) fn slices(&self) -> Option<Arc<ScanShare<Ledger, LeaseClock>>> {
+        lock(&self.slices).clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PaceState> {
+        // Plain counters: a panic elsewhere cannot leave them half-written.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The rate this process's steps of the scan may use now, if anything limits it.
+    fn rate(&self, source: &Governor) -> Option<f64> {
+        let capped = lock(&self.cap).is_some();
+        match (self.share.rate().filter(|_| capped), source.rate()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// How many steps may run at once: all of them unless something limits the rate; none
+    /// while a capped scan holds no slice.
+    fn slots(&self, source: &Governor) -> usize {
+        match self.rate(source) {
+            // A share of nothing (no slice held): none; any share at all runs a step or two.
+            Some(rate) if rate < 1e-6 => 0,
+            // One more than the rate needs: a step between two work items (finishing, its
+            // follow-ups on their way through the queue) leaves its part to the others.
+            Some(rate) => ((rate / STEP_RATE).ceil() as usize + 1).clamp(2, 64),
+            None => usize::MAX,
+        }
+    }
+}
+
+impl StepPace {
+    /// How many rows to ask for in the next page: half a second's worth of the step's part of the
+    /// rate (at least 100 rows), at most `top`.
+    pub fn page_size(&self, top: u16) -> u16 {
+        let Some(rate) = self.pace.rate(&self.source) else {
+            return top;
+        };
+        let running = self.pace.lock().running.max(1) as f64;
+        let top = top.max(1);
+        let least = MIN_PAGE.min(top);
+        ((rate / running * PAGE_SECONDS) as u16).clamp(least, top)
+    }
+
+    /// Waits until `entities` may be read from the source; the ticket gives back what the
+    /// read did not use ([`after_read`](Self::after_read)).
+    ///
+    /// The scan's share is paid last: what the back-off held up is then let through at the
+    /// share's rate, never faster. (Paid first, takers held up behind a slow back-off would
+    /// go all at once when it lifts, over the cap.)
+    pub async fn before_read(&self, entities: u64) -> Ticket {
+        self.before_reserved_read(entities, None).await
+    }
+
+    /// As [`before_read`](Self::before_read), with part of the share reserved ahead
+    /// ([`reserve_read`](Self::reserve_read)): more is paid for, or the rest given back.
+    pub async fn before_reserved_read(
+        &self,
+        entities: u64,
+        reserved: Option<Reservation>,
+    ) -> Ticket {
+        // A place earned a while ago (the step wrote, or waited, between its pages) would go
+        // on top of what is earned now: it is given up, and the page pays afresh.
+        let reserved = reserved.filter(|reserved| {
+            let fresh = Instant::now() <= reserved.due + RESERVATION_LIFE;
+            if !fresh {
+                self.release(*reserved);
+            }
+            fresh
+        });
+        let Some(reserved) = reserved else {
+            self.source.take(entities).await;
+            return self.take_share(entities).await;
+        };
+        self.source.wait(reserved.source_place).await;
+        self.pace.share.wait(reserved.share_place).await;
+        if entities > reserved.entities {
+            let more = entities - reserved.entities;
+            self.source.take(more).await;
+            self.pay_share(more).await;
+        } else {
+            let unused = reserved.entities - entities;
+            self.give_back_share(unused);
+            self.source.give_back(unused);
+        }
+        self.within_the_last_second(entities).await
+    }
+
+    /// Reserves places for reading `entities` in the account's back-off and the scan's share
+    /// without waiting: a step reserves its next page while this one is on its way, so that
+    /// the waits and the request's time overlap. Unused, it must be
+    /// [`release`](Self::release)d.
+    pub fn reserve_read(&self, entities: u64) -> Reservation {
+        let share_place = self.pace.share.reserve(entities as f64);
+        Reservation {
+            source_place: self.source.reserve(entities),
+            share_place,
+            due: self.pace.share.due(share_place),
+            entities,
+        }
+    }
+
+    /// Gives a reservation up unused: what of it is not yet earned goes back to the line.
+    pub fn release(&self, reserved: Reservation) {
+        self.pace
+            .share
+            .release(reserved.share_place, reserved.entities);
+        self.source
+            .release(reserved.source_place, reserved.entities);
+    }
+
+    /// Returns entities paid for and not read (a short page, a failed request), and counts
+    /// `used` as moved: what the account served.
+    pub fn after_read(&self, ticket: Ticket, used: u64, unused: u64) {
+        self.pace.moved.fetch_add(used, Ordering::Relaxed);
+        self.give_back_share(unused);
+        self.pace.recent.give_back(ticket, unused);
+        self.source.give_back(unused);
+    }
+
+    /// Waits until `entities` may be written through `target`'s back-off (the share paid
+    /// last, as for reads), at most [`SHARE_WAIT`] for the share.
+    pub async fn before_write(
+        &self,
+        entities: u64,
+        target: &Governor,
+    ) -> Result<(), tablescan_storage::StorageError> {
+        target.take(entities).await;
+        tokio::time::timeout(SHARE_WAIT, self.take_share(entities))
+            .await
+            .map_err(|_| no_share("write rows", &self.pace.scan))?;
+        self.pace.moved.fetch_add(entities, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The scan this step belongs to.
+    pub fn scan(&self) -> &str {
+        &self.pace.scan
+    }
+
+    async fn take_share(&self, entities: u64) -> Ticket {
+        self.pay_share(entities).await;
+        self.within_the_last_second(entities).await
+    }
+
+    /// Pays `entities` into the share's bucket.
+    async fn pay_share(&self, entities: u64) {
+        self.pace.share.take(entities).await;
+    }
+
+    /// The share's rate held over the last second too ([`RecentUse`]): what the bucket let go
+    /// on capacity earned earlier (given back by short pages) waits for room.
+    async fn within_the_last_second(&self, entities: u64) -> Ticket {
+        self.pace.recent.admit(entities).await
+    }
+
+    fn give_back_share(&self, entities: u64) {
+        self.pace.share.give_back(entities);
+    }
+}
+
+/// A step waiting to be admitted: no longer counted when dropped.
+struct Waiting(Arc<ScanPace>);
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        state.waiting = state.waiting.saturating_sub(1);
+        if state.running + state.waiting == 0 {
+            state.idle_since = Some(Instant::now());
+        }
+    }
+}
+
+impl Drop for StepPace {
+    fn drop(&mut self) {
+        let mut state = self.pace.lock();
+        state.running = state.running.saturating_sub(1);
+        if state.running + state.waiting == 0 {
+            state.idle_since = Some(Instant::now());
+        }
+    }
+}
+
+mod refresher;
+
+#[cfg(test)]
+mod tests;

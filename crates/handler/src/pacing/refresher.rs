@@ -1,0 +1,347 @@
+//! Keeps a scan's pace in this process up to date while the process runs steps of it: for a
+//! capped scan (set or learned), runs the slice protocol every [`TICK`] and sets the share's
+//! rate to what the process holds; for every scan, learns from the account's refusals
+//! (`job::learning`): a cut of the account's back-off is reported with what the process moved,
+//! the round closed when it is over, and a learned cap that held quietly while used in full
+//! raised. When the process has had no step of the scan for [`GRACE`], it gives its slices back
+//! and removes the scan.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tablescan_pace::{Clock, Demand};
+use tokio::time::Instant;
+
+use super::{lock, LeaseClock, ScanPace, Scans};
+use tablescan_ledger::learning::{Reported, LOWER_EVERY, QUIET, ROUND};
+
+/// How often the refresher runs.
+const TICK: Duration = Duration::from_millis(100);
+/// How long a process stays in a scan after its last step of it ended: the next work item may
+/// be a moment away in the queue, and a capped scan's slices are kept meanwhile.
+pub(super) const GRACE: Duration = Duration::from_secs(5);
+/// How long giving the slices back may take; past it their leases run out by themselves.
+const LEAVE_TIME: Duration = Duration::from_secs(2);
+/// How long one round of the slice protocol may take before the rate is set again from the
+/// leases: well under the clocks' margin (`tablescan_pace::CLOCK_MARGIN_MS`), so a lease never
+/// runs out at the store while this process's rate still spends it.
+const TICK_TIME: Duration = Duration::from_millis(400);
+/// A process with no step of the scan for this long gives its slices back (it stays in the
+/// scan, and takes slices again when a step comes).
+const IDLE_RELEASE: Duration = Duration::from_secs(1);
+/// How long after a cut of the account's back-off the process reports what it moves: the back-off
+/// recovers to its ceiling within about two seconds, and what the process moves over the
+/// [`RATE_SPAN`] after that is what the account gives it at that ceiling (a report at the cut
+/// would count the burst that met the refusal, above what the account takes; one at 3 s
+/// counted a second of the recovery, and learned caps 10-25% under the account's room).
+pub(super) const REPORT_DELAY: Duration = Duration::from_secs(4);
+/// A process refused while it moves at least this share of what its slices grant presses on
+/// the account with the scan's cap (see [`Refresher::lower`]).
+const PRESSING: f64 = 0.8;
+/// What the process moved over this long is what it reports when an account refuses it.
+const RATE_SPAN: Duration = Duration::from_secs(2);
+
+pub(super) struct Refresher {
+    pace: Arc<ScanPace>,
+    scans: Scans,
+    /// What the process had moved, a tick apart, over the last [`RATE_SPAN`].
+    moved: VecDeque<(Instant, u64)>,
+    /// The account back-off's cuts seen so far (`None` before the first step named it).
+    cuts_seen: Option<u64>,
+    /// When to report the last cut: once the process's back-off has settled after it.
+    report_at: Option<Instant>,
+    /// When the round this process reported into is over, to close it.
+    close_at_ms: Option<u64>,
+    /// The round this process reported into last (its opening, epoch ms).
+    reported_round: u64,
+    /// When this process last tried to raise the learned cap.
+    raise_tried: Option<Instant>,
+    /// When this process last tried to lower it.
+    lower_tried: Option<Instant>,
+}
+
+impl Refresher {
+    pub(super) fn new(pace: Arc<ScanPace>, scans: Scans) -> Self {
+        Refresher {
+            pace,
+            scans,
+            moved: VecDeque::new(),
+            cuts_seen: None,
+            report_at: None,
+            close_at_ms: None,
+            reported_round: 0,
+            raise_tried: None,
+            lower_tried: None,
+        }
+    }
+
+    pub(super) async fn run(mut self) {
+        loop {
+            if self.removed().await {
+                return;
+            }
+            let now = Instant::now();
+            self.note_moved(now);
+            self.learn().await;
+            if let Some(slices) = self.pace.slices() {
+                let demand = self.demand(now);
+                self.set_rate(&slices);
+                if self.idle_for(IDLE_RELEASE) {
+                    // No step here: the slices go where the steps are, not after the grace.
+                    self.pace.share.set_rate(Some(0.0));
+                    let _ = tokio::time::timeout(TICK_TIME, slices.leave()).await;
+                }
+                // A slow ledger must not keep the rate from following the leases: the round is
+                // cut short (its writes are conditional, so one cut off is harmless) and the
+                // rate set again from what the leases allow now.
+                let _ = tokio::time::timeout(TICK_TIME, slices.tick(demand)).await;
+                let granted = self.set_rate(&slices);
+                // Raised only by a process that uses its whole share and would use more.
+                if demand.wants_more && granted > 0.0 && demand.used >= granted * 0.9 {
+                    self.raise(now).await;
+                }
+            }
+            tokio::time::sleep(TICK).await;
+        }
+    }
+
+    /// Sets the share's rate to what the process's leases allow now; that rate.
+    fn set_rate(
+        &self,
+        slices: &tablescan_pace::ScanShare<tablescan_ledger::Ledger, LeaseClock>,
+    ) -> f64 {
+        let granted = slices.granted();
+        self.pace.share.set_rate(Some(granted));
+        self.pace.recent.set_rate(Some(granted));
+        granted
+    }
+
+    fn note_moved(&mut self, now: Instant) {
+        let moved = self.pace.moved.load(Ordering::Relaxed);
+        self.moved.push_back((now, moved));
+        while self
+            .moved
+            .front()
+            .is_some_and(|(at, _)| now.saturating_duration_since(*at) > RATE_SPAN)
+        {
+            self.moved.pop_front();
+        }
+    }
+
+    /// Entities per second the process moved for the scan lately (over a second at least: a
+    /// process that just started would otherwise report a moment's burst as a rate).
+    fn rate(&self) -> f64 {
+        match (self.moved.front(), self.moved.back()) {
+            (Some((first, a)), Some((last, b))) => {
+                let span = last.duration_since(*first).max(Duration::from_secs(1));
+                b.saturating_sub(*a) as f64 / span.as_secs_f64()
+            }
+            _ => 0.0,
+        }
+    }
+
+    fn demand(&self, now: Instant) -> Demand {
+        let waiting = self.pace.lock().waiting;
+        let held_back = self
+            .pace
+            .share
+            .held_since(now.checked_sub(Duration::from_secs(1)).unwrap_or(now));
+        Demand {
+            wants_more: waiting > 0 || held_back,
+            used: self.rate(),
+        }
+    }
+
+    /// Reports a new cut of the account's back-off into the scan's learning round, and closes
+    /// the round this process reported into once it is over.
+    async fn learn(&mut self) {
+        let now_ms = LeaseClock::default().now_ms();
+        let source = lock(&self.pace.source).clone();
+        let Some((source, cuts_before)) = source else {
+            return;
+        };
+        let seen = *self.cuts_seen.get_or_insert(cuts_before);
+        let cuts = source.cuts();
+        let now = Instant::now();
+        if self.pace.has_learned.load(Ordering::Relaxed) {
+            // The scan has a ceiling already: rounds are for learning the first. Refused while
+            // using all of its share here, the ceiling is too high for what else runs on the
+            // account now; it is lowered, at most once a while (checked here first, so that
+            // a hundred processes refused at once do not all read the ledger).
+            self.report_at = None;
+            self.close_at_ms = None;
+            self.cuts_seen = Some(cuts);
+            let tried_lately = self
+                .lower_tried
+                .is_some_and(|at| now.saturating_duration_since(at) < LOWER_EVERY);
+            if cuts > seen && !tried_lately && self.pressing(now) {
+                self.lower_tried = Some(now);
+                self.lower(now_ms).await;
+            }
+            return;
+        }
+        if cuts > seen {
+            self.cuts_seen = Some(cuts);
+            // Counted once per round: a second cut while this process's report for the open
+            // round stands adds nothing.
+            let open = self.pace.round_ms.load(Ordering::Relaxed);
+            let reported_open =
+                self.reported_round == open && now_ms < open + ROUND.as_millis() as u64;
+            if !reported_open {
+                self.report_at.get_or_insert(now + REPORT_DELAY);
+            }
+        }
+        // A round another process opened, seen with the scan: this process's part counts too.
+        let round = self.pace.round_ms.load(Ordering::Relaxed);
+        let round_open = round > self.reported_round && now_ms < round + ROUND.as_millis() as u64;
+        if round_open && self.report_at.is_none() {
+            self.report_at = Some(now);
+            // One attempt per round, whatever it meets: lost tries leave the round to the
+            // others rather than pressing on its row.
+            self.reported_round = round;
+        }
+        if self.report_at.is_some_and(|at| now >= at) {
+            self.report_at = None;
+            // What this process pressed on the account with: where its back-off takes the
+            // account to refuse it, but no more than the account gave it since (what it moved
+            // over the last seconds, which the back-off brought back to that estimate unless
+            // the account took less); for a process the account did not refuse, what it moves.
+            // The estimate alone counts what steps asked for, ahead of what the account served,
+            // and learned caps 30-50% over what the account took.
+            let moved = self.rate();
+            let rate = match source.estimate() {
+                Some(estimate) if cuts > cuts_before => estimate.min(moved),
+                _ => moved,
+            };
+            // A process that moved nothing lately did not press on the account: its report
+            // would only say less than the scan moved.
+            tracing::debug!(
+                scan = %self.pace.scan, rate, moved, refused = cuts > cuts_before,
+                "reporting into the scan's learning round"
+            );
+            if rate >= 1.0 {
+                self.report(rate, now_ms).await;
+            }
+        }
+        if self.close_at_ms.is_some_and(|at| now_ms >= at) {
+            self.close_at_ms = None;
+            let ledger = &self.pace.ledger;
+            if let Err(e) = ledger.close_round(&self.pace.scan, now_ms).await {
+                tracing::debug!(scan = %self.pace.scan, "could not close a learning round: {e}");
+            }
+            // Whoever closed it, the cap it set applies here at once.
+            if let Ok(Some(learning)) = ledger.learning(&self.pace.scan).await {
+                self.pace.learned(learning.cap);
+            }
+        }
+    }
+
+    /// Whether the scan's cap is one it learned (its request set none, or a higher one).
+    fn learned_in_force(&self) -> bool {
+        let cap = *lock(&self.pace.cap);
+        cap.is_some() && self.pace.set.is_none_or(|set| cap < Some(set))
+    }
+
+    /// Whether this process uses (nearly) all of its share of the scan's cap.
+    fn pressing(&self, now: Instant) -> bool {
+        let Some(slices) = self.pace.slices() else {
+            return false;
+        };
+        let granted = slices.granted();
+        granted > 0.0 && self.demand(now).used >= granted * PRESSING
+    }
+
+    async fn lower(&mut self, now_ms: u64) {
+        match self
+            .pace
+            .ledger
+            .lower_learned_cap(&self.pace.scan, now_ms)
+            .await
+        {
+            Ok(Some(cap)) => self.pace.learned(Some(cap)),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::debug!(scan = %self.pace.scan, "could not lower the learned cap: {e}")
+            }
+        }
+    }
+
+    async fn report(&mut self, rate: f64, now_ms: u64) {
+        match self
+            .pace
+            .ledger
+            .report_refusal(&self.pace.scan, rate, now_ms)
+            .await
+        {
+            Ok(Reported::In(round_at)) => {
+                self.reported_round = round_at;
+                self.pace.round_ms.fetch_max(round_at, Ordering::Relaxed);
+                self.close_at_ms = Some(round_at + ROUND.as_millis() as u64);
+            }
+            Ok(Reported::Skipped) => {
+                tracing::debug!(scan = %self.pace.scan, "report skipped: a round is recent")
+            }
+            Err(e) => tracing::debug!(scan = %self.pace.scan, "could not report a refusal: {e}"),
+        }
+    }
+
+    /// Raises the scan's learned cap, if it has one, has held it quietly for a while, and this
+    /// process would use more (at most one try per [`QUIET`] half).
+    async fn raise(&mut self, now: Instant) {
+        if !self.learned_in_force()
+            || self
+                .raise_tried
+                .is_some_and(|at| now.saturating_duration_since(at) < QUIET / 2)
+        {
+            return;
+        }
+        self.raise_tried = Some(now);
+        let now_ms = LeaseClock::default().now_ms();
+        match self
+            .pace
+            .ledger
+            .raise_learned_cap(&self.pace.scan, now_ms)
+            .await
+        {
+            Ok(Some(cap)) => self.pace.learned(Some(cap)),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::debug!(scan = %self.pace.scan, "could not raise the learned cap: {e}")
+            }
+        }
+    }
+
+    /// Whether the process has had no step of the scan, running or waiting, for `span`.
+    fn idle_for(&self, span: Duration) -> bool {
+        let state = self.pace.lock();
+        state.running + state.waiting == 0
+            && state.idle_since.is_some_and(|at| at.elapsed() >= span)
+    }
+
+    /// Removes the scan from this process if it has had no step of it for [`GRACE`], then gives
+    /// its slices back; whether it did. The check and the removal hold the scans' lock, so a
+    /// step either joined before (and the scan stays) or starts a pace of its own after.
+    async fn removed(&self) -> bool {
+        {
+            let mut scans = self.scans.lock().await;
+            if !self.idle_for(GRACE) {
+                return false;
+            }
+            scans.remove(&self.pace.scan);
+        }
+        // Out of the map: a step that comes now starts a pace of its own, whose slices are
+        // leased under a name of its own, so giving these back cannot take its.
+        if let Some(slices) = self.pace.slices() {
+            self.pace.share.set_rate(Some(0.0));
+            if tokio::time::timeout(LEAVE_TIME, slices.leave())
+                .await
+                .is_err()
+            {
+                tracing::debug!(scan = %self.pace.scan, "giving the scan's slices back took too long");
+            }
+        }
+        true
+    }
+}

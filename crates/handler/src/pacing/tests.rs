@@ -1,0 +1,294 @@
+//! Admission and shares of a capped scan in one and two processes, on a paused clock and the
+//! in-memory ledger. (The cap across 100 processes is tested in `tablescan_pace` itself.)
+
+use super::*;
+use tablescan_storage::table::in_memory::InMemoryTable;
+
+/// A scan record as a process reads it: id, and cap if any.
+fn record(id: &str, cap: Option<u32>) -> ScanRecord {
+    let settings = |name: &str| {
+        (name == tablescan_api::DEFAULT_CONNECTION).then(|| "UseDevelopmentStorage=true".into())
+    };
+    let body = r#"{"table":"things","action":{"type":"count"}}"#;
+    let mut spec = tablescan_api::ScanSpec::parse_with(body, &settings, None).unwrap();
+    spec.max_rows_per_second = cap;
+    ScanRecord {
+        id: id.to_string(),
+        spec,
+        created_at: time::OffsetDateTime::now_utc(),
+        started_at: None,
+        cancelled_at: None,
+        paused_at: None,
+        resumed_at: None,
+        resume_from: None,
+        manifest_at: None,
+        manifest_trouble: Default::default(),
+        redrive_looked_at: None,
+        learned_cap: None,
+        learn_round_ms: 0,
+    }
+}
+
+async fn ledger() -> Ledger {
+    let table = InMemoryTable::new("ledger");
+    table.create_if_missing().await.unwrap();
+    Ledger::in_memory(table)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_capped_scans_first_step_runs_at_once_at_the_whole_cap() {
+    let ledger = ledger().await;
+    let pacing = Pacing::default();
+    let source = Arc::new(Governor::default());
+    let start = Instant::now();
+    let step = pacing
+        .admit(&ledger, &record("scan1", Some(1_000)), source, ADMIT_WAIT)
+        .await
+        .unwrap();
+    // Joined and took every slice within a tick or two.
+    assert!(
+        start.elapsed() <= Duration::from_millis(300),
+        "{:?}",
+        start.elapsed()
+    );
+    // Alone, one step: half a second of 1,000/s.
+    assert_eq!(step.page_size(1000), 500);
+    // Never more than asked, never below 100 unless asked for fewer, never zero.
+    assert_eq!(step.page_size(300), 300);
+    assert_eq!(step.page_size(10), 10);
+    assert_eq!(step.page_size(0), 1);
+    let start = Instant::now();
+    step.before_read(500).await;
+    step.before_read(500).await;
+    // 1,000 entities at 1,000/s: no burst, no wait beyond the rate.
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_millis(900) && took <= Duration::from_millis(1_200),
+        "{took:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_uncapped_step_is_admitted_at_once_and_reads_whole_pages() {
+    let ledger = ledger().await;
+    let pacing = Pacing::default();
+    let step = pacing
+        .admit(
+            &ledger,
+            &record("scan2", None),
+            Arc::new(Governor::default()),
+            Duration::ZERO,
+        )
+        .await
+        .unwrap();
+    assert_eq!(step.page_size(1000), 1000);
+    // Nothing was written to the ledger for it.
+    assert!(tablescan_pace::SliceStore::read_all(&ledger, "scan2")
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_process_without_a_share_gives_the_step_back_and_gets_one_when_the_holder_leaves() {
+    let ledger = ledger().await;
+    let first = Pacing::default();
+    let source = Arc::new(Governor::default());
+    // The first process takes the whole cap and keeps it while its step runs.
+    let held = first
+        .admit(
+            &ledger,
+            &record("scan3", Some(3_000)),
+            source.clone(),
+            ADMIT_WAIT,
+        )
+        .await
+        .unwrap();
+    held.before_read(100).await;
+    let second = Pacing::default();
+    let start = Instant::now();
+    let refused = second
+        .admit(
+            &ledger,
+            &record("scan3", Some(3_000)),
+            source.clone(),
+            ADMIT_WAIT,
+        )
+        .await
+        .err()
+        .expect("no share while another process holds the whole cap");
+    assert_eq!(refused.slots, 0);
+    // It waited no longer than it may.
+    assert!(start.elapsed() <= ADMIT_WAIT + Duration::from_millis(100));
+    // The first process's step ends; after its grace it gives the slices back.
+    drop(held);
+    tokio::time::sleep(refresher::GRACE + Duration::from_secs(1)).await;
+    let step = second
+        .admit(
+            &ledger,
+            &record("scan3", Some(3_000)),
+            source,
+            Duration::from_secs(20),
+        )
+        .await
+        .expect("the slices given back are found");
+    step.before_read(100).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_busy_processes_never_use_more_than_the_cap_together() {
+    let ledger = ledger().await;
+    let log: Arc<Mutex<Vec<(Instant, u64)>>> = Arc::default();
+    let start = Instant::now();
+    let end = start + Duration::from_secs(30);
+    let mut tasks = Vec::new();
+    for process in 0..2 {
+        let pacing = Arc::new(Pacing::default());
+        for _ in 0..6 {
+            let (pacing, ledger, log) = (pacing.clone(), ledger.clone(), log.clone());
+            tasks.push(tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(process * 4)).await;
+                let source = Arc::new(Governor::default());
+                while Instant::now() < end {
+                    let Ok(step) = pacing
+                        .admit(
+                            &ledger,
+                            &record("scan4", Some(2_000)),
+                            source.clone(),
+                            ADMIT_WAIT,
+                        )
+                        .await
+                    else {
+                        continue;
+                    };
+                    for _ in 0..10 {
+                        let top = step.page_size(1000);
+                        step.before_read(u64::from(top)).await;
+                        log.lock().unwrap().push((Instant::now(), u64::from(top)));
+                    }
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let log = log.lock().unwrap().clone();
+    let within = |from: f64, to: f64| -> u64 {
+        log.iter()
+            .filter(|(at, _)| {
+                let t = at.duration_since(start).as_secs_f64();
+                t >= from && t < to
+            })
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let mut most = 0;
+    let mut from = 0.0;
+    while from + 5.0 <= 30.0 {
+        most = most.max(within(from, from + 5.0));
+        from += 0.1;
+    }
+    let used = within(0.0, 30.0);
+    assert!(
+        most <= 11_000,
+        "{most} entities in a 5 s window: over 110% of the cap"
+    );
+    assert!(
+        used >= 54_000,
+        "{used} entities in 30 s: under 90% of the cap"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_uncapped_scan_learns_a_cap_from_a_refusal_and_is_paced_by_it() {
+    let ledger = ledger().await;
+    let pacing = Pacing::default();
+    let source = Arc::new(Governor::default());
+    let scan = record("scan5", None);
+    let row = tablescan_ledger::rows::ScanRow::new("{}".into(), time::OffsetDateTime::now_utc());
+    ledger
+        .table()
+        .upsert(
+            &row.to_entity("scan5"),
+            tablescan_storage::table::WriteMode::Replace,
+        )
+        .await
+        .unwrap();
+    let step = pacing
+        .admit(&ledger, &scan, source.clone(), ADMIT_WAIT)
+        .await
+        .unwrap();
+    assert_eq!(step.page_size(1000), 1000, "unlimited at first");
+    // Two seconds at 2,000 entities a second, then the account refuses.
+    for _ in 0..20 {
+        let ticket = step.before_read(200).await;
+        step.after_read(ticket, 200, 0);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    source.throttled();
+    // The process goes on as its back-off lets it; a few seconds after the cut the refresher
+    // reports what it moves (no more than its back-off's estimate), the round closes later,
+    // and the cap is what this process (the only one) moved then.
+    let end = Instant::now() + super::refresher::REPORT_DELAY + Duration::from_millis(300);
+    while Instant::now() < end {
+        let ticket = step.before_read(200).await;
+        step.after_read(ticket, 200, 0);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Still moving while the round takes reports.
+    let end = Instant::now() + tablescan_ledger::learning::ROUND + Duration::from_millis(500);
+    while Instant::now() < end {
+        let ticket = step.before_read(100).await;
+        step.after_read(ticket, 100, 0);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let learned = ledger.learning("scan5").await.unwrap().unwrap();
+    let cap = learned.cap.expect("a cap learned");
+    assert!((700.0..=2_000.0).contains(&cap), "{cap}");
+    // The scan is paced by it now, through slices, and every process reading the scan sees
+    // it on the scan row.
+    let row = ledger
+        .table()
+        .get_entity("scan5", tablescan_ledger::rows::SCAN_ROW)
+        .await
+        .unwrap()
+        .unwrap();
+    let published = tablescan_ledger::rows::ScanRow::from_entity(&row)
+        .unwrap()
+        .learned_cap;
+    assert_eq!(published, Some(cap), "published on the scan row");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let start = Instant::now();
+    for _ in 0..10 {
+        step.before_read(cap as u64 / 10).await;
+    }
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_millis(800),
+        "{took:?}: not paced by the learned cap"
+    );
+    // The cap took over from the back-off, which no longer limits the process.
+    assert_eq!(source.rate(), None, "the back-off was lifted");
+    // Refused again while it uses its whole share: once the cap has stood a while, the scan's
+    // cap is lowered (no new round), and the process is paced by the lower one.
+    let end = Instant::now() + tablescan_ledger::learning::LOWER_EVERY;
+    while Instant::now() < end {
+        let ticket = step.before_read(cap as u64 / 10).await;
+        step.after_read(ticket, cap as u64 / 10, 0);
+    }
+    source.throttled();
+    let end = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < end {
+        let ticket = step.before_read(cap as u64 / 20).await;
+        step.after_read(ticket, cap as u64 / 20, 0);
+    }
+    let lowered = ledger.learning("scan5").await.unwrap().unwrap();
+    let expected = cap * tablescan_ledger::learning::LOWER;
+    assert!(
+        lowered.cap.is_some_and(|c| (c - expected).abs() < 1e-6),
+        "{:?}, not {expected}",
+        lowered.cap
+    );
+    assert_eq!(lowered.round_at_ms, learned.round_at_ms, "no new round");
+}

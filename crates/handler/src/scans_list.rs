@@ -1,0 +1,193 @@
+//! `GET /api/scans`: its query (a page's size and place, and filters) and what it shows of
+//! each scan. A page reads `limit` entries of the scans index, newest first, and the filters
+//! keep those that match: a filtered page costs what an unfiltered one does and may hold fewer
+//! scans (even none) while `next` says there are more to look at.
+
+use axum::http::StatusCode;
+use serde_json::{json, Map, Value};
+
+use super::http::{refusal, HttpError};
+use super::protocol::HttpRequest;
+use tablescan_api::ActionSpec;
+use tablescan_ledger::status::spec_as_requested;
+use tablescan_ledger::{ScanStatus, State};
+use tablescan_storage::names::validate_table_name;
+
+/// The query parameters of `GET /api/scans`.
+pub(super) struct ListQuery {
+    pub limit: u16,
+    pub after: Option<String>,
+    state: Option<State>,
+    action: Option<String>,
+    table: Option<String>,
+}
+
+/// The action types, as requests name them.
+const ACTIONS: [&str; 7] = [
+    "count",
+    "copy",
+    "enqueue",
+    "delete",
+    "update",
+    "partition-keys",
+    "export",
+];
+
+impl ListQuery {
+    pub fn parse(req: &HttpRequest) -> Result<Self, HttpError> {
+        let bad = |field: &str, why: &str| refusal(StatusCode::BAD_REQUEST, Some(field), why);
+        let given = |name: &str| req.query_param(name).filter(|text| !text.is_empty());
+        let limit = match given("limit") {
+            None => 20,
+            Some(text) => text
+                .parse::<u16>()
+                .ok()
+                .filter(|n| (1..=100).contains(n))
+                .ok_or_else(|| bad("limit", "must be a whole number from 1 to 100"))?,
+        };
+        let after = match given("after") {
+            None => None,
+            Some(text)
+                if text.len() <= 60
+                    && text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') =>
+            {
+                Some(text.to_string())
+            }
+            Some(_) => return Err(bad("after", "must be the `next` value of an earlier page")),
+        };
+        let state = match given("state") {
+            None => None,
+            Some(text) => Some(
+                serde_json::from_value::<State>(Value::String(text.to_ascii_lowercase())).map_err(
+                    |_| {
+                        bad(
+                            "state",
+                            "must be pending, running, succeeded, failed, cancelling, cancelled, pausing or paused",
+                        )
+                    },
+                )?,
+            ),
+        };
+        let action = match given("action") {
+            None => None,
+            Some(text) => match ACTIONS.iter().find(|a| a.eq_ignore_ascii_case(text)) {
+                Some(action) => Some(action.to_string()),
+                None => {
+                    return Err(bad(
+                        "action",
+                        &format!("must be one of {}", ACTIONS.join(", ")),
+                    ))
+                }
+            },
+        };
+        let table = match given("table") {
+            None => None,
+            Some(text) => {
+                validate_table_name(text).map_err(|e| bad("table", &e.to_string()))?;
+                Some(text.to_string())
+            }
+        };
+        Ok(ListQuery {
+            limit,
+            after,
+            state,
+            action,
+            table,
+        })
+    }
+
+    /// Whether the page shows `status`: it matches every filter given.
+    pub fn keeps(&self, status: &ScanStatus) -> bool {
+        let spec = &status.spec;
+        let state = self.state.is_none_or(|wanted| wanted == status.state);
+        let action = self
+            .action
+            .as_deref()
+            .is_none_or(|wanted| wanted == action_type(&spec.action));
+        let table = self.table.as_deref().is_none_or(|wanted| {
+            let source = spec.import.is_none() && spec.table.eq_ignore_ascii_case(wanted);
+            let target = matches!(&spec.action, ActionSpec::Copy { table, .. }
+                if table.eq_ignore_ascii_case(wanted));
+            source || target
+        });
+        state && action && table
+    }
+}
+
+/// `copy`, `partition-keys`...: the action's `type` in a request.
+fn action_type(action: &ActionSpec) -> &'static str {
+    match action {
+        ActionSpec::Count => "count",
+        ActionSpec::Copy { .. } => "copy",
+        ActionSpec::Enqueue { .. } => "enqueue",
+        ActionSpec::Delete => "delete",
+        ActionSpec::Update { .. } => "update",
+        ActionSpec::PartitionKeys { .. } => "partition-keys",
+        ActionSpec::Export { .. } => "export",
+    }
+}
+
+/// What the list shows of a scan: its state, what it reads and what its action touches (the
+/// action's fields as a request names them, an update's properties by name only), whether it
+/// is a dry run, and its main counts.
+pub(super) fn entry(status: &ScanStatus) -> Value {
+    let spec = &status.spec;
+    let requested = spec_as_requested(spec);
+    let mut target = requested["action"].as_object().cloned().unwrap_or_default();
+    target.remove("type");
+    if let Some(Value::Object(set)) = target.get("set") {
+        let names: Vec<&String> = set.keys().filter(|k| !k.contains('@')).collect();
+        target.insert("set".into(), json!(names));
+    }
+    let p = &status.progress;
+    let mut entry = json!({
+        "id": status.id,
+        "state": status.state,
+        "table": spec.table,
+        "connection": spec.connection,
+        "action": action_type(&spec.action),
+        "target": Value::Object(target),
+        "createdAt": status.created_at,
+        "startedAt": status.started_at,
+        "finishedAt": status.finished_at,
+        "progress": {
+            "rowsRead": p.rows_read, "rowsActed": p.rows_acted, "rowsSkipped": p.rows_skipped,
+            "rowsFailed": p.rows_failed, "partitions": p.partitions,
+            "stepsDone": p.steps_done, "stepsPending": p.steps_pending, "stepsFailed": p.steps_failed,
+            "requestsThrottled": p.requests_throttled, "rowsPerSecond": p.rows_per_second,
+        },
+        "status": format!("/api/scans/{}", status.id),
+    });
+    if spec.dry_run {
+        entry["dryRun"] = json!(true);
+    }
+    // In flight: rows read per second over the last 20 seconds or so (steps record their rows
+    // when they finish, up to 15 s apart), from the history the status read has already
+    // (`job::history`).
+    if let (Some(history), true) = (&status.history, status.finished_at.is_none()) {
+        let began = status.started_at.as_deref().unwrap_or(&status.created_at);
+        if let Some(began) = tablescan_storage::table::entity::EdmDateTime::parse(began) {
+            let elapsed = (time::OffsetDateTime::now_utc() - began.time()).as_seconds_f64();
+            let recent = history.recent_rows_per_second(elapsed, 20.0);
+            entry["recentRowsPerSecond"] = json!(recent.unwrap_or(0.0));
+        }
+    }
+    // What the scan reads, so that an earlier count of the same scope can be found from the
+    // list alone (its size gives the time left; see docs/ui.md).
+    for field in ["scope", "filter", "olderThan"] {
+        if let Some(value) = requested.get(field).filter(|v| !v.is_null()) {
+            entry[field] = value.clone();
+        }
+    }
+    if let Some(import) = &spec.import {
+        let mut from = Map::new();
+        from.insert("container".into(), json!(import.container));
+        from.insert("prefix".into(), json!(import.prefix));
+        from.insert("connection".into(), json!(import.connection));
+        if let Some(rows) = requested["import"]["manifest"]["rows"].as_u64() {
+            from.insert("rows".into(), json!(rows));
+        }
+        entry["import"] = Value::Object(from);
+    }
+    entry
+}

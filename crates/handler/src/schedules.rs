@@ -1,0 +1,300 @@
+//! Running schedules: the `RunSchedules` timer starts each due occurrence once, and `run now`
+//! starts one by hand (`job::schedules` keeps them; docs/schedules.md says how they behave).
+//!
+//! Once: an occurrence's scan is started with the idempotency key `schedule NAME UNIX`, so two
+//! instances, a restart between the start and its record, or a timer run again start one scan;
+//! the occurrence is then recorded on the schedule's row, conditional on the row as read, and
+//! of two instances one records it. Never overlapping: an occurrence whose schedule's previous
+//! scan is still in flight is skipped and recorded as skipped. After a downtime, only the latest
+//! due occurrence runs, late, with the number of occurrences it missed.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use time::{Duration, OffsetDateTime};
+
+use super::app::AppState;
+use super::http::start_request;
+use super::protocol::{Failure, Invocation, Outcome};
+use tablescan_ledger::schedules::{Run, Schedule};
+use tablescan_ledger::{Ledger, State};
+use tablescan_storage::table::entity::EdmDateTime;
+
+/// An occurrence started later than this after its time counts as late: the timer runs every
+/// minute, so a minute and a margin.
+pub const LATE_AFTER: Duration = Duration::seconds(90);
+/// The most missed occurrences counted for a late run.
+const MISSED_COUNTED: u32 = 10_000;
+
+fn stamp(t: OffsetDateTime) -> String {
+    EdmDateTime::new(t).to_string()
+}
+
+/// Whether a scan in `state` is still in flight (a paused one too: it has not ended).
+fn in_flight(state: State) -> bool {
+    !matches!(state, State::Succeeded | State::Failed | State::Cancelled)
+}
+
+/// Why an occurrence of `schedule` cannot start now: its previous scan is still in flight.
+pub async fn overlap(ledger: &Ledger, schedule: &Schedule) -> Result<Option<String>, String> {
+    let Some(scan) = schedule.last_scan() else {
+        return Ok(None);
+    };
+    match ledger.status(scan, OffsetDateTime::now_utc()).await {
+        Ok(Some(status)) if in_flight(status.state) => Ok(Some(format!(
+            "the previous run's scan {scan} is still {}",
+            serde_json::to_value(status.state)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default()
+        ))),
+        // Removed, or ended.
+        Ok(_) => Ok(None),
+        Err(e) => Err(format!(
+            "the previous run's scan {scan} could not be read: {e}"
+        )),
+    }
+}
+
+/// Starts (or skips) occurrence `occurrence` of `schedule` at `now`, or a run by hand; records
+/// it on the schedule. The run, and whether this call recorded it (`false`: another instance
+/// did first).
+pub async fn run_occurrence(
+    state: &AppState,
+    ledger: &Ledger,
+    schedule: Schedule,
+    occurrence: OffsetDateTime,
+    now: OffsetDateTime,
+    manual: bool,
+) -> Result<(Run, bool), String> {
+    let missed = match (manual, schedule.last_occurrence) {
+        (false, Some(last)) => schedule.timetable.between(last, occurrence, MISSED_COUNTED),
+        _ => 0,
+    };
+    let mut run = Run {
+        occurrence: stamp(occurrence),
+        at: stamp(now),
+        scan: None,
+        late: !manual && (missed > 0 || now - occurrence > LATE_AFTER),
+        missed,
+        manual,
+        skipped: None,
+        error: None,
+    };
+    match overlap(ledger, &schedule).await? {
+        Some(why) => run.skipped = Some(why),
+        None => {
+            let key = if manual {
+                format!(
+                    "schedule {} by hand {}",
+                    schedule.name,
+                    occurrence.unix_timestamp_nanos()
+                )
+            } else {
+                format!("schedule {} {}", schedule.name, occurrence.unix_timestamp())
+            };
+            match start_request(state, &schedule.request, Some(&key)).await {
+                Ok(started) => {
+                    // The scan is recorded: a first message that cannot be put now is sent
+                    // by the re-drive once it is stranded.
+                    if let Err(why) = super::send::send_items(state, &started.roots).await {
+                        tracing::warn!(
+                            schedule = %schedule.name,
+                            scan = %started.id,
+                            "the scan's first message waits for the re-drive: {why}"
+                        );
+                    }
+                    run.scan = Some(started.id);
+                }
+                Err(refused) if refused.status().is_server_error() => {
+                    return Err(refused.describe());
+                }
+                Err(refused) => run.error = Some(refused.describe()),
+            }
+        }
+    }
+    tracing::info!(
+        schedule = %schedule.name,
+        occurrence = %run.occurrence,
+        scan = run.scan.as_deref().unwrap_or(""),
+        late = run.late,
+        missed = run.missed,
+        skipped = run.skipped.as_deref().unwrap_or(""),
+        error = run.error.as_deref().unwrap_or(""),
+        "schedule run"
+    );
+    let recorded = record_run(ledger, schedule, &run, occurrence, manual).await?;
+    Ok((run, recorded))
+}
+
+/// Records `run` on `schedule`. When another write came first (another instance, a pause, a
+/// PUT) and this run started a scan, the schedule is read again and the run added to it,
+/// unless that write recorded this occurrence already: a scan a schedule started is never
+/// missing from its runs, or the next occurrence's overlap check would not see it.
+async fn record_run(
+    ledger: &Ledger,
+    mut schedule: Schedule,
+    run: &Run,
+    occurrence: OffsetDateTime,
+    manual: bool,
+) -> Result<bool, String> {
+    for _ in 0..RECORD_RACES {
+        if !manual {
+            schedule.last_occurrence = schedule.last_occurrence.max(Some(occurrence));
+        }
+        schedule.add_run(run.clone());
+        if ledger
+            .record_schedule(&schedule)
+            .await
+            .map_err(|e| format!("the run could not be recorded: {e}"))?
+        {
+            return Ok(true);
+        }
+        if run.scan.is_none() {
+            // A skip or a refusal: whoever wrote first handled the occurrence, or will.
+            return Ok(false);
+        }
+        schedule = match ledger.schedule(&schedule.name).await {
+            Ok(Some(now)) => now,
+            // Deleted meanwhile: its scans stay, unrecorded.
+            Ok(None) => return Ok(false),
+            Err(e) => return Err(format!("the run could not be recorded: {e}")),
+        };
+        if schedule.runs.iter().any(|r| r.scan == run.scan) {
+            return Ok(false);
+        }
+    }
+    Err(format!(
+        "the run of scan {} could not be recorded: the schedule kept changing",
+        run.scan.as_deref().unwrap_or_default()
+    ))
+}
+
+/// How many times a run that started a scan is recorded again after losing a race.
+const RECORD_RACES: u32 = 5;
+
+/// What one tick of the timer did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Tick {
+    pub schedules: usize,
+    pub started: usize,
+    pub skipped: usize,
+    pub refused: usize,
+    /// Schedules that could not be read or run now (tried again at the next tick).
+    pub failed: usize,
+}
+
+/// Starts every due occurrence of every schedule that is not paused.
+pub async fn tick(state: &AppState, ledger: &Ledger, now: OffsetDateTime) -> Result<Tick, String> {
+    let (schedules, unreadable) = ledger.schedules().await.map_err(|e| e.to_string())?;
+    let mut done = Tick {
+        schedules: schedules.len() + unreadable.len(),
+        failed: unreadable.len(),
+        ..Tick::default()
+    };
+    for (name, why) in unreadable {
+        tracing::warn!(schedule = %name, "a schedule cannot be read: {why}");
+    }
+    for schedule in schedules {
+        if schedule.paused {
+            continue;
+        }
+        let Some(due) = schedule.due(now) else {
+            continue;
+        };
+        let name = schedule.name.clone();
+        match run_occurrence(state, ledger, schedule, due, now, false).await {
+            Ok((run, _)) if run.scan.is_some() => done.started += 1,
+            Ok((run, _)) if run.skipped.is_some() => done.skipped += 1,
+            Ok(_) => done.refused += 1,
+            Err(why) => {
+                tracing::warn!(schedule = %name, "a due occurrence waits for the next tick: {why}");
+                done.failed += 1;
+            }
+        }
+    }
+    Ok(done)
+}
+
+/// The `RunSchedules` timer.
+pub async fn tick_handler(state: &AppState, body: &[u8]) -> Response {
+    if let Err(why) = Invocation::parse(body) {
+        return Failure::new(StatusCode::BAD_REQUEST, why).into_response();
+    }
+    let ledger = match state.ledger() {
+        Ok(ledger) => ledger,
+        Err(why) => return Failure::new(StatusCode::SERVICE_UNAVAILABLE, why).into_response(),
+    };
+    match tick(state, ledger, OffsetDateTime::now_utc()).await {
+        Ok(done) => {
+            if done.started + done.skipped + done.refused + done.failed > 0 {
+                tracing::info!(
+                    "schedules: {} in all, {} started, {} skipped, {} refused, {} to try again",
+                    done.schedules,
+                    done.started,
+                    done.skipped,
+                    done.refused,
+                    done.failed
+                );
+            }
+            Outcome::default().into_response()
+        }
+        Err(why) => Failure::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the schedules could not be read: {why}"),
+        )
+        .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tablescan_ledger::timetable::Timetable;
+    use tablescan_storage::table::in_memory::InMemoryTable;
+
+    fn run(scan: Option<&str>) -> Run {
+        Run {
+            occurrence: "o".into(),
+            at: "a".into(),
+            scan: scan.map(str::to_string),
+            ..Run::default()
+        }
+    }
+
+    /// A run that started a scan is recorded even when a pause landed between the timer's read
+    /// of the schedule and its write; the pause stays.
+    #[tokio::test]
+    async fn a_started_run_that_loses_its_record_race_is_recorded_on_the_schedule_as_it_is_now() {
+        let ledger = Ledger::in_memory(InMemoryTable::new("ledger"));
+        let now = OffsetDateTime::from_unix_timestamp(OffsetDateTime::now_utc().unix_timestamp())
+            .unwrap();
+        let t = Timetable::every("PT1M", now).unwrap();
+        ledger
+            .put_schedule(&Schedule::new("s", t, "{}".into(), now))
+            .await
+            .unwrap();
+        let read = ledger.schedule("s").await.unwrap().unwrap();
+        let mut paused = read.clone();
+        paused.paused = true;
+        assert!(ledger.record_schedule(&paused).await.unwrap());
+        let occurrence = now + time::Duration::MINUTE;
+        assert!(record_run(
+            &ledger,
+            read.clone(),
+            &run(Some("scan1")),
+            occurrence,
+            false
+        )
+        .await
+        .unwrap());
+        let after = ledger.schedule("s").await.unwrap().unwrap();
+        assert!(after.paused, "the pause stays");
+        assert_eq!(after.last_scan(), Some("scan1"));
+        assert_eq!(after.last_occurrence, Some(occurrence));
+        // A skip that loses its race is left to whoever wrote first.
+        assert!(!record_run(&ledger, read, &run(None), occurrence, false)
+            .await
+            .unwrap());
+        assert_eq!(ledger.schedule("s").await.unwrap().unwrap().runs.len(), 1);
+    }
+}

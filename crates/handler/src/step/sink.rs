@@ -1,0 +1,218 @@
+//! The action's side of a step, and the step's reader: `ActionSink` passes each page to the
+//! action (or previews it in a dry run) and stops acting once the scan is cancelled or paused;
+//! `PacedReader` reads the source at the scan's pace.
+
+use std::time::Duration;
+
+use crate::app::AppState;
+use crate::pacing::{Reservation, StepPace};
+use tablescan_actions::{Action, ActionCounts, Applied, RowFailure, FAILURES_KEPT};
+use tablescan_engine::reader::{PageRequest, TableReader};
+use tablescan_engine::{Clock, RowSink, SystemClock};
+use tablescan_ledger::notes::{NotedRow, RowNotes};
+use tablescan_storage::table::entity::Entity;
+use tablescan_storage::table::query::Page;
+use tablescan_storage::StorageError;
+
+/// Passes each page to the action and adds up what it did; stops acting once the scan is
+/// cancelled.
+pub(crate) struct ActionSink<'a> {
+    pub(super) action: Action,
+    pub(crate) counts: ActionCounts,
+    /// Rows the action could not act on (up to [`FAILURES_KEPT`]) and, in a dry run, rows it
+    /// would have acted on (as many).
+    pub(crate) notes: RowNotes,
+    /// Counts what the action would do and writes nothing.
+    dry_run: bool,
+    /// The step's clock, to tell the action when its time is up.
+    clock: SystemClock,
+    state: &'a AppState,
+    scan: &'a str,
+    /// Set when the step's claim was lost: another delivery may be running the item.
+    lost: &'a std::sync::atomic::AtomicBool,
+    /// Set when a page was refused because the scan was cancelled or the claim lost.
+    pub(crate) cancelled: bool,
+    /// Set once the scan is seen paused: every page from then on is cut to its first row, so
+    /// the step stops as a step whose time is up does, exactly where it stopped.
+    pausing: bool,
+    /// Writes wait for their share of the scan's cap and the target's back-off.
+    pace: &'a StepPace,
+}
+
+impl<'a> ActionSink<'a> {
+    pub(crate) fn new(
+        action: Action,
+        dry_run: bool,
+        clock: SystemClock,
+        state: &'a AppState,
+        scan: &'a str,
+        lost: &'a std::sync::atomic::AtomicBool,
+        pace: &'a StepPace,
+    ) -> Self {
+        ActionSink {
+            action,
+            counts: ActionCounts::default(),
+            notes: RowNotes::default(),
+            dry_run,
+            clock,
+            state,
+            scan,
+            lost,
+            cancelled: false,
+            pausing: false,
+            pace,
+        }
+    }
+}
+
+/// The step's source, read at its scan's pace: each page waits for the rows it asks for (sized
+/// to the step's share of the rate), and what a short page did not use is given back.
+pub(super) struct PacedReader<'a> {
+    table: &'a tablescan_storage::TableClient,
+    pace: &'a StepPace,
+    /// The share reserved for the next page while this one is on its way (given back if the
+    /// step reads no more).
+    next: std::sync::Mutex<Option<Reservation>>,
+}
+
+impl<'a> PacedReader<'a> {
+    pub(super) fn new(table: &'a tablescan_storage::TableClient, pace: &'a StepPace) -> Self {
+        PacedReader {
+            table,
+            pace,
+            next: Default::default(),
+        }
+    }
+
+    fn take_next(&self) -> Option<Reservation> {
+        self.next.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    fn release_next(&self) {
+        if let Some(reserved) = self.take_next() {
+            self.pace.release(reserved);
+        }
+    }
+}
+
+impl TableReader for PacedReader<'_> {
+    async fn read_page(&self, request: &PageRequest<'_>) -> Result<Page, StorageError> {
+        let top = self.pace.page_size(request.top);
+        let reserved = self.take_next();
+        let wait = self.pace.before_reserved_read(u64::from(top), reserved);
+        let ticket = tokio::time::timeout(crate::pacing::SHARE_WAIT, wait)
+            .await
+            .map_err(|_| crate::pacing::no_share("query entities", self.pace.scan()))?;
+        // A step reads page after page: the next one's share is earned while this one is on
+        // its way, so a step alone is not held to a page per wait plus request.
+        let next = self.pace.reserve_read(u64::from(top));
+        // The pieces of a partition-keys step read side by side through one reader: a place
+        // another piece reserved and nobody took is given back, not dropped.
+        let replaced = self
+            .next
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(next);
+        if let Some(replaced) = replaced {
+            self.pace.release(replaced);
+        }
+        let paced = PageRequest { top, ..*request };
+        let page = self.table.read_page(&paced).await;
+        // A refused or failed request took nothing from the account.
+        let used = page.as_ref().map_or(0, |page| page.entities.len() as u64);
+        self.pace
+            .after_read(ticket, used, u64::from(top).saturating_sub(used));
+        page
+    }
+}
+
+impl Drop for PacedReader<'_> {
+    fn drop(&mut self) {
+        self.release_next();
+    }
+}
+
+impl RowSink for ActionSink<'_> {
+    type Error = StorageError;
+
+    async fn accept(
+        &mut self,
+        rows: Vec<Entity>,
+        deadline: Duration,
+    ) -> Result<usize, StorageError> {
+        if self.cancelled
+            || self.lost.load(std::sync::atomic::Ordering::SeqCst)
+            || self.state.cancelled(self.scan).await
+        {
+            // Nothing of this page is done: the step ends, and its rest is dropped.
+            self.cancelled = true;
+            return Ok(0);
+        }
+        let mut rows = rows;
+        if self.pausing || self.state.paused(self.scan).await {
+            // The first row, never none: a step that finished nothing would hand on its own
+            // task, and its child would be itself.
+            self.pausing = true;
+            rows.truncate(1);
+        }
+        if self.dry_run {
+            let applied = self.action.preview(&rows);
+            self.note_sample(&rows, &applied.failures);
+            return Ok(self.note(applied));
+        }
+        if let Some((entities, target)) = self.action.table_writes(&rows) {
+            self.pace.before_write(entities, &target).await?;
+        }
+        let clock = self.clock;
+        let go_on = move || clock.now() < deadline;
+        let applied = self.action.apply(rows, &go_on).await?;
+        for failure in &applied.failures {
+            tracing::warn!(
+                partition_key = %failure.partition_key,
+                row_key = %failure.row_key,
+                "a row failed: {}",
+                failure.reason
+            );
+        }
+        Ok(self.note(applied))
+    }
+
+    /// Once the scan is seen paused: a page of one row cannot be cut, so the step is told to
+    /// stop after it.
+    fn stopping(&self) -> bool {
+        self.pausing
+    }
+}
+
+impl ActionSink<'_> {
+    /// Adds a page's counts and failed rows; returns how many of its rows were finished.
+    fn note(&mut self, applied: Applied) -> usize {
+        self.counts += applied.counts;
+        let room = FAILURES_KEPT.saturating_sub(self.notes.failed.len());
+        self.notes
+            .failed
+            .extend(applied.failures.into_iter().take(room).map(|f| NotedRow {
+                partition_key: f.partition_key,
+                row_key: f.row_key,
+                reason: Some(f.reason),
+            }));
+        applied.finished
+    }
+
+    /// Keeps the first rows a dry run would act on (those not failed).
+    fn note_sample(&mut self, rows: &[Entity], failures: &[RowFailure]) {
+        let room = FAILURES_KEPT.saturating_sub(self.notes.sample.len());
+        let acted = rows.iter().filter(|row| {
+            !failures
+                .iter()
+                .any(|f| f.partition_key == row.partition_key && f.row_key == row.row_key)
+        });
+        self.notes
+            .sample
+            .extend(acted.take(room).map(|row| NotedRow {
+                partition_key: row.partition_key.clone(),
+                row_key: row.row_key.clone(),
+                reason: None,
+            }));
+    }
+}

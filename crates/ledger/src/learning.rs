@@ -1,0 +1,557 @@
+//! A scan without a cap learns one from the accounts' refusals, so that it settles just under
+//! where an account starts refusing, whatever the number of processes running it, and keeps
+//! that ceiling for the scan as a whole (a ceiling per process would strand the rate of
+//! processes that leave, and hold back those that stay).
+//!
+//! When a process's back-off for the account a scan reads is cut (the account refused), the
+//! process reports, a few seconds later, where its back-off takes the account to refuse it (what
+//! it moved as it was refused, less the burst of a first refusal) into the scan's learning round
+//! (the row `pace~learn`): the first report opens a round, announced on the scan row, and every
+//! other process running the scan reports within the next [`ROUND`] (a refused one its estimate,
+//! the others what they move). The round's sum is then where the account refused the scan, all
+//! processes together; the first process to see the round over closes it, and the scan's cap
+//! becomes [`LEARNED_SHARE`] of the sum (the scan row's `learnedCap`, which every process reads
+//! with the scan). The cap keeps what the back-offs found when they lift, and when processes
+//! come and go. From then on the scan is paced as a capped one (its slices, `tablescan_pace`)
+//! at that cap; a refusal of a process using its whole share of it lowers it by [`LOWER`] (at
+//! most once per [`LOWER_EVERY`]), and a cap that has held for [`QUIET`]
+//! while the scan used all of it is raised by [`RAISE`], so a ceiling set while an application
+//! was busy is found again when it is not.
+//!
+//! Cost: a report is a read and a conditional write of one row (retried at most [`TRIES`]
+//! times when processes report at once); a round at most every [`BETWEEN_ROUNDS`]; a raise two
+//! writes at most every [`QUIET`]; a lowering, per process, a read at most every
+//! [`LOWER_EVERY`] while it is refused, and two writes per scan at most that often.
+
+use std::time::Duration;
+
+use super::ledger::{Ledger, LedgerError};
+use super::rows::{number, ScanRow, LEARN_ROW};
+use tablescan_storage::table::batch::IfMatch;
+use tablescan_storage::table::entity::{Entity, Value};
+use tablescan_storage::table::WriteMode;
+
+/// How long a round takes reports: long enough for every process running the scan to read
+/// the scan (every few seconds, `functions::app::CANCEL_CHECK_EVERY`), see the round and report.
+pub const ROUND: Duration = Duration::from_secs(8);
+/// The least time from one round's start to the next's.
+pub const BETWEEN_ROUNDS: Duration = Duration::from_secs(12);
+/// The cap learned, as a share of the round's sum: where the account refused the scan (each
+/// refused process reports where its back-off takes the account to refuse it), less the
+/// margin the back-off itself keeps.
+pub const LEARNED_SHARE: f64 = 0.9;
+/// How long a learned cap holds, used in full and with no refusal, before it is raised.
+pub const QUIET: Duration = Duration::from_secs(20);
+/// How much a raise adds.
+pub const RAISE: f64 = 1.05;
+/// How much a lowering keeps of the learned cap, after the account refused a process using
+/// its whole share of it.
+pub const LOWER: f64 = 0.9;
+/// The least time between a change of the learned cap and a lowering: every process reads the
+/// scan (and its cap) within `functions::app::CANCEL_CHECK_EVERY`, and refusals met before it
+/// did are not news.
+pub const LOWER_EVERY: Duration = Duration::from_secs(6);
+/// How many times a report or a raise is tried when another process wrote the row meanwhile.
+const TRIES: usize = 3;
+/// The least cap learned (entities per second): a scan always moves.
+const LEAST_CAP: f64 = 100.0;
+
+/// The learning row as read: its round and the cap it last set.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Learning {
+    /// When the last round opened (epoch ms), 0 before any.
+    pub round_at_ms: u64,
+    /// What the round's reports add up to, entities per second.
+    pub sum: f64,
+    pub reporters: u64,
+    /// Whether the round was closed (its cap set).
+    pub closed: bool,
+    /// The cap last set (by a round or a raise), and when.
+    pub cap: Option<f64>,
+    /// The highest cap set so far: a floor for later rounds (see [`next_cap`]).
+    pub peak: f64,
+    pub cap_at_ms: u64,
+    etag: Option<String>,
+}
+
+impl Learning {
+    fn from_entity(e: &Entity) -> Learning {
+        let double = |name: &str| match e.properties.get(name) {
+            Some(Value::Double(x)) if x.is_finite() => Some(x.max(0.0)),
+            _ => None,
+        };
+        Learning {
+            round_at_ms: number(e, "roundAt"),
+            sum: double("sum").unwrap_or(0.0),
+            reporters: number(e, "reporters"),
+            closed: matches!(e.properties.get("closed"), Some(Value::Boolean(true))),
+            cap: double("cap").filter(|cap| *cap >= 1.0),
+            peak: double("peak").unwrap_or(0.0),
+            cap_at_ms: number(e, "capAt"),
+            etag: e.etag.clone(),
+        }
+    }
+
+    fn to_entity(&self, scan: &str) -> Entity {
+        let int = |x: u64| Value::Int64(x.min(i64::MAX as u64) as i64);
+        let mut e = Entity::new(scan, LEARN_ROW)
+            .with("roundAt", int(self.round_at_ms))
+            .with("sum", Value::Double(self.sum))
+            .with("reporters", int(self.reporters))
+            .with("closed", Value::Boolean(self.closed))
+            .with("capAt", int(self.cap_at_ms))
+            .with("peak", Value::Double(self.peak));
+        if let Some(cap) = self.cap {
+            e.properties.insert("cap".into(), Value::Double(cap));
+        }
+        e
+    }
+
+    /// Whether a round is open for reports at `now_ms`.
+    pub fn open(&self, now_ms: u64) -> bool {
+        !self.closed && self.round_at_ms + ms(ROUND) > now_ms
+    }
+
+    /// Whether a round is over and not closed yet at `now_ms`.
+    pub fn due(&self, now_ms: u64) -> bool {
+        !self.closed && self.round_at_ms > 0 && self.round_at_ms + ms(ROUND) <= now_ms
+    }
+}
+
+fn ms(duration: Duration) -> u64 {
+    duration.as_millis() as u64
+}
+
+/// The cap a round sets from what the scan moved (`sum`), given the cap it had, if any, and the
+/// highest it ever had. A scan that moved well under its cap when refused did not press on the
+/// account with its volume (an application got busier, or the refusals were faults of their
+/// own): its cap stays, and each process's own back-off covers the moment. Refusals of the
+/// account do not bring a scan below a quarter of the highest cap it learned: refusals that
+/// come whatever the rate (an account failing a share of requests) would otherwise halve the
+/// cap round after round.
+pub fn next_cap(cap: Option<f64>, peak: f64, sum: f64) -> f64 {
+    let learned = sum * LEARNED_SHARE;
+    let next = match cap {
+        Some(cap) if sum < cap * PUSHING => cap,
+        _ => learned,
+    };
+    next.max(peak * LEAST_OF_PEAK).clamp(LEAST_CAP, MOST_CAP)
+}
+
+/// A scan moving at least this share of its cap when refused presses on the account.
+const PUSHING: f64 = 0.8;
+/// The least share of its highest learned cap a round leaves a scan.
+const LEAST_OF_PEAK: f64 = 0.25;
+/// The most a learned cap can be (the highest cap a request may name).
+const MOST_CAP: f64 = tablescan_api::MAX_RATE_CAP as f64;
+
+/// Whether a conditional write failed because another process wrote the row first.
+fn lost_to_another_writer(e: &tablescan_storage::StorageError) -> bool {
+    use tablescan_storage::{ErrorKind, Reason};
+    let lost = |reason: Reason| reason.is_gone_or_changed() || reason == Reason::AlreadyExists;
+    match e.kind() {
+        ErrorKind::Batch { error, .. } => lost(error.reason()),
+        _ => lost(e.reason()),
+    }
+}
+
+/// What a report did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reported {
+    /// Counted in the round that opened at this time (epoch ms).
+    In(u64),
+    /// Not counted: a round ran a moment ago, or the row kept changing.
+    Skipped,
+}
+
+impl Ledger {
+    /// The scan's learning row, if written.
+    pub async fn learning(&self, scan: &str) -> Result<Option<Learning>, LedgerError> {
+        let row = self.table().get_entity(scan, LEARN_ROW).await?;
+        Ok(row.as_ref().map(Learning::from_entity))
+    }
+
+    /// Reports that the account refused this process while it moved `rate` entities a second
+    /// for `scan`: counted in the open round, or opening one.
+    pub async fn report_refusal(
+        &self,
+        scan: &str,
+        rate: f64,
+        now_ms: u64,
+    ) -> Result<Reported, LedgerError> {
+        let rate = if rate.is_finite() { rate.max(0.0) } else { 0.0 };
+        for _ in 0..TRIES {
+            let current = self.learning(scan).await?;
+            let next = match &current {
+                Some(l) if l.open(now_ms) => Learning {
+                    sum: l.sum + rate,
+                    reporters: l.reporters + 1,
+                    ..l.clone()
+                },
+                Some(l) if now_ms < l.round_at_ms + ms(BETWEEN_ROUNDS) => {
+                    return Ok(Reported::Skipped)
+                }
+                other => Learning {
+                    round_at_ms: now_ms,
+                    sum: rate,
+                    reporters: 1,
+                    closed: false,
+                    ..other.clone().unwrap_or_default()
+                },
+            };
+            if self.write_learning(scan, &next, current.as_ref()).await? {
+                if next.reporters == 1 {
+                    // Opened: every process running the scan sees it with the scan.
+                    self.publish(ScanRow::learn_round(scan, next.round_at_ms))
+                        .await?;
+                }
+                return Ok(Reported::In(next.round_at_ms));
+            }
+        }
+        Ok(Reported::Skipped)
+    }
+
+    /// Closes the scan's round if it is over: the scan's cap becomes its share of the round's
+    /// sum. The new cap if this call set it.
+    pub async fn close_round(&self, scan: &str, now_ms: u64) -> Result<Option<f64>, LedgerError> {
+        let Some(current) = self.learning(scan).await? else {
+            return Ok(None);
+        };
+        if !current.due(now_ms) {
+            return Ok(None);
+        }
+        let cap = next_cap(current.cap, current.peak, current.sum);
+        let next = Learning {
+            closed: true,
+            cap: Some(cap),
+            peak: current.peak.max(cap),
+            cap_at_ms: now_ms,
+            ..current.clone()
+        };
+        if !self.write_learning(scan, &next, Some(&current)).await? {
+            return Ok(None);
+        }
+        self.publish_cap(scan, cap).await?;
+        tracing::info!(
+            scan,
+            cap,
+            reporters = current.reporters,
+            "an account refused the scan at {:.0} entities/s; it goes on at {cap:.0}/s",
+            current.sum
+        );
+        Ok(Some(cap))
+    }
+
+    /// Raises the scan's learned cap if it has held for [`QUIET`] with no round since; the new
+    /// cap if this call raised it. The caller says the scan uses all of it.
+    pub async fn raise_learned_cap(
+        &self,
+        scan: &str,
+        now_ms: u64,
+    ) -> Result<Option<f64>, LedgerError> {
+        let Some(current) = self.learning(scan).await? else {
+            return Ok(None);
+        };
+        let Some(cap) = current.cap else {
+            return Ok(None);
+        };
+        let last = current.cap_at_ms.max(current.round_at_ms);
+        if !current.closed || now_ms < last + ms(QUIET) {
+            return Ok(None);
+        }
+        let raised = (cap * RAISE).min(MOST_CAP);
+        let next = Learning {
+            cap: Some(raised),
+            peak: current.peak.max(raised),
+            cap_at_ms: now_ms,
+            ..current.clone()
+        };
+        if !self.write_learning(scan, &next, Some(&current)).await? {
+            return Ok(None);
+        }
+        self.publish_cap(scan, raised).await?;
+        tracing::info!(
+            scan,
+            cap = raised,
+            "no refusal for a while: the scan's learned cap is raised"
+        );
+        Ok(Some(raised))
+    }
+
+    /// Lowers the scan's learned cap by [`LOWER`] after the account refused a process that
+    /// used its whole share of it: the cap is over what the account takes beside whatever else
+    /// runs on it (an application's refusals come with the scan's, many more of them: it sends
+    /// small requests). At most once per [`LOWER_EVERY`], so that every process applies one
+    /// lowering (it reads the scan every few seconds) before the next; never under a quarter of
+    /// the highest cap learned. The new cap if this call lowered it; `None` when the scan has
+    /// no learned cap yet (the refusal is for a round to learn one), or it was lowered lately.
+    pub async fn lower_learned_cap(
+        &self,
+        scan: &str,
+        now_ms: u64,
+    ) -> Result<Option<f64>, LedgerError> {
+        let Some(current) = self.learning(scan).await? else {
+            return Ok(None);
+        };
+        let Some(cap) = current.cap else {
+            return Ok(None);
+        };
+        if !current.closed || now_ms < current.cap_at_ms + ms(LOWER_EVERY) {
+            return Ok(None);
+        }
+        let lowered = (cap * LOWER)
+            .max(current.peak * LEAST_OF_PEAK)
+            .max(LEAST_CAP);
+        // Written at the floor too: the refusal's time holds off a raise for a quiet while.
+        let next = Learning {
+            cap: Some(lowered.min(cap)),
+            cap_at_ms: now_ms,
+            ..current.clone()
+        };
+        if !self.write_learning(scan, &next, Some(&current)).await? || lowered >= cap {
+            return Ok(None);
+        }
+        self.publish_cap(scan, lowered).await?;
+        tracing::info!(
+            scan,
+            cap = lowered,
+            "the account refused the scan at its learned cap: the cap is lowered"
+        );
+        Ok(Some(lowered))
+    }
+
+    /// Writes the learned cap where every process reads the scan.
+    async fn publish_cap(&self, scan: &str, cap: f64) -> Result<(), LedgerError> {
+        self.publish(ScanRow::learned(scan, cap)).await
+    }
+
+    /// Merges `change` into the scan row (a scan removed meanwhile has nothing to pace).
+    async fn publish(&self, change: Entity) -> Result<(), LedgerError> {
+        match self
+            .table()
+            .update(&change, WriteMode::Merge, &IfMatch::Any)
+            .await
+        {
+            Err(e) if !e.is_not_found() => Err(e.into()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Writes `next` over `current` (as read) if nobody wrote the row meanwhile; whether it did.
+    async fn write_learning(
+        &self,
+        scan: &str,
+        next: &Learning,
+        current: Option<&Learning>,
+    ) -> Result<bool, LedgerError> {
+        let entity = next.to_entity(scan);
+        let written = match current.and_then(|c| c.etag.clone()) {
+            Some(etag) => {
+                self.table()
+                    .update(&entity, WriteMode::Replace, &IfMatch::Etag(etag))
+                    .await
+            }
+            None => self
+                .table()
+                .submit_transaction(&[tablescan_storage::table::batch::Operation::Insert(entity)])
+                .await
+                .map(|_| String::new()),
+        };
+        match written {
+            Ok(_) => Ok(true),
+            Err(e) if lost_to_another_writer(&e) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tablescan_storage::table::in_memory::InMemoryTable;
+
+    /// A ledger with scan `s`'s row.
+    async fn ledger() -> Ledger {
+        let table = InMemoryTable::new("ledger");
+        table.create_if_missing().await.unwrap();
+        let ledger = Ledger::in_memory(table);
+        let row = ScanRow::new("{}".into(), time::OffsetDateTime::now_utc());
+        ledger
+            .table()
+            .upsert(&row.to_entity("s"), WriteMode::Replace)
+            .await
+            .unwrap();
+        ledger
+    }
+
+    /// The learned cap on scan `s`'s row, as every process reads it.
+    async fn published(ledger: &Ledger) -> Option<f64> {
+        let row = ledger
+            .table()
+            .get_entity("s", super::super::rows::SCAN_ROW)
+            .await;
+        ScanRow::from_entity(&row.unwrap().unwrap())
+            .unwrap()
+            .learned_cap
+    }
+
+    #[tokio::test]
+    async fn reports_of_a_round_add_up_and_its_close_sets_the_cap_once() {
+        let ledger = ledger().await;
+        let t = 1_000_000;
+        let round = ms(ROUND);
+        assert_eq!(
+            ledger.report_refusal("s", 1_000.0, t).await.unwrap(),
+            Reported::In(t)
+        );
+        // Every process sees the round on the scan row.
+        let row = ledger
+            .table()
+            .get_entity("s", super::super::rows::SCAN_ROW)
+            .await;
+        let row = ScanRow::from_entity(&row.unwrap().unwrap()).unwrap();
+        assert_eq!(row.learn_round_ms, t);
+        assert_eq!(
+            ledger.report_refusal("s", 800.0, t + 500).await.unwrap(),
+            Reported::In(t)
+        );
+        assert_eq!(
+            ledger
+                .report_refusal("s", 700.0, t + round - 100)
+                .await
+                .unwrap(),
+            Reported::In(t)
+        );
+        // Not over yet: nothing to close.
+        assert_eq!(ledger.close_round("s", t + 1_000).await.unwrap(), None);
+        let cap = ledger.close_round("s", t + round + 100).await.unwrap();
+        assert_eq!(cap, Some(2_500.0 * LEARNED_SHARE));
+        assert_eq!(published(&ledger).await, cap);
+        // Closed once.
+        assert_eq!(
+            ledger.close_round("s", t + round + 200).await.unwrap(),
+            None
+        );
+        let learning = ledger.learning("s").await.unwrap().unwrap();
+        assert_eq!(learning.reporters, 3);
+        // A refusal a moment after the round is not a new round...
+        assert_eq!(
+            ledger
+                .report_refusal("s", 100.0, t + round + 1_000)
+                .await
+                .unwrap(),
+            Reported::Skipped
+        );
+        // ...a later one is.
+        let later = t + ms(BETWEEN_ROUNDS) + 1_000;
+        assert_eq!(
+            ledger.report_refusal("s", 2_000.0, later).await.unwrap(),
+            Reported::In(later)
+        );
+        assert_eq!(
+            ledger.close_round("s", later + round).await.unwrap(),
+            Some(2_000.0 * LEARNED_SHARE)
+        );
+    }
+
+    #[test]
+    fn a_round_lowers_a_cap_only_when_the_scan_pressed_on_it_and_never_far_below_its_peak() {
+        // First round: what the scan moved, less the margin.
+        assert_eq!(next_cap(None, 0.0, 2_000.0), 2_000.0 * LEARNED_SHARE);
+        // Moving at its cap when refused: lowered to what it moved.
+        assert_eq!(
+            next_cap(Some(2_000.0), 2_000.0, 1_800.0),
+            1_800.0 * LEARNED_SHARE
+        );
+        // Well under its cap: the refusal was not its volume; the cap stays.
+        assert_eq!(next_cap(Some(2_000.0), 2_000.0, 1_000.0), 2_000.0);
+        // Never under a quarter of the highest cap learned, nor above the largest cap.
+        assert_eq!(next_cap(Some(600.0), 4_000.0, 500.0), 1_000.0);
+        assert_eq!(next_cap(None, 0.0, 1e12), MOST_CAP);
+        assert_eq!(next_cap(None, 0.0, 0.0), LEAST_CAP);
+    }
+
+    /// Scan `s` learned a cap from one report of `rate` at `t`; when its round closed.
+    async fn learned_at(ledger: &Ledger, t: u64, rate: f64) -> u64 {
+        ledger.report_refusal("s", rate, t).await.unwrap();
+        let closed = t + ms(ROUND);
+        ledger.close_round("s", closed).await.unwrap();
+        closed
+    }
+
+    #[tokio::test]
+    async fn a_cap_that_held_quietly_is_raised_at_most_once_a_quiet_while() {
+        let ledger = ledger().await;
+        let closed = learned_at(&ledger, 5_000_000, 1_000.0).await;
+        let quiet = ms(QUIET);
+        assert_eq!(
+            ledger
+                .raise_learned_cap("s", closed + quiet - 1)
+                .await
+                .unwrap(),
+            None
+        );
+        let raised = ledger
+            .raise_learned_cap("s", closed + quiet)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            (raised - 1_000.0 * LEARNED_SHARE * RAISE).abs() < 1e-6,
+            "{raised}"
+        );
+        assert_eq!(published(&ledger).await, Some(raised));
+        assert_eq!(
+            ledger
+                .raise_learned_cap("s", closed + quiet + 10)
+                .await
+                .unwrap(),
+            None
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refusal_at_the_learned_cap_lowers_it_at_most_once_a_while_and_not_far_below_its_peak(
+    ) {
+        let ledger = ledger().await;
+        // No learned cap yet: nothing to lower (a round learns one).
+        assert_eq!(ledger.lower_learned_cap("s", 1).await.unwrap(), None);
+        let closed = learned_at(&ledger, 7_000_000, 4_000.0).await;
+        let learned = 4_000.0 * LEARNED_SHARE;
+        let every = ms(LOWER_EVERY);
+        // Too soon after the cap was set: the refusal may come from before every process had it.
+        assert_eq!(
+            ledger
+                .lower_learned_cap("s", closed + every - 1)
+                .await
+                .unwrap(),
+            None
+        );
+        let lowered = ledger
+            .lower_learned_cap("s", closed + every)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!((lowered - learned * LOWER).abs() < 1e-6, "{lowered}");
+        assert_eq!(published(&ledger).await, Some(lowered));
+        assert_eq!(
+            ledger
+                .lower_learned_cap("s", closed + every + 10)
+                .await
+                .unwrap(),
+            None
+        );
+        // Refusals that keep coming (an account failing a share of requests whatever the rate)
+        // stop at a quarter of the highest cap learned.
+        let mut at = closed + every;
+        for _ in 0..40 {
+            at += every;
+            ledger.lower_learned_cap("s", at).await.unwrap();
+        }
+        let cap = ledger.learning("s").await.unwrap().unwrap().cap.unwrap();
+        assert!((cap - learned * LEAST_OF_PEAK).abs() < 1e-6, "{cap}");
+        // Refused at the floor, the cap is not raised a quiet while later: the quiet while
+        // counts from the last refusal.
+        assert_eq!(ledger.raise_learned_cap("s", at + 1).await.unwrap(), None);
+    }
+}

@@ -1,0 +1,115 @@
+//! The counter shards: every count of a scan is added to one of its shards in the same
+//! transaction as the rows it counts, on the shard's etag, so the shards always agree with the
+//! item rows; a status sums them.
+
+use time::OffsetDateTime;
+
+use super::{Ledger, LedgerError};
+use crate::history::{History, Sample};
+use crate::rows::{self, counter_key, millis, Tallies, SHARDS};
+use tablescan_storage::table::batch::{IfMatch, Operation};
+use tablescan_storage::table::query::Query;
+use tablescan_storage::{ErrorKind, Reason};
+
+/// How often a transaction is tried again when another finish updated its counter shard first.
+const SHARD_CONFLICT_RETRIES: u32 = 30;
+
+impl Ledger {
+    /// Submits `operations` together with `delta` added to counter shard `shard`, reading the
+    /// shard and trying again while other finishes update it first. A failure of one of
+    /// `operations` comes back as it is (its index is its index in `operations`).
+    pub(crate) async fn commit_counted(
+        &self,
+        scan: &str,
+        shard: u8,
+        operations: Vec<Operation>,
+        delta: Tallies,
+    ) -> Result<(), LedgerError> {
+        let shard_index = operations.len();
+        let mut batch = operations;
+        for conflict in 0.. {
+            let Some(current) = self.table.get_entity(scan, &counter_key(shard)).await? else {
+                return Err(LedgerError::Corrupt(
+                    format!("scan {scan}"),
+                    format!("counter shard {shard} is missing"),
+                ));
+            };
+            let mut next = Tallies::from_entity(&current);
+            next.add(delta);
+            // The shard's rate history (`job::history`) goes along in the same write.
+            let mut history = History::from_entity(&current);
+            let at_ms = match delta.last_finished_ms {
+                0 => millis(OffsetDateTime::now_utc()),
+                at => at,
+            };
+            history.record(
+                at_ms,
+                Sample {
+                    rows_read: delta.rows_read,
+                    rows_acted: delta.rows_acted,
+                    throttled: delta.throttled,
+                },
+            );
+            let mut entity = next.to_entity(scan, shard);
+            history.write_into(&mut entity);
+            let etag = IfMatch::Etag(current.etag.clone().unwrap_or_default());
+            batch.truncate(shard_index);
+            batch.push(Operation::Update(entity, etag));
+            match self.table.submit_transaction(&batch).await {
+                Ok(_) => return Ok(()),
+                Err(e)
+                    if conflict < SHARD_CONFLICT_RETRIES
+                        && matches!(e.kind(), ErrorKind::Batch { index, error }
+                            if *index == shard_index && error.reason() == Reason::PreconditionFailed) =>
+                {
+                    // Another finish took the shard between our read and our write.
+                    tokio::time::sleep(conflict_pause(conflict)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        unreachable!("the loop returns")
+    }
+
+    /// Adds `delta` to a scan's totals outside a step (the re-drive's count of messages sent).
+    pub(crate) async fn add_to_totals(
+        &self,
+        scan: &str,
+        delta: Tallies,
+    ) -> Result<(), LedgerError> {
+        self.commit_counted(scan, 0, Vec::new(), delta).await
+    }
+
+    /// The scan's totals, summed over its counter shards from one query, with each shard's
+    /// etag (two reads with equal etags saw the same state) and the sum of their rate
+    /// histories (`job::history`).
+    pub(crate) async fn totals(
+        &self,
+        scan: &str,
+    ) -> Result<(Tallies, Vec<String>, History), LedgerError> {
+        let query = Query::filtered(rows::rows_of(scan, rows::counter_range()));
+        let shards = self.table.query_all(&query).await?;
+        if shards.len() != usize::from(SHARDS) {
+            return Err(LedgerError::Corrupt(
+                format!("scan {scan}"),
+                format!("{} counter shards instead of {SHARDS}", shards.len()),
+            ));
+        }
+        let mut sum = Tallies::default();
+        let mut history = History::default();
+        let mut etags = Vec::with_capacity(shards.len());
+        for shard in &shards {
+            sum.add(Tallies::from_entity(shard));
+            history.add(History::from_entity(shard));
+            etags.push(shard.etag.clone().unwrap_or_default());
+        }
+        Ok((sum, etags, history))
+    }
+}
+
+/// A short, growing, slightly uneven pause after losing a counter shard to another finish, so
+/// that the finishes that collided do not collide again.
+fn conflict_pause(conflict: u32) -> std::time::Duration {
+    let spread = u64::from(std::process::id() ^ conflict.wrapping_mul(2_654_435_761)) % 20;
+    std::time::Duration::from_millis(5 + 10 * u64::from(conflict.min(10)) + spread)
+}

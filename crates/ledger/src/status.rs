@@ -1,0 +1,642 @@
+//! A scan's status, read from its counter shards every time it is asked for: a few entities
+//! whatever the scan's size, never stale, and never disagreeing with the ledger.
+
+use serde::Serialize;
+use time::OffsetDateTime;
+
+use super::activity::CLAIMS_WINDOW;
+use super::history::{History, RateHistory};
+use super::ledger::{format_time, Ledger, LedgerError, ScanRecord};
+use super::notes::{NotedRow, RowNotes, STEPS_READ as NOTED_STEPS_READ};
+use super::read_budget::ReadCost;
+use super::redrive::Stranded;
+use super::rows::{Tallies, SHARDS};
+use tablescan_api::{ActionSpec, ScanSpec};
+
+/// How many items that failed for good a status lists (the count is always exact).
+pub const ERRORS_LISTED: u16 = 20;
+/// How many times the finishing step tries to see the shards twice unchanged before it settles
+/// for `running`: finishes landing between the reads only delay the verdict.
+const CONSISTENT_READ_TRIES: u32 = 3;
+/// A status read reads the shards at most twice (the second only when the first shows nothing
+/// unsettled): a finish landing between the reads delays the verdict to the next status read,
+/// and the read stays within its allowance (`job::read_budget`).
+const STATUS_SHARD_READS: u32 = 2;
+
+/// Where a scan stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    /// Created; no step has started.
+    Pending,
+    Running,
+    /// Every work item done.
+    Succeeded,
+    /// No work left, but some work items failed for good.
+    Failed,
+    /// Cancelled, and some step still holds a claim: it stops at its next page.
+    Cancelling,
+    /// Cancelled, and no step runs any more: the counts are final.
+    Cancelled,
+    /// Paused, and some step still holds a claim: it stops at its next page.
+    Pausing,
+    /// Paused, and no step runs: nothing is read or written until it is resumed.
+    Paused,
+}
+
+/// The status document of `GET /api/scans/{id}`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScanStatus {
+    pub id: String,
+    pub state: State,
+    /// The request as the app normalised it, in the form a request takes (`as_requested`).
+    #[serde(serialize_with = "as_requested")]
+    pub spec: ScanSpec,
+    /// The cap the scan learned from its accounts' refusals (entities per second), which it is
+    /// paced at when lower than its own (see `job::learning`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub learned_max_rows_per_second: Option<u32>,
+    pub progress: Progress,
+    pub errors: Vec<StepFailure>,
+    /// Why a failed scan failed, in a sentence.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed_because: Option<String>,
+    /// Some of the rows the action could not act on, with their keys and why (the count is
+    /// `progress.rowsFailed`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub row_failures: Vec<NotedRow>,
+    /// In a dry run, some of the rows the action would have acted on.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dry_run_rows: Vec<NotedRow>,
+    pub created_at: String,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    /// For count scans that succeeded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<CountResult>,
+    /// For scans in flight, read by `GET /api/scans/{id}`: why the scan is or is not moving.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub activity: Option<Activity>,
+    /// For scans in flight, read by `GET /api/scans/{id}`: how fast it goes now, against its
+    /// cap (see `job::slices`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pace: Option<Pace>,
+    /// For exports: where the blobs are, how many are written, and the manifest once it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub export: Option<ExportProgress>,
+    /// The scan's rate since its start, in at most `job::history::SAMPLES` intervals, read
+    /// with the counter shards at no cost of its own; none before a step finished.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history: Option<RateHistory>,
+    /// When the scan was paused (while it is), or resumed (after a pause).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resumed_at: Option<String>,
+    /// A resume is still sending the messages of the items the pause left pending (the next
+    /// resume call or the re-drive sweep goes on; see `job::pause`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub resuming: bool,
+}
+
+/// Whether the scan writes a table row per row it acts on (a copy, a delete, an update, not
+/// in a dry run): a cap counts those writes beside the rows read.
+pub fn writes_rows(spec: &ScanSpec) -> bool {
+    !spec.dry_run
+        && matches!(
+            spec.action,
+            ActionSpec::Copy { .. } | ActionSpec::Delete | ActionSpec::Update { .. }
+        )
+}
+
+/// `spec` in the form of a request: an enqueue over several queues names them in `queues`
+/// alone. The ledger keeps its own form (with `queue`, the first of them, too), which the
+/// API would refuse in a request ("name either queue or queues, not both").
+fn as_requested<S: serde::Serializer>(spec: &ScanSpec, serializer: S) -> Result<S::Ok, S::Error> {
+    serde::Serialize::serialize(&spec_as_requested(spec), serializer)
+}
+
+/// `spec` as JSON in the form of a request (see [`as_requested`]).
+pub fn spec_as_requested(spec: &ScanSpec) -> serde_json::Value {
+    let mut value = serde_json::to_value(spec).unwrap_or(serde_json::Value::Null);
+    if let ActionSpec::Enqueue { queues, .. } = &spec.action {
+        if !queues.is_empty() {
+            if let Some(action) = value.get_mut("action").and_then(|a| a.as_object_mut()) {
+                action.remove("queue");
+            }
+        }
+    }
+    value
+}
+
+/// Where an export stands.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExportProgress {
+    pub container: String,
+    pub prefix: String,
+    /// Data blobs written by the steps counted so far, and their bytes.
+    pub blobs: u64,
+    pub bytes: u64,
+    /// The manifest's name once it is written (the scan has succeeded then); `null` before.
+    pub manifest: Option<String>,
+    pub manifest_written_at: Option<String>,
+    /// Why the manifest could not be written yet (the last attempt's error), while it cannot;
+    /// absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub manifest_error: Option<String>,
+}
+
+/// How fast a scan in flight goes now.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pace {
+    /// The scan's cap in entities per second (rows read plus rows written), `null` for none.
+    pub max_rows_per_second: Option<u32>,
+    /// Entities per second the scan moved over the last second or so, summed over the
+    /// processes running it.
+    pub entities_per_second: f64,
+    /// Handler processes running or waiting to run steps of the scan.
+    pub instances: u64,
+}
+
+/// Why a scan in flight is or is not moving (see `job::activity`).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Activity {
+    /// Items a step is working on now.
+    pub steps_running: u64,
+    /// Items whose step stopped without finishing: their messages come back when the host's
+    /// hold on them ends.
+    pub steps_abandoned: u64,
+    /// Whether the two figures above are estimates: exact up to 25 pending items, scaled up
+    /// from 25 of them (chosen by their hashed ids) above that (`job::activity`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub estimated: bool,
+    /// How long the oldest pending item has waited since it was written or last sent (of 25 of
+    /// them when the scan has more pending items): a large figure with nothing running means its
+    /// message is stuck or lost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oldest_pending_seconds: Option<u64>,
+    /// When, at the latest, the messages of abandoned steps come back (the host's hold on a
+    /// delivered message ends at most 10 minutes after the delivery).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub abandoned_return_by: Option<String>,
+    /// Messages in the queues this scan's work items travel on (of every scan using them,
+    /// visible or not: the service's approximate counts). Read only when they could explain a
+    /// stall (no step running, none abandoned, none finished for a minute); `None` otherwise,
+    /// or when they could not be read.
+    pub queued_messages: Option<u64>,
+    /// Seconds since a step last finished, or since the scan was created if none has.
+    pub seconds_since_last_step: u64,
+    /// A sentence explaining a stall, when the figures show one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// Exact progress counts.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Progress {
+    pub rows_read: u64,
+    pub rows_acted: u64,
+    pub rows_skipped: u64,
+    /// Rows the action could not act on (each reported, never retried).
+    pub rows_failed: u64,
+    pub partitions: u64,
+    pub steps_done: u64,
+    pub steps_pending: u64,
+    pub steps_failed: u64,
+    /// Attempts that failed and were tried again (a count of attempts, not of items).
+    pub attempts_failed: u64,
+    /// Storage requests of the scan's steps that the service answered "too busy" (503, or 500
+    /// Operation Timed Out), retried or not: how hard the accounts pushed back.
+    pub requests_throttled: u64,
+    /// Items that had failed for good and were run again by `POST /api/scans/{id}/retry`.
+    pub steps_retried: u64,
+    pub queries: u64,
+    pub rows_per_second: f64,
+    /// The longest single step, in seconds.
+    pub longest_step_seconds: f64,
+    /// When a step last finished (or failed for good).
+    pub last_step_at: Option<String>,
+    /// Work items whose messages were sent again because nobody had touched them for a long
+    /// time (a lost message); see `job::redrive`.
+    pub steps_redriven: u64,
+    /// For scans that want one row per partition (partition-keys, enqueue per partition): rows
+    /// the service returned per partition found, what the account was charged for each
+    /// (`scan::seek` keeps it near 1 where partitions are large).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rows_read_per_partition: Option<f64>,
+}
+
+/// A work item that failed for good.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepFailure {
+    pub step: String,
+    pub error: String,
+    pub attempts: u64,
+}
+
+/// The answer of a count scan.
+#[derive(Debug, Clone, Serialize)]
+pub struct CountResult {
+    pub rows: u64,
+    pub partitions: u64,
+}
+
+/// A status as one read saw it: what the read cost, and what the status read's re-drive look
+/// needs (see `job::redrive`).
+#[derive(Debug, Clone)]
+pub struct StatusRead {
+    pub status: ScanStatus,
+    /// At most what the read spent in the ledger's account.
+    pub cost: ReadCost,
+    /// The scan row's etag as read: a turn at the re-drive look is taken on it.
+    pub scan_etag: String,
+    pub created_at: OffsetDateTime,
+    /// When a status read last took its turn at the re-drive look.
+    pub redrive_looked_at: Option<OffsetDateTime>,
+    /// While a resume's rounds are under way: where the next one starts (the re-drive leaves
+    /// the rows after it to them).
+    pub resume_from: Option<String>,
+}
+
+impl Ledger {
+    /// The status of a scan; `None` if there is no such scan.
+    pub async fn status(
+        &self,
+        id: &str,
+        now: OffsetDateTime,
+    ) -> Result<Option<ScanStatus>, LedgerError> {
+        Ok(self.read_status(id, now).await?.map(|read| read.status))
+    }
+
+    /// The status of a scan with what reading it cost; `None` if there is no such scan. A scan
+    /// in flight costs the scan row and one read of the shards, or two when the first shows
+    /// nothing unsettled; a list of failed items or noted rows one query more each.
+    pub async fn read_status(
+        &self,
+        id: &str,
+        now: OffsetDateTime,
+    ) -> Result<Option<StatusRead>, LedgerError> {
+        let Some((record, scan_etag)) = self.scan_and_etag(id).await? else {
+            return Ok(None);
+        };
+        let mut cost = ReadCost::new(1, 1);
+        let (totals, settled, reads, history) = self.totals_within(id, STATUS_SHARD_READS).await?;
+        cost = cost.plus(ReadCost::new(reads, reads * u32::from(SHARDS)));
+        // Whether a step still runs: asked only of a cancelled or paused scan (`cancelling`,
+        // `pausing`), whose steps are stopping; not of a scan paused so long ago that none can
+        // still be running (a paused scan is polled as often as a running one, for as long as
+        // the pause lasts).
+        let running = if record.cancelled_at.is_some() {
+            cost = cost.plus(ReadCost::new(1, u32::from(CLAIMS_WINDOW)));
+            self.any_claimed(id, now).await?
+        } else if record.is_paused() && self.steps_may_run(&record, now) {
+            cost = cost.plus(ReadCost::new(1, u32::from(CLAIMS_WINDOW)));
+            self.any_stopping(&record, now).await?
+        } else {
+            false
+        };
+        let errors = if totals.failed_now() > 0 {
+            cost = cost.plus(ReadCost::new(1, u32::from(ERRORS_LISTED)));
+            self.failures(id, ERRORS_LISTED).await?
+        } else {
+            Vec::new()
+        };
+        let errors = errors
+            .into_iter()
+            .map(|(step, failed)| StepFailure {
+                step,
+                error: failed.error,
+                attempts: failed.attempts,
+            })
+            .collect();
+        let notes = if totals.rows_failed > 0 || record.spec.dry_run {
+            cost = cost.plus(ReadCost::new(1, u32::from(NOTED_STEPS_READ)));
+            self.row_notes(id).await?
+        } else {
+            RowNotes::default()
+        };
+        let created_at = record.created_at;
+        let redrive_looked_at = record.redrive_looked_at;
+        let resume_from = record.resume_from.clone();
+        let mut status = status_of(record, totals, settled, running, errors, now);
+        let began = status.started_at.as_deref().unwrap_or(&status.created_at);
+        let began_s = tablescan_storage::table::entity::EdmDateTime::parse(began)
+            .map_or(0, |t| t.time().unix_timestamp());
+        status.history = RateHistory::of(&history, began_s, writes_rows(&status.spec));
+        status.row_failures = notes.failed;
+        status.dry_run_rows = notes.sample;
+        let resume_from = resume_from.filter(|_| status.resuming);
+        Ok(Some(StatusRead {
+            status,
+            cost,
+            scan_etag,
+            created_at,
+            redrive_looked_at,
+            resume_from,
+        }))
+    }
+
+    /// The status of a scan and up to a page of its work items stranded for `after` (see
+    /// `job::redrive`); none are looked for unless the scan is in flight.
+    pub async fn status_and_stranded(
+        &self,
+        id: &str,
+        now: OffsetDateTime,
+        after: time::Duration,
+        lease: time::Duration,
+    ) -> Result<Option<(ScanStatus, Vec<Stranded>)>, LedgerError> {
+        let Some(read) = self.read_status(id, now).await? else {
+            return Ok(None);
+        };
+        let status = read.status;
+        let stranded = if matches!(status.state, State::Pending | State::Running) {
+            let stall = super::redrive::stall_after(lease);
+            let stalled = (super::redrive::quiet_for(&status, now) >= stall).then_some(stall);
+            self.stranded(id, now, after, stalled, read.resume_from.as_deref())
+                .await?
+        } else {
+            Vec::new()
+        };
+        Ok(Some((status, stranded)))
+    }
+
+    /// The scan's totals, and whether they are settled: no item unsettled, seen in two reads
+    /// of the shards with no shard changed between them. One read is not enough: a query is
+    /// not a snapshot, and could see a child's finish but not its parent's (which created
+    /// the child), summing to zero unsettled items while the child's own children run. Two
+    /// reads with equal etags saw every shard unchanged over a moment they share.
+    pub async fn consistent_totals(&self, id: &str) -> Result<(Tallies, bool), LedgerError> {
+        let (totals, settled, _, _) = self.totals_within(id, 1 + CONSISTENT_READ_TRIES).await?;
+        Ok((totals, settled))
+    }
+
+    /// As [`Ledger::consistent_totals`], in at most `reads` reads of the shards (at least
+    /// one), and how many it made: not settled if the reads ran out first.
+    async fn totals_within(
+        &self,
+        id: &str,
+        reads: u32,
+    ) -> Result<(Tallies, bool, u32, History), LedgerError> {
+        let (mut totals, mut etags, mut history) = self.totals(id).await?;
+        let mut made = 1;
+        while made < reads {
+            if totals.unsettled() > 0 {
+                return Ok((totals, false, made, history));
+            }
+            let (again, again_etags, again_history) = self.totals(id).await?;
+            made += 1;
+            if again_etags == etags {
+                return Ok((again, true, made, again_history));
+            }
+            (totals, etags, history) = (again, again_etags, again_history);
+        }
+        Ok((totals, false, made, history))
+    }
+}
+
+/// Whether the scan is an export (not a dry run) whose manifest is not written yet.
+pub fn awaits_manifest(record: &ScanRecord) -> bool {
+    matches!(record.spec.action, ActionSpec::Export { .. })
+        && !record.spec.dry_run
+        && record.manifest_at.is_none()
+}
+
+/// Whether more rows failed than the scan allows.
+fn too_many_row_failures(spec: &ScanSpec, t: &Tallies) -> bool {
+    spec.max_row_failures
+        .is_some_and(|most| t.rows_failed > most)
+}
+
+/// The status of scan `record`, from its totals `t` (`settled` when two reads saw them
+/// unchanged with nothing unsettled), whether a step of a cancelled or paused scan still runs,
+/// and its items failed for good.
+fn status_of(
+    record: ScanRecord,
+    t: Tallies,
+    settled: bool,
+    running: bool,
+    errors: Vec<StepFailure>,
+    now: OffsetDateTime,
+) -> ScanStatus {
+    let state = state_of(&record, &t, settled, running);
+    let failed_because = (state == State::Failed).then(|| failed_because(&record, &t));
+    let last_finished = (t.last_finished_ms > 0)
+        .then(|| {
+            OffsetDateTime::from_unix_timestamp_nanos(i128::from(t.last_finished_ms) * 1_000_000)
+                .ok()
+        })
+        .flatten();
+    let finished = match state {
+        State::Cancelled => record.cancelled_at,
+        State::Succeeded | State::Failed => last_finished.or(Some(now)),
+        State::Pending | State::Running | State::Cancelling | State::Pausing | State::Paused => {
+            None
+        }
+    };
+    let began = record.started_at.unwrap_or(record.created_at);
+    let seconds = (finished.unwrap_or(now) - began).as_seconds_f64();
+    let rows_per_second = if seconds > 0.0 {
+        (t.rows_read as f64 / seconds * 10.0).round() / 10.0
+    } else {
+        0.0
+    };
+    let result = (state == State::Succeeded && record.spec.action == ActionSpec::Count).then_some(
+        CountResult {
+            rows: t.rows_acted,
+            partitions: t.partitions,
+        },
+    );
+    let paused = record.is_paused();
+    ScanStatus {
+        export: export_progress(&record, &t),
+        paused_at: record.paused_at.filter(|_| paused).map(format_time),
+        resumed_at: record.resumed_at.filter(|_| !paused).map(format_time),
+        resuming: !paused && record.cancelled_at.is_none() && record.resume_from.is_some(),
+        progress: progress_of(&record.spec, &t, rows_per_second, last_finished),
+        id: record.id,
+        state,
+        learned_max_rows_per_second: record.learned_cap.map(|cap| cap.round() as u32),
+        spec: record.spec,
+        errors,
+        failed_because,
+        row_failures: Vec::new(),
+        dry_run_rows: Vec::new(),
+        created_at: format_time(record.created_at),
+        started_at: record.started_at.map(format_time),
+        finished_at: finished.map(format_time),
+        result,
+        activity: None,
+        pace: None,
+        history: None,
+    }
+}
+
+/// Where the scan stands: cancelled or paused (and whether a step still stops), in flight
+/// while anything is unsettled, else failed or succeeded (an export only once its manifest is
+/// written).
+fn state_of(record: &ScanRecord, t: &Tallies, settled: bool, running: bool) -> State {
+    if record.cancelled_at.is_some() {
+        if running {
+            State::Cancelling
+        } else {
+            State::Cancelled
+        }
+    } else if record.is_paused() && !settled {
+        if running {
+            State::Pausing
+        } else {
+            State::Paused
+        }
+    } else if !settled {
+        if t.done + t.failed > 0 || record.started_at.is_some() {
+            State::Running
+        } else {
+            State::Pending
+        }
+    } else if t.failed_now() > 0
+        || too_many_row_failures(&record.spec, t)
+        || (awaits_manifest(record) && record.manifest_trouble.gave_up_at.is_some())
+    {
+        State::Failed
+    } else if awaits_manifest(record) {
+        // Every step is done; the export is whole once its manifest is written.
+        State::Running
+    } else {
+        State::Succeeded
+    }
+}
+
+/// Why a failed scan failed, in a sentence: its items failed for good, its rows that could not
+/// be acted on beyond `maxRowFailures`, an export's manifest that could not be written.
+fn failed_because(record: &ScanRecord, t: &Tallies) -> String {
+    let mut reasons = Vec::new();
+    if t.failed_now() > 0 {
+        reasons.push(format!(
+            "{} step{} failed for good (see errors; POST /api/scans/{}/retry runs them again)",
+            t.failed_now(),
+            if t.failed_now() == 1 { "" } else { "s" },
+            record.id
+        ));
+    }
+    if let (true, Some(most)) = (
+        too_many_row_failures(&record.spec, t),
+        record.spec.max_row_failures,
+    ) {
+        reasons.push(format!(
+            "{} row{} could not be acted on, more than maxRowFailures ({most}); see rowFailures",
+            t.rows_failed,
+            if t.rows_failed == 1 { "" } else { "s" }
+        ));
+    }
+    let trouble = &record.manifest_trouble;
+    if let (Some(since), Some(gave_up)) = (trouble.since, trouble.gave_up_at) {
+        reasons.push(format!(
+            "the export's manifest could not be written ({}), tried for {} minutes; the \
+             blobs are written but no import reads them without a manifest",
+            trouble.error.as_deref().unwrap_or("no cause recorded"),
+            (gave_up - since).whole_minutes()
+        ));
+    }
+    reasons.join("; ")
+}
+
+/// An export's progress: where its blobs are, how many, and its manifest once written.
+fn export_progress(record: &ScanRecord, t: &Tallies) -> Option<ExportProgress> {
+    let ActionSpec::Export {
+        container, prefix, ..
+    } = &record.spec.action
+    else {
+        return None;
+    };
+    Some(ExportProgress {
+        container: container.clone(),
+        prefix: prefix.clone(),
+        blobs: t.blobs,
+        bytes: t.blob_bytes,
+        manifest: record
+            .manifest_at
+            .map(|_| super::exports::Layout { prefix }.manifest()),
+        manifest_written_at: record.manifest_at.map(format_time),
+        manifest_error: record
+            .manifest_at
+            .is_none()
+            .then(|| record.manifest_trouble.error.clone())
+            .flatten(),
+    })
+}
+
+/// The scan's exact counts from its totals.
+fn progress_of(
+    spec: &ScanSpec,
+    t: &Tallies,
+    rows_per_second: f64,
+    last_finished: Option<OffsetDateTime>,
+) -> Progress {
+    let rows_read_per_partition = (spec.reads_partition_keys() && t.partitions > 0)
+        .then(|| (t.rows_read as f64 / t.partitions as f64 * 100.0).round() / 100.0);
+    Progress {
+        rows_read: t.rows_read,
+        rows_acted: t.rows_acted,
+        rows_skipped: t.rows_skipped,
+        rows_failed: t.rows_failed,
+        partitions: t.partitions,
+        steps_done: t.done,
+        steps_pending: t.unsettled(),
+        steps_failed: t.failed_now(),
+        steps_retried: t.retried,
+        attempts_failed: t.attempts_failed,
+        requests_throttled: t.throttled,
+        queries: t.queries,
+        rows_per_second,
+        longest_step_seconds: t.longest_step_ms as f64 / 1000.0,
+        last_step_at: last_finished.map(format_time),
+        steps_redriven: t.redriven,
+        rows_read_per_partition,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tablescan_api::ScanSpec;
+    use tablescan_storage::SettingLookup;
+
+    struct Settings;
+    impl SettingLookup for Settings {
+        fn setting(&self, name: &str) -> Option<String> {
+            (name == "AzureWebJobsStorage").then(|| "UseDevelopmentStorage=true".to_string())
+        }
+    }
+
+    /// The spec a status shows is one the API takes back as a request, meaning the same.
+    #[test]
+    fn a_status_shows_the_spec_as_a_request_names_it() {
+        for action in [
+            r#"{"type":"enqueue","queues":["qa1","qb2","qc3"],"rowsPerMessage":4}"#,
+            r#"{"type":"enqueue","queue":"qa1","per":"partition"}"#,
+            r#"{"type":"copy","table":"there","mode":"merge"}"#,
+            r#"{"type":"export","container":"backups","prefix":"day"}"#,
+        ] {
+            let request = format!(r#"{{"table":"things","action":{action}}}"#);
+            let spec = ScanSpec::parse(&request, &Settings).unwrap();
+            let shown = spec_as_requested(&spec);
+            let again = ScanSpec::parse(&shown.to_string(), &Settings)
+                .unwrap_or_else(|e| panic!("{shown} is refused: {e}"));
+            assert_eq!(again, spec, "{shown}");
+        }
+        let spec = ScanSpec::parse(
+            r#"{"table":"things","action":{"type":"enqueue","queues":["qa1","qb2"]}}"#,
+            &Settings,
+        )
+        .unwrap();
+        let shown = spec_as_requested(&spec);
+        assert!(shown["action"].get("queue").is_none(), "{shown}");
+        assert_eq!(shown["action"]["queues"], serde_json::json!(["qa1", "qb2"]));
+    }
+}
