@@ -255,5 +255,8 @@ async fn steps_starting_together_read_their_scans_row_once() {
         assert!(seen.unwrap(), "every step sees the scan's record");
     }
     let requests = counted.counts().requests - before.requests;
-    assert_eq!(requests, 1, "16 steps starting together read the scan row once");
+    assert_eq!(
+        requests, 1,
+        "16 steps starting together read the scan row once"
+    );
 }

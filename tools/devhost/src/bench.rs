@@ -5,13 +5,13 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use time::format_description::well_known::Rfc3339;
-use time::OffsetDateTime;
 use tablescan::scan::model::nuget_like;
 use tablescan::storage::table::batch::Operation;
 use tablescan::storage::table::entity::{Entity, Value as Edm};
 use tablescan::storage::table::query::Query;
 use tablescan::storage::{TableClient, TableServiceClient};
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
 
 #[path = "stop.rs"]
 mod stop;
