@@ -130,6 +130,8 @@ pub struct AppState {
     /// Per scan, its record as last read and when (see [`AppState::scan_record`]), and
     /// whether it was cancelled through this process.
     cancels: Mutex<HashMap<String, Known>>,
+    /// Per scan, the gate its record's reads pass one at a time (see [`AppState::scan_record`]).
+    scan_reads: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// What a process knows of a scan (see [`AppState::scan_record`]).
@@ -279,6 +281,7 @@ impl AppState {
             host_queues: host_queues(&here),
             clients: Mutex::new(HashMap::new()),
             cancels: Mutex::new(HashMap::new()),
+            scan_reads: Mutex::new(HashMap::new()),
         };
         let ledger = match &state.bad_settings {
             Some(bad) => Err(bad.to_string()),
@@ -307,12 +310,18 @@ impl AppState {
     /// Scan `id`'s record as read from the ledger at most [`CANCEL_CHECK_EVERY`] ago: the steps
     /// of one process running for the same scan share one read, so checking between pages
     /// (and admitting steps by the scan's cap) costs the ledger a read per scan per process
-    /// every few seconds, not per page. `None` for a scan not found or a read that failed (the
-    /// next call tries again).
+    /// every few seconds, not per page. The steps that start together (a batch of messages,
+    /// 16 by default, when a scan starts or its read has aged) wait for one read rather than
+    /// each making its own: one read at a time per scan, and those that waited take its
+    /// answer. `None` for a scan not found or a read that failed (the next call tries again).
     pub async fn scan_record(&self, id: &str) -> Option<Arc<ScanRecord>> {
-        let known = self.cancels.lock().ok().and_then(|c| c.get(id).cloned());
-        if let Some(known) = known.filter(|k| k.read_at.elapsed() < CANCEL_CHECK_EVERY) {
-            return known.record;
+        if let Some(fresh) = self.fresh_record(id) {
+            return fresh;
+        }
+        let gate = self.scan_read_gate(id);
+        let _reading = gate.lock().await;
+        if let Some(fresh) = self.fresh_record(id) {
+            return fresh;
         }
         // A read that failed is not remembered: the next call reads again.
         let record = self.ledger().ok()?.scan(id).await.ok()?.map(Arc::new);
@@ -336,6 +345,24 @@ impl AppState {
             );
         }
         record
+    }
+
+    /// Scan `id`'s record if it was read less than [`CANCEL_CHECK_EVERY`] ago.
+    fn fresh_record(&self, id: &str) -> Option<Option<Arc<ScanRecord>>> {
+        let known = self.cancels.lock().ok().and_then(|c| c.get(id).cloned());
+        known
+            .filter(|k| k.read_at.elapsed() < CANCEL_CHECK_EVERY)
+            .map(|k| k.record)
+    }
+
+    /// The gate scan `id`'s record reads pass one at a time.
+    fn scan_read_gate(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut gates = self.scan_reads.lock().unwrap_or_else(|p| p.into_inner());
+        if gates.len() > 10_000 {
+            // Gates of scans long over; one still in use keeps working through its Arc.
+            gates.clear();
+        }
+        gates.entry(id.to_string()).or_default().clone()
     }
 
     /// Whether scan `id` was cancelled, as far as this process knows (see
