@@ -100,6 +100,8 @@ fn build_twin() -> PathBuf {
             "--manifest-path",
         ])
         .arg(copy.join("Cargo.toml"))
+        // In the profile of the handler beside this test, where the twin is looked for.
+        .args(profile_dir.ends_with("release").then_some("--release"))
         .env("CARGO_TARGET_DIR", &target_dir)
         .status()
         .expect("cargo runs");
