@@ -33,6 +33,8 @@ pub struct World {
     pub storage: Storage,
     /// Each instance's CPU, in core-seconds per second.
     cpu: HashMap<usize, Limit>,
+    /// Each instance's cap on writes in flight, as a rate.
+    pub write_caps: HashMap<usize, Limit>,
     pub stats: Stats,
 }
 
@@ -42,6 +44,7 @@ impl World {
             params,
             storage,
             cpu: HashMap::new(),
+            write_caps: HashMap::new(),
             stats: Stats::default(),
         }
     }
@@ -133,18 +136,18 @@ impl<M> Ord for Running<M> {
 /// A group of instances that scales as one: the whole app on Consumption, one function's
 /// group on Flex.
 #[derive(Default)]
-struct Group {
-    instances: usize,
+pub(crate) struct Group {
+    pub(crate) instances: usize,
     /// Free invocation slots of ready instances, by instance (each instance appears once per
     /// free slot; first in, first out spreads work over instances).
-    free: VecDeque<usize>,
+    pub(crate) free: VecDeque<usize>,
     /// Instances still starting: (ready at, instance).
     starting: Vec<(f64, usize)>,
 }
 
 /// The platform: instance groups and the scale controller.
-struct Platform {
-    groups: Vec<Group>,
+pub(crate) struct Platform {
+    pub(crate) groups: Vec<Group>,
     next_instance: usize,
     max_instances: usize,
     quota: usize,
@@ -152,11 +155,11 @@ struct Platform {
     step: usize,
     interval: f64,
     cold_start: f64,
-    next_decision: f64,
+    pub(crate) next_decision: f64,
 }
 
 impl Platform {
-    fn new(params: &Params, groups: usize) -> Result<Self, String> {
+    pub(crate) fn new(params: &Params, groups: usize) -> Result<Self, String> {
         let mut platform = Platform {
             groups: (0..groups).map(|_| Group::default()).collect(),
             next_instance: 0,
@@ -180,12 +183,12 @@ impl Platform {
         self.groups[group].starting.push((ready, instance));
     }
 
-    fn total(&self) -> usize {
+    pub(crate) fn total(&self) -> usize {
         self.groups.iter().map(|g| g.instances).sum()
     }
 
     /// Instances whose cold start ended by `t` take work.
-    fn wake(&mut self, t: f64) {
+    pub(crate) fn wake(&mut self, t: f64) {
         let per_instance = self.per_instance;
         for group in &mut self.groups {
             group.starting.retain(|&(ready, instance)| {
@@ -204,7 +207,7 @@ impl Platform {
     /// One decision of target-based scaling: desired instances = messages (waiting and in
     /// flight, as the queue's length counts them) / target executions per instance; at most
     /// `step` more at a time, within the caps.
-    fn decide(&mut self, t: f64, lengths: &[usize]) {
+    pub(crate) fn decide(&mut self, t: f64, lengths: &[usize]) {
         for (group, &length) in lengths.iter().enumerate() {
             let desired = length.div_ceil(self.per_instance).min(self.max_instances);
             let room = self.quota.saturating_sub(self.total());
@@ -219,7 +222,7 @@ impl Platform {
         self.next_decision = t + self.interval;
     }
 
-    fn next_ready(&self) -> Option<f64> {
+    pub(crate) fn next_ready(&self) -> Option<f64> {
         self.groups
             .iter()
             .flat_map(|g| g.starting.iter().map(|s| s.0))

@@ -3,7 +3,7 @@
 
 use tablescan::scan::keys::{compare, KeyRange, Lower, Upper};
 use tablescan::scan::reader::ReadScope;
-use tablescan::storage::table::entity::{Entity, Value};
+use tablescan::storage::table::entity::Entity;
 use tablescan::storage::table::query::Continuation;
 
 pub struct SyntheticTable {
@@ -220,10 +220,9 @@ impl SyntheticTable {
                     partitions,
                 };
             }
-            rows.push(
-                Entity::new(self.keys[p].clone(), self.row_key(r))
-                    .with("Size", Value::Int64(i64::from(r) * 1024)),
-            );
+            // Keys only: what the engine and the actions look at (a property per row doubled
+            // the simulator's time in allocation).
+            rows.push(Entity::new(self.keys[p].clone(), self.row_key(r)));
             match partitions.last_mut() {
                 Some((last, n)) if *last == p => *n += 1,
                 _ => partitions.push((p, 1)),
