@@ -151,6 +151,18 @@ pub fn print_row(kind: ReportKind, o: &Outcome) {
         s.given_back,
         s.shard_conflicts,
     );
+    eprintln!(
+        "simulator: {}: ledger entities {} by steps, {} besides (status, cancel checks, re-drive, \
+         {} slice and learning requests); {} renewals, {} handed on, {} re-driven, {} rounds set a cap",
+        o.case,
+        s.step_ledger_entities,
+        s.ledger_entities_other,
+        s.slice_requests,
+        s.renewals,
+        s.handed_on,
+        s.redriven,
+        s.caps_learned,
+    );
     if s.rows_acted != o.table_rows && s.failed_for_good == 0 {
         eprintln!(
             "simulator: {}: {} rows acted of {}",
