@@ -16,6 +16,8 @@ use super::{http, redrive, step};
 use crate::job::spec::SettingLookup;
 use crate::job::{Ledger, ScanRecord};
 use crate::scan::Budget;
+use crate::storage::pacing::Governors;
+use crate::storage::token::TokenCredentials;
 use crate::storage::{
     BlobServiceClient, ClientOptions, QueueServiceClient, StorageAccount, StorageError,
     TableServiceClient,
@@ -126,6 +128,11 @@ pub struct AppState {
     pub host_queues: HostQueues,
     /// This process's share of each running scan's cap, and the slots of its steps.
     pub pacing: super::pacing::Pacing,
+    /// The back-off of each storage target, given to every client this state builds: one
+    /// per account's table service (or queue) for the whole process.
+    governors: Governors,
+    /// The token credentials of the identity connections, one per identity for the process.
+    tokens: TokenCredentials,
     clients: Mutex<HashMap<String, Clients>>,
     /// Per scan, its record as last read and when (see [`AppState::scan_record`]), and
     /// whether it was cancelled through this process.
@@ -270,6 +277,8 @@ impl AppState {
         let here = std::env::current_dir().unwrap_or_default();
         let state = AppState {
             pacing: super::pacing::Pacing::default(),
+            governors: Governors::default(),
+            tokens: TokenCredentials::default(),
             settings,
             config,
             bad_settings,
@@ -422,9 +431,12 @@ impl AppState {
     /// The storage account a connection names (an app setting with a connection string, or
     /// settings `C__...` of a connection by identity: see [`crate::storage::connection`]).
     pub fn account(&self, connection: &str) -> Result<StorageAccount, String> {
-        let account =
-            crate::storage::connection::resolve_without_extra_roots(connection, &self.settings)
-                .map_err(|e| e.to_string())?;
+        let account = crate::storage::connection::resolve_without_extra_roots(
+            connection,
+            &self.settings,
+            &self.tokens,
+        )
+        .map_err(|e| e.to_string())?;
         Ok(match &self.config.trusted_roots {
             Some(roots) => account.trusting(roots.clone()),
             None => account,
@@ -446,6 +458,10 @@ impl AppState {
             return Ok(clients.clone());
         }
         let account = self.account(setting)?;
+        let options = ClientOptions {
+            governors: self.governors.clone(),
+            ..options
+        };
         let clients = Clients {
             tables: TableServiceClient::new(&account, options.clone())
                 .map_err(|e| no_endpoint(setting, &account, "TableEndpoint", e)),

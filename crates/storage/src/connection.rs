@@ -20,7 +20,7 @@
 use super::connection_string::{ConnectionStringError, Endpoint, StorageAccount, TrustedRoots};
 use super::credential::Credential;
 use super::token::{
-    ClientSecret, ManagedIdentity, TokenCredential, TokenSource, DEFAULT_AUTHORITY,
+    ClientSecret, ManagedIdentity, TokenCredentials, TokenSource, DEFAULT_AUTHORITY,
     STORAGE_RESOURCE,
 };
 
@@ -64,12 +64,14 @@ pub enum ConnectionError {
 }
 
 /// The account that connection `name` reaches, from `settings`, trusting the extra root
-/// certificates [`TRUSTED_CA_SETTING`] names (read from its file on every call).
+/// certificates [`TRUSTED_CA_SETTING`] names (read from its file on every call). A connection
+/// by identity takes its token credential from `tokens` (one per identity).
 pub fn resolve(
     name: &str,
     settings: &dyn SettingLookup,
+    tokens: &TokenCredentials,
 ) -> Result<StorageAccount, ConnectionError> {
-    let account = resolve_without_extra_roots(name, settings)?;
+    let account = resolve_without_extra_roots(name, settings, tokens)?;
     Ok(match trusted_roots(settings)? {
         Some(roots) => account.trusting(roots),
         None => account,
@@ -82,6 +84,7 @@ pub fn resolve(
 pub fn resolve_without_extra_roots(
     name: &str,
     settings: &dyn SettingLookup,
+    tokens: &TokenCredentials,
 ) -> Result<StorageAccount, ConnectionError> {
     Ok(
         match settings.setting(name).filter(|v| !v.trim().is_empty()) {
@@ -91,7 +94,7 @@ pub fn resolve_without_extra_roots(
                     error,
                 }
             })?,
-            None => by_identity(name, settings)?,
+            None => by_identity(name, settings, tokens)?,
         },
     )
 }
@@ -109,6 +112,7 @@ fn property(name: &str, property: &str, settings: &dyn SettingLookup) -> Option<
 fn by_identity(
     name: &str,
     settings: &dyn SettingLookup,
+    tokens: &TokenCredentials,
 ) -> Result<StorageAccount, ConnectionError> {
     let get = |p: &str| property(name, p, settings);
     let account_name = get("accountName");
@@ -201,7 +205,7 @@ fn by_identity(
         }
         None => managed_identity_source(name, get("clientId").map(|(_, id)| id), settings)?,
     };
-    let credential = Credential::Bearer(TokenCredential::shared(source));
+    let credential = Credential::Bearer(tokens.for_source(source));
     Ok(StorageAccount::by_token(
         account_name.map(|(_, account)| account),
         credential,
@@ -320,7 +324,7 @@ mod tests {
     #[test]
     fn an_account_name_gives_every_endpoint_and_a_token_credential() {
         let settings = lookup(&with_platform(&[("Src__accountName", "acct1")]));
-        let account = resolve("Src", &settings).unwrap();
+        let account = resolve("Src", &settings, &TokenCredentials::default()).unwrap();
         assert_eq!(
             account.table_endpoint().unwrap().as_str(),
             "https://acct1.table.core.windows.net"
@@ -350,7 +354,7 @@ mod tests {
             ("Src__clientId", "0000-1111"),
             ("Src__credential", "ManagedIdentity"),
         ]));
-        let account = resolve("Src", &settings).unwrap();
+        let account = resolve("Src", &settings, &TokenCredentials::default()).unwrap();
         assert_eq!(
             account.table_endpoint().unwrap().as_str(),
             "https://127.0.0.1:10002/devstoreaccount1"
@@ -374,7 +378,7 @@ mod tests {
             ("Src__clientId", "app-1"),
             ("Src__clientSecret", "s3cr3t"),
         ]);
-        let account = resolve("Src", &settings).unwrap();
+        let account = resolve("Src", &settings, &TokenCredentials::default()).unwrap();
         let Credential::Bearer(token) = account.credential() else {
             panic!("not a token credential");
         };
@@ -388,7 +392,7 @@ mod tests {
             ("Src", "UseDevelopmentStorage=true"),
             ("Src__accountName", "acct1"),
         ]));
-        let account = resolve("Src", &settings).unwrap();
+        let account = resolve("Src", &settings, &TokenCredentials::default()).unwrap();
         assert!(matches!(account.credential(), Credential::SharedKey { .. }));
     }
 
@@ -467,7 +471,9 @@ mod tests {
             ),
         ];
         for (pairs, expected) in cases {
-            let error = resolve("Src", &lookup(&pairs)).unwrap_err().to_string();
+            let error = resolve("Src", &lookup(&pairs), &TokenCredentials::default())
+                .unwrap_err()
+                .to_string();
             assert!(error.contains(expected), "{pairs:?}: {error}");
             assert!(
                 !error.contains("s3cr3t") && !error.contains("secret-header"),

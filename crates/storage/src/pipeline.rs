@@ -12,6 +12,7 @@ use super::connection_string::{Endpoint, StorageAccount};
 use super::credential::Credential;
 use super::encoding::encode_component;
 use super::error::{ErrorKind, ServiceError, StorageError};
+use super::pacing::{Governor, Governors};
 use super::retry::{
     parse_retry_after, should_retry, AttemptOutcome, RandomSource, RetryPolicy, SystemRandomSource,
 };
@@ -47,6 +48,10 @@ pub struct ClientOptions {
     pub table_auth: TableAuthScheme,
     /// The random source for backoff jitter.
     pub random: Arc<dyn RandomSource>,
+    /// The back-off of each storage target, shared by every client given the same registry
+    /// (see [`Governors`]). The default is a registry of the client's own: a process that
+    /// builds several clients of one account (the handler) gives them all one.
+    pub governors: Governors,
 }
 
 impl Default for ClientOptions {
@@ -57,6 +62,7 @@ impl Default for ClientOptions {
             pool_idle_timeout: Duration::from_secs(4),
             table_auth: TableAuthScheme::default(),
             random: Arc::new(SystemRandomSource::default()),
+            governors: Governors::default(),
         }
     }
 }
@@ -68,6 +74,7 @@ impl std::fmt::Debug for ClientOptions {
             .field("attempt_timeout", &self.attempt_timeout)
             .field("pool_idle_timeout", &self.pool_idle_timeout)
             .field("table_auth", &self.table_auth)
+            .field("governors", &self.governors)
             .finish_non_exhaustive()
     }
 }
@@ -228,6 +235,12 @@ impl Pipeline {
         }
     }
 
+    /// The governor of the target a request to `path` is held against, from this client's
+    /// registry ([`ClientOptions::governors`]).
+    pub fn governor(&self, path: &str) -> Arc<Governor> {
+        self.options.governors.of(&self.pacing_target(path))
+    }
+
     /// Sends the request, retrying as the policy allows; any non-2xx answer is an error.
     pub async fn send(&self, request: Request) -> Result<Response, StorageError> {
         let url = self.url(&request)?;
@@ -242,8 +255,7 @@ impl Pipeline {
                 Ok(response) if (200..300).contains(&response.status) => {
                     // Latency is a sign of a busy target before it refuses (see `Governor`).
                     if request.entities > 0 {
-                        super::pacing::governor(&self.pacing_target(&request.path))
-                            .answered_in(sent_at.elapsed());
+                        self.governor(&request.path).answered_in(sent_at.elapsed());
                     }
                     return Ok(response);
                 }
@@ -270,7 +282,7 @@ impl Pipeline {
                     }
                     if error.reason() == super::reason::Reason::Throttled {
                         super::throttled::note_throttled();
-                        super::pacing::governor(&self.pacing_target(&request.path)).throttled();
+                        self.governor(&request.path).throttled();
                     }
                     (
                         AttemptOutcome::Status(error.status),
@@ -313,9 +325,7 @@ impl Pipeline {
             );
             tokio::time::sleep(delay).await;
             if request.entities > 0 && matches!(outcome, AttemptOutcome::Status(503 | 500)) {
-                super::pacing::governor(&self.pacing_target(&request.path))
-                    .take(request.entities)
-                    .await;
+                self.governor(&request.path).take(request.entities).await;
             }
         }
     }
