@@ -159,12 +159,12 @@ pub struct ItemQueues {
 
 impl ItemQueues {
     /// The queue a work item of `task`'s kind goes to.
-    pub fn of(&self, task: &crate::scan::item::Task) -> &str {
-        use crate::scan::item::Task;
+    pub fn of(&self, task: &crate::scan::item::ReadRange) -> &str {
+        use crate::scan::item::ReadRange;
         match task {
-            Task::Range { .. } => &self.range,
-            Task::Partition { .. } => &self.partition,
-            Task::ExportPart { .. } | Task::ExportBlob { .. } => &self.export,
+            ReadRange::Range { .. } => &self.range,
+            ReadRange::Partition { .. } => &self.partition,
+            ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. } => &self.export,
         }
     }
 
@@ -559,15 +559,15 @@ async fn refuse_while_settings_are_bad(
 }
 
 async fn scan_range(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    step::handle(&state, step::Queue::Range, &body).await
+    step::handle(&state, step::ItemKind::Range, &body).await
 }
 
 async fn scan_export(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    step::handle(&state, step::Queue::Export, &body).await
+    step::handle(&state, step::ItemKind::Export, &body).await
 }
 
 async fn scan_partition(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    step::handle(&state, step::Queue::Partition, &body).await
+    step::handle(&state, step::ItemKind::Partition, &body).await
 }
 
 async fn start_scan(State(state): State<Arc<AppState>>, body: Body) -> Response {

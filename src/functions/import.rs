@@ -18,7 +18,7 @@ use crate::job::exports::{parse_part, Layout, Manifest, PartSummary};
 use crate::job::notes::{NotedRow, RowNotes};
 use crate::job::spec::{ImportSource, ManifestSummary};
 use crate::job::{ScanRecord, StepCounts};
-use crate::scan::item::{Task, WorkItem};
+use crate::scan::item::{ReadRange, WorkItem};
 use crate::scan::{Clock, RowSink, SystemClock};
 use crate::storage::{ContainerClient, StorageError};
 
@@ -56,10 +56,10 @@ pub(super) async fn run(
         .map_err(StepFailure::permanent)?;
     let started = std::time::Instant::now();
     let done = match &item.task {
-        Task::ExportPart { part, from } => {
+        ReadRange::ExportPart { part, from } => {
             run_part(item, import, manifest, &container, *part, *from).await?
         }
-        Task::ExportBlob { .. } => {
+        ReadRange::ExportBlob { .. } => {
             let read = BlobRead {
                 state,
                 item,
@@ -71,7 +71,7 @@ pub(super) async fn run(
             };
             read.run().await?
         }
-        Task::Range { .. } | Task::Partition { .. } => {
+        ReadRange::Range { .. } | ReadRange::Partition { .. } => {
             return Err(StepFailure::permanent(
                 "a table's work item reached the import's step".into(),
             ))
@@ -162,7 +162,7 @@ async fn run_part(
     let mut follow_ups: Vec<WorkItem> = entries[start..end]
         .iter()
         .map(|entry| {
-            item.follow_up(Task::ExportBlob {
+            item.follow_up(ReadRange::ExportBlob {
                 name: entry.name.clone(),
                 bytes: entry.bytes,
                 sha256: entry.sha256.clone(),
@@ -172,12 +172,12 @@ async fn run_part(
         })
         .collect();
     if end < entries.len() {
-        follow_ups.push(item.follow_up(Task::ExportPart {
+        follow_ups.push(item.follow_up(ReadRange::ExportPart {
             part,
             from: end as u32,
         }));
     } else if part + 1 < manifest.parts {
-        follow_ups.push(item.follow_up(Task::ExportPart {
+        follow_ups.push(item.follow_up(ReadRange::ExportPart {
             part: part + 1,
             from: 0,
         }));
@@ -237,7 +237,7 @@ struct BlobRead<'a> {
 
 impl BlobRead<'_> {
     async fn run(&self) -> Result<StepDone, StepFailure> {
-        let Task::ExportBlob {
+        let ReadRange::ExportBlob {
             name,
             bytes,
             sha256,
@@ -312,13 +312,15 @@ impl BlobRead<'_> {
             }
         }
         let follow_ups = match rest {
-            Some((at, skip)) if !sink.cancelled => vec![self.item.follow_up(Task::ExportBlob {
-                name: name.clone(),
-                bytes: *bytes,
-                sha256: sha256.clone(),
-                offset: offset + at as u64,
-                skip: skip as u32,
-            })],
+            Some((at, skip)) if !sink.cancelled => {
+                vec![self.item.follow_up(ReadRange::ExportBlob {
+                    name: name.clone(),
+                    bytes: *bytes,
+                    sha256: sha256.clone(),
+                    offset: offset + at as u64,
+                    skip: skip as u32,
+                })]
+            }
             _ => Vec::new(),
         };
         let ActionCounts {

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use tablescan::actions::{plan_transactions, COPY_CONCURRENCY, PROCESS_WRITES_IN_FLIGHT};
-use tablescan::scan::item::{Task, WorkItem};
+use tablescan::scan::item::{ReadRange, WorkItem};
 use tablescan::scan::reader::{PageRequest, TableReader};
 use tablescan::scan::step::StepError;
 use tablescan::scan::{run_step, Budget, Clock, RowSink, ScanOptions, Strategy};
@@ -77,9 +77,11 @@ impl Design for Tablescan<'_> {
 
     fn queue(&self, item: &WorkItem) -> usize {
         match item.task {
-            Task::Range { .. } => 0,
+            ReadRange::Range { .. } => 0,
             // The simulator scans tables; an import's items never arise in it.
-            Task::Partition { .. } | Task::ExportPart { .. } | Task::ExportBlob { .. } => 1,
+            ReadRange::Partition { .. }
+            | ReadRange::ExportPart { .. }
+            | ReadRange::ExportBlob { .. } => 1,
         }
     }
 
