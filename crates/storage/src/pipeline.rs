@@ -264,21 +264,9 @@ impl Pipeline {
                     let error = service_error(&response);
                     // A refused token is dropped and a fresh one tried once (it may have been
                     // revoked, or issued by a clock that runs ahead); a second refusal stands.
-                    if let (Some(token), Credential::Bearer(credential)) =
-                        (&token, &self.credential)
-                    {
-                        if error.reason() == super::reason::Reason::Unauthenticated {
-                            tracing::warn!(
-                                operation = request.operation,
-                                resource = %request.resource,
-                                "the service refused a token ({error}); fetching a new one"
-                            );
-                            credential.forget(token);
-                            if !token_refused_once {
-                                token_refused_once = true;
-                                continue;
-                            }
-                        }
+                    if self.token_refused(&request, token.as_ref(), &error) && !token_refused_once {
+                        token_refused_once = true;
+                        continue;
                     }
                     if error.reason() == super::reason::Reason::Throttled {
                         super::throttled::note_throttled();
@@ -299,21 +287,14 @@ impl Pipeline {
                     None,
                 ),
             };
-            let delay =
-                self.options
-                    .retry
-                    .delay(retry + 1, self.options.random.next_unit(), retry_after);
-            let give_up_at = super::deadline::current().map_or(retry_ends, |d| d.min(retry_ends));
-            if retry >= self.options.retry.max_retries
-                || !should_retry(outcome, request.idempotent)
-                || tokio::time::Instant::now() + delay > give_up_at
-            {
+            let Some(delay) = self.next_retry(&request, retry, outcome, retry_after, retry_ends)
+            else {
                 return Err(StorageError::new(
                     request.operation,
                     request.resource.clone(),
                     error,
                 ));
-            }
+            };
             retry += 1;
             tracing::debug!(
                 operation = request.operation,
@@ -328,6 +309,52 @@ impl Pipeline {
                 self.governor(&request.path).take(request.entities).await;
             }
         }
+    }
+
+    /// Whether `error` refused the bearer `token` sent with `request`; the token is forgotten
+    /// then, so that the next attempt fetches a fresh one.
+    fn token_refused(
+        &self,
+        request: &Request,
+        token: Option<&AccessToken>,
+        error: &ServiceError,
+    ) -> bool {
+        let (Some(token), Credential::Bearer(credential)) = (token, &self.credential) else {
+            return false;
+        };
+        if error.reason() != super::reason::Reason::Unauthenticated {
+            return false;
+        }
+        tracing::warn!(
+            operation = request.operation,
+            resource = %request.resource,
+            "the service refused a token ({error}); fetching a new one"
+        );
+        credential.forget(token);
+        true
+    }
+
+    /// How long to wait before retrying `request` after its attempt number `retry` failed with
+    /// `outcome`; `None` when it is not retried: out of retries, a failure that is not safe to
+    /// repeat, or a wait that would end past the policy's time limit (`retry_ends`) or the
+    /// caller's deadline.
+    fn next_retry(
+        &self,
+        request: &Request,
+        retry: u32,
+        outcome: AttemptOutcome,
+        retry_after: Option<Duration>,
+        retry_ends: tokio::time::Instant,
+    ) -> Option<Duration> {
+        let delay =
+            self.options
+                .retry
+                .delay(retry + 1, self.options.random.next_unit(), retry_after);
+        let give_up_at = super::deadline::current().map_or(retry_ends, |d| d.min(retry_ends));
+        let retried = retry < self.options.retry.max_retries
+            && should_retry(outcome, request.idempotent)
+            && tokio::time::Instant::now() + delay <= give_up_at;
+        retried.then_some(delay)
     }
 
     fn url(&self, request: &Request) -> Result<Url, StorageError> {

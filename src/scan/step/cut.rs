@@ -164,35 +164,7 @@ pub(super) fn split_at_position(
     }
     let partition_key = token.next_partition_key.as_str();
     let row_key = token.next_row_key.as_deref()?;
-    // A position not beyond where the task already stood would read rows again, or cut where
-    // nothing was gained: it is not used.
-    let cursor = match task {
-        ReadRange::Range { cursor, .. } | ReadRange::Partition { cursor, .. } => cursor.as_ref(),
-        ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. } => return None,
-    };
-    if let Some(cursor) = cursor {
-        let ahead = match compare(partition_key, &cursor.next_partition_key) {
-            std::cmp::Ordering::Less => false,
-            std::cmp::Ordering::Greater => true,
-            std::cmp::Ordering::Equal => {
-                compare(row_key, cursor.next_row_key.as_deref().unwrap_or("")).is_gt()
-            }
-        };
-        if !ahead {
-            return None;
-        }
-    }
-    // Nor is the very start of the task: nothing was looked at, cutting there gains nothing.
-    let at_start = match task {
-        ReadRange::Range { partition_keys, .. } => {
-            row_key.is_empty() && partition_keys.lower == Lower::Included(partition_key.to_string())
-        }
-        ReadRange::Partition { row_keys, .. } => {
-            row_keys.lower == Lower::Included(row_key.to_string())
-        }
-        ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. } => return None,
-    };
-    if cursor.is_none() && at_start {
+    if !position_gains(task, partition_key, row_key) {
         return None;
     }
     let started = previous_partition == Some(partition_key);
@@ -201,58 +173,129 @@ pub(super) fn split_at_position(
             partition_keys,
             prefix,
             ..
-        } => {
-            if !partition_keys.contains(partition_key) {
-                return None;
-            }
-            emit(ReadRange::Partition {
-                partition_key: partition_key.to_string(),
-                row_keys: KeyRange {
-                    lower: Lower::Included(row_key.to_string()),
-                    upper: Upper::Unbounded,
-                },
-                prefix: String::new(),
-                cursor: None,
-                unstarted: !started,
-            });
-            let rest = KeyRange {
-                lower: Lower::Excluded(partition_key.to_string()),
-                upper: partition_keys.upper.clone(),
-            };
-            Some(split_range(&rest, prefix, partition_key, emit))
-        }
+        } => split_range_at(
+            partition_keys,
+            prefix,
+            partition_key,
+            row_key,
+            started,
+            emit,
+        ),
         ReadRange::Partition {
             partition_key: own,
             row_keys,
             prefix,
             ..
         } => {
-            if own != partition_key || !row_keys.contains(row_key) || !started {
+            if own != partition_key || !started {
                 return None;
             }
-            let child_prefix = extend_prefix(prefix, row_key)?;
-            let rest = KeyRange {
-                lower: Lower::Included(row_key.to_string()),
-                upper: row_keys.upper.clone(),
-            };
-            let (child, parent) = cut_at_prefix(&rest, &child_prefix);
-            emit(ReadRange::Partition {
-                partition_key: own.clone(),
-                row_keys: child,
-                prefix: child_prefix,
-                cursor: None,
-                unstarted: false,
-            });
-            Some(parent.map(|row_keys| ReadRange::Partition {
-                partition_key: own.clone(),
-                row_keys,
-                prefix: prefix.clone(),
-                cursor: None,
-                unstarted: false,
-            }))
+            split_partition_at(own, row_keys, prefix, row_key, emit)
         }
         ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. } => None,
     }
+}
+
+/// Whether cutting `task` at position (`partition_key`, `row_key`) gains anything. A position
+/// not beyond where the task already stood (its cursor) would read rows again, or cut where
+/// nothing was gained; nor is the very start of a task without a cursor any use: nothing was
+/// looked at. An import's task has no positions.
+fn position_gains(task: &ReadRange, partition_key: &str, row_key: &str) -> bool {
+    let (cursor, at_start) = match task {
+        ReadRange::Range {
+            cursor,
+            partition_keys,
+            ..
+        } => (
+            cursor.as_ref(),
+            row_key.is_empty()
+                && partition_keys.lower == Lower::Included(partition_key.to_string()),
+        ),
+        ReadRange::Partition {
+            cursor, row_keys, ..
+        } => (
+            cursor.as_ref(),
+            row_keys.lower == Lower::Included(row_key.to_string()),
+        ),
+        ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. } => return false,
+    };
+    match cursor {
+        Some(cursor) => match compare(partition_key, &cursor.next_partition_key) {
+            std::cmp::Ordering::Less => false,
+            std::cmp::Ordering::Greater => true,
+            std::cmp::Ordering::Equal => {
+                compare(row_key, cursor.next_row_key.as_deref().unwrap_or("")).is_gt()
+            }
+        },
+        None => !at_start,
+    }
+}
+
+/// [`split_at_position`] for a range of PartitionKeys: the rest of the position's partition
+/// from its RowKey on, emitted (`started`: a row of it was delivered), and the range past that
+/// partition cut at prefixes, the pieces emitted and the rest returned (inside `Some`). `None`
+/// when the position lies outside the range.
+fn split_range_at(
+    partition_keys: &KeyRange,
+    prefix: &str,
+    partition_key: &str,
+    row_key: &str,
+    started: bool,
+    emit: &mut dyn FnMut(ReadRange),
+) -> Option<Option<ReadRange>> {
+    if !partition_keys.contains(partition_key) {
+        return None;
+    }
+    emit(ReadRange::Partition {
+        partition_key: partition_key.to_string(),
+        row_keys: KeyRange {
+            lower: Lower::Included(row_key.to_string()),
+            upper: Upper::Unbounded,
+        },
+        prefix: String::new(),
+        cursor: None,
+        unstarted: !started,
+    });
+    let rest = KeyRange {
+        lower: Lower::Excluded(partition_key.to_string()),
+        upper: partition_keys.upper.clone(),
+    };
+    Some(split_range(&rest, prefix, partition_key, emit))
+}
+
+/// [`split_at_position`] within partition `own`, already started: the RowKeys from `row_key`
+/// on under the child prefix `row_key` extends `prefix` to, emitted, and the rest returned
+/// (inside `Some`). `None` when the position lies outside `row_keys` or extends no prefix.
+fn split_partition_at(
+    own: &str,
+    row_keys: &KeyRange,
+    prefix: &str,
+    row_key: &str,
+    emit: &mut dyn FnMut(ReadRange),
+) -> Option<Option<ReadRange>> {
+    if !row_keys.contains(row_key) {
+        return None;
+    }
+    let child_prefix = extend_prefix(prefix, row_key)?;
+    let rest = KeyRange {
+        lower: Lower::Included(row_key.to_string()),
+        upper: row_keys.upper.clone(),
+    };
+    let (child, parent) = cut_at_prefix(&rest, &child_prefix);
+    emit(ReadRange::Partition {
+        partition_key: own.to_string(),
+        row_keys: child,
+        prefix: child_prefix,
+        cursor: None,
+        unstarted: false,
+    });
+    Some(parent.map(|row_keys| ReadRange::Partition {
+        partition_key: own.to_string(),
+        row_keys,
+        prefix: prefix.to_string(),
+        cursor: None,
+        unstarted: false,
+    }))
 }
 
 /// What remains of `task` after a page that ended on row (`pk`, `rk`) with a continuation.
