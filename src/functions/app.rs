@@ -16,6 +16,8 @@ use super::{http, redrive, step};
 use crate::job::spec::SettingLookup;
 use crate::job::{Ledger, ScanRecord};
 use crate::scan::Budget;
+use crate::storage::pacing::Governors;
+use crate::storage::token::TokenCredentials;
 use crate::storage::{
     BlobServiceClient, ClientOptions, QueueServiceClient, StorageAccount, StorageError,
     TableServiceClient,
@@ -126,6 +128,11 @@ pub struct AppState {
     pub host_queues: HostQueues,
     /// This process's share of each running scan's cap, and the slots of its steps.
     pub pacing: super::pacing::Pacing,
+    /// The back-off of each storage target, given to every client this state builds: one
+    /// per account's table service (or queue) for the whole process.
+    governors: Governors,
+    /// The token credentials of the identity connections, one per identity for the process.
+    tokens: TokenCredentials,
     clients: Mutex<HashMap<String, Clients>>,
     /// Per scan, its record as last read and when (see [`AppState::scan_record`]), and
     /// whether it was cancelled through this process.
@@ -154,12 +161,12 @@ pub struct ItemQueues {
 
 impl ItemQueues {
     /// The queue a work item of `task`'s kind goes to.
-    pub fn of(&self, task: &crate::scan::item::Task) -> &str {
-        use crate::scan::item::Task;
+    pub fn of(&self, task: &crate::scan::item::ReadRange) -> &str {
+        use crate::scan::item::ReadRange;
         match task {
-            Task::Range { .. } => &self.range,
-            Task::Partition { .. } => &self.partition,
-            Task::ExportPart { .. } | Task::ExportBlob { .. } => &self.export,
+            ReadRange::Range { .. } => &self.range,
+            ReadRange::Partition { .. } => &self.partition,
+            ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. } => &self.export,
         }
     }
 
@@ -272,6 +279,8 @@ impl AppState {
         let here = std::env::current_dir().unwrap_or_default();
         let state = AppState {
             pacing: super::pacing::Pacing::default(),
+            governors: Governors::default(),
+            tokens: TokenCredentials::default(),
             settings,
             config,
             bad_settings,
@@ -449,9 +458,12 @@ impl AppState {
     /// The storage account a connection names (an app setting with a connection string, or
     /// settings `C__...` of a connection by identity: see [`crate::storage::connection`]).
     pub fn account(&self, connection: &str) -> Result<StorageAccount, String> {
-        let account =
-            crate::storage::connection::resolve_without_extra_roots(connection, &self.settings)
-                .map_err(|e| e.to_string())?;
+        let account = crate::storage::connection::resolve_without_extra_roots(
+            connection,
+            &self.settings,
+            &self.tokens,
+        )
+        .map_err(|e| e.to_string())?;
         Ok(match &self.config.trusted_roots {
             Some(roots) => account.trusting(roots.clone()),
             None => account,
@@ -473,6 +485,10 @@ impl AppState {
             return Ok(clients.clone());
         }
         let account = self.account(setting)?;
+        let options = ClientOptions {
+            governors: self.governors.clone(),
+            ..options
+        };
         let clients = Clients {
             tables: TableServiceClient::new(&account, options.clone())
                 .map_err(|e| no_endpoint(setting, &account, "TableEndpoint", e)),
@@ -570,15 +586,15 @@ async fn refuse_while_settings_are_bad(
 }
 
 async fn scan_range(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    step::handle(&state, step::Queue::Range, &body).await
+    step::handle(&state, step::ItemKind::Range, &body).await
 }
 
 async fn scan_export(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    step::handle(&state, step::Queue::Export, &body).await
+    step::handle(&state, step::ItemKind::Export, &body).await
 }
 
 async fn scan_partition(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    step::handle(&state, step::Queue::Partition, &body).await
+    step::handle(&state, step::ItemKind::Partition, &body).await
 }
 
 async fn start_scan(State(state): State<Arc<AppState>>, body: Body) -> Response {

@@ -8,10 +8,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use tablescan::actions::{plan_transactions, COPY_CONCURRENCY, PROCESS_WRITES_IN_FLIGHT};
-use tablescan::scan::item::{Task, WorkItem};
+use tablescan::scan::item::{ReadRange, WorkItem};
 use tablescan::scan::reader::{PageRequest, TableReader};
 use tablescan::scan::step::StepError;
-use tablescan::scan::{run_step, Budget, Clock, RowSink, ScanOptions, Strategy};
+use tablescan::scan::{run_step, Budget, Clock, RowSink, ScanOptions, StepReport, Strategy};
 use tablescan::storage::retry::RetryPolicy;
 use tablescan::storage::table::batch::Operation;
 use tablescan::storage::table::entity::Entity;
@@ -77,9 +77,11 @@ impl Design for Tablescan<'_> {
 
     fn queue(&self, item: &WorkItem) -> usize {
         match item.task {
-            Task::Range { .. } => 0,
+            ReadRange::Range { .. } => 0,
             // The simulator scans tables; an import's items never arise in it.
-            Task::Partition { .. } | Task::ExportPart { .. } | Task::ExportBlob { .. } => 1,
+            ReadRange::Partition { .. }
+            | ReadRange::ExportPart { .. }
+            | ReadRange::ExportBlob { .. } => 1,
         }
     }
 
@@ -100,17 +102,13 @@ impl Design for Tablescan<'_> {
             follow_ups: Vec::new(),
             failed: true,
         };
-        // begin: the scan record, the pending row, the claim (one after another).
-        let mut now = start;
-        for _ in 0..3 {
-            match ledger_request(world, now, 1.0, world.params.entity_ms / 1000.0) {
-                Ok(done) => now = done,
-                Err(gave_up) => {
-                    world.stats.failed_on_ledger += 1;
-                    return failed(gave_up);
-                }
+        let now = match begin(world, start) {
+            Ok(now) => now,
+            Err(gave_up) => {
+                world.stats.failed_on_ledger += 1;
+                return failed(gave_up);
             }
-        }
+        };
         let clock = StepClock::new(now);
         let world_cell = Mutex::new(&mut *world);
         let caps = Mutex::new(&mut self.write_caps);
@@ -154,13 +152,7 @@ impl Design for Tablescan<'_> {
                 return failed(gave_up);
             }
         };
-        world.stats.step_ledger_entities += 5 + report.follow_ups.len() as u64;
-        world.stats.ledger_requests += 4;
-        world.stats.rows_acted += report.rows_delivered;
-        world.stats.queries += u64::from(report.queries);
-        if end - t > world.params.lease_s {
-            world.stats.lease_overruns += 1;
-        }
+        count_step(world, &report, end - t);
         Execution {
             end,
             follow_ups: report
@@ -173,6 +165,27 @@ impl Design for Tablescan<'_> {
                 .collect(),
             failed: false,
         }
+    }
+}
+
+/// A step's begin from `start`: the scan record, the pending row, the claim (one after
+/// another). When it ends, or when a request gave up (`Err`).
+fn begin(world: &mut World, start: f64) -> Result<f64, f64> {
+    let mut now = start;
+    for _ in 0..3 {
+        now = ledger_request(world, now, 1.0, world.params.entity_ms / 1000.0)?;
+    }
+    Ok(now)
+}
+
+/// Counts a finished step that took `took` seconds in the statistics.
+fn count_step(world: &mut World, report: &StepReport, took: f64) {
+    world.stats.step_ledger_entities += 5 + report.follow_ups.len() as u64;
+    world.stats.ledger_requests += 4;
+    world.stats.rows_acted += report.rows_delivered;
+    world.stats.queries += u64::from(report.queries);
+    if took > world.params.lease_s {
+        world.stats.lease_overruns += 1;
     }
 }
 
