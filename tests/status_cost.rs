@@ -29,6 +29,7 @@ const PENDING: usize = 300;
 /// The handler, reaching its storage through counting proxies (tables, queues).
 struct Counted {
     host: TestHost,
+    state: std::sync::Arc<AppState>,
     tables: FaultProxy,
     queues: FaultProxy,
     ledger: TableClient,
@@ -66,8 +67,10 @@ impl Counted {
         for queue in [RANGE_QUEUE, PARTITION_QUEUE, EXPORT_QUEUE] {
             queues().queue(queue).unwrap().create().await.unwrap();
         }
+        let state = AppState::new(settings);
         Counted {
-            host: TestHost::serve(AppState::new(settings)).await,
+            host: TestHost::serve(state.clone()).await,
+            state,
             tables: tables_proxy,
             queues: queues_proxy,
             ledger: tables().table(&ledger_name).unwrap(),
@@ -233,4 +236,27 @@ async fn status_reads_a_second_apart_take_the_re_drive_look_once() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let (status, second) = counted.status(&id).await;
     within_budget(second, &status);
+}
+
+/// The steps that start together in one process (a batch of messages, when a scan starts or
+/// its record has aged) read the scan's row once between them, not once each: 16 at once cost
+/// one request, and all 16 see the record.
+#[tokio::test(flavor = "multi_thread")]
+async fn steps_starting_together_read_their_scans_row_once() {
+    let counted = Counted::start().await;
+    let id = counted.scan(None, 0, 1, time::Duration::ZERO).await;
+    let before = counted.counts();
+    let mut steps = tokio::task::JoinSet::new();
+    for _ in 0..16 {
+        let (state, id) = (counted.state.clone(), id.clone());
+        steps.spawn(async move { state.scan_record(&id).await.is_some() });
+    }
+    while let Some(seen) = steps.join_next().await {
+        assert!(seen.unwrap(), "every step sees the scan's record");
+    }
+    let requests = counted.counts().requests - before.requests;
+    assert_eq!(
+        requests, 1,
+        "16 steps starting together read the scan row once"
+    );
 }

@@ -16,6 +16,8 @@ use super::{http, redrive, step};
 use crate::job::spec::SettingLookup;
 use crate::job::{Ledger, ScanRecord};
 use crate::scan::Budget;
+use crate::storage::pacing::Governors;
+use crate::storage::token::TokenCredentials;
 use crate::storage::{
     BlobServiceClient, ClientOptions, QueueServiceClient, StorageAccount, StorageError,
     TableServiceClient,
@@ -126,10 +128,17 @@ pub struct AppState {
     pub host_queues: HostQueues,
     /// This process's share of each running scan's cap, and the slots of its steps.
     pub pacing: super::pacing::Pacing,
+    /// The back-off of each storage target, given to every client this state builds: one
+    /// per account's table service (or queue) for the whole process.
+    governors: Governors,
+    /// The token credentials of the identity connections, one per identity for the process.
+    tokens: TokenCredentials,
     clients: Mutex<HashMap<String, Clients>>,
     /// Per scan, its record as last read and when (see [`AppState::scan_record`]), and
     /// whether it was cancelled through this process.
     cancels: Mutex<HashMap<String, Known>>,
+    /// Per scan, the gate its record's reads pass one at a time (see [`AppState::scan_record`]).
+    scan_reads: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// What a process knows of a scan (see [`AppState::scan_record`]).
@@ -152,12 +161,12 @@ pub struct ItemQueues {
 
 impl ItemQueues {
     /// The queue a work item of `task`'s kind goes to.
-    pub fn of(&self, task: &crate::scan::item::Task) -> &str {
-        use crate::scan::item::Task;
+    pub fn of(&self, task: &crate::scan::item::ReadRange) -> &str {
+        use crate::scan::item::ReadRange;
         match task {
-            Task::Range { .. } => &self.range,
-            Task::Partition { .. } => &self.partition,
-            Task::ExportPart { .. } | Task::ExportBlob { .. } => &self.export,
+            ReadRange::Range { .. } => &self.range,
+            ReadRange::Partition { .. } => &self.partition,
+            ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. } => &self.export,
         }
     }
 
@@ -270,6 +279,8 @@ impl AppState {
         let here = std::env::current_dir().unwrap_or_default();
         let state = AppState {
             pacing: super::pacing::Pacing::default(),
+            governors: Governors::default(),
+            tokens: TokenCredentials::default(),
             settings,
             config,
             bad_settings,
@@ -279,6 +290,7 @@ impl AppState {
             host_queues: host_queues(&here),
             clients: Mutex::new(HashMap::new()),
             cancels: Mutex::new(HashMap::new()),
+            scan_reads: Mutex::new(HashMap::new()),
         };
         let ledger = match &state.bad_settings {
             Some(bad) => Err(bad.to_string()),
@@ -307,12 +319,18 @@ impl AppState {
     /// Scan `id`'s record as read from the ledger at most [`CANCEL_CHECK_EVERY`] ago: the steps
     /// of one process running for the same scan share one read, so checking between pages
     /// (and admitting steps by the scan's cap) costs the ledger a read per scan per process
-    /// every few seconds, not per page. `None` for a scan not found or a read that failed (the
-    /// next call tries again).
+    /// every few seconds, not per page. The steps that start together (a batch of messages,
+    /// 16 by default, when a scan starts or its read has aged) wait for one read rather than
+    /// each making its own: one read at a time per scan, and those that waited take its
+    /// answer. `None` for a scan not found or a read that failed (the next call tries again).
     pub async fn scan_record(&self, id: &str) -> Option<Arc<ScanRecord>> {
-        let known = self.cancels.lock().ok().and_then(|c| c.get(id).cloned());
-        if let Some(known) = known.filter(|k| k.read_at.elapsed() < CANCEL_CHECK_EVERY) {
-            return known.record;
+        if let Some(fresh) = self.fresh_record(id) {
+            return fresh;
+        }
+        let gate = self.scan_read_gate(id);
+        let _reading = gate.lock().await;
+        if let Some(fresh) = self.fresh_record(id) {
+            return fresh;
         }
         // A read that failed is not remembered: the next call reads again.
         let record = self.ledger().ok()?.scan(id).await.ok()?.map(Arc::new);
@@ -336,6 +354,24 @@ impl AppState {
             );
         }
         record
+    }
+
+    /// Scan `id`'s record if it was read less than [`CANCEL_CHECK_EVERY`] ago.
+    fn fresh_record(&self, id: &str) -> Option<Option<Arc<ScanRecord>>> {
+        let known = self.cancels.lock().ok().and_then(|c| c.get(id).cloned());
+        known
+            .filter(|k| k.read_at.elapsed() < CANCEL_CHECK_EVERY)
+            .map(|k| k.record)
+    }
+
+    /// The gate scan `id`'s record reads pass one at a time.
+    fn scan_read_gate(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut gates = self.scan_reads.lock().unwrap_or_else(|p| p.into_inner());
+        if gates.len() > 10_000 {
+            // Gates of scans long over; one still in use keeps working through its Arc.
+            gates.clear();
+        }
+        gates.entry(id.to_string()).or_default().clone()
     }
 
     /// Whether scan `id` was cancelled, as far as this process knows (see
@@ -422,9 +458,12 @@ impl AppState {
     /// The storage account a connection names (an app setting with a connection string, or
     /// settings `C__...` of a connection by identity: see [`crate::storage::connection`]).
     pub fn account(&self, connection: &str) -> Result<StorageAccount, String> {
-        let account =
-            crate::storage::connection::resolve_without_extra_roots(connection, &self.settings)
-                .map_err(|e| e.to_string())?;
+        let account = crate::storage::connection::resolve_without_extra_roots(
+            connection,
+            &self.settings,
+            &self.tokens,
+        )
+        .map_err(|e| e.to_string())?;
         Ok(match &self.config.trusted_roots {
             Some(roots) => account.trusting(roots.clone()),
             None => account,
@@ -446,6 +485,10 @@ impl AppState {
             return Ok(clients.clone());
         }
         let account = self.account(setting)?;
+        let options = ClientOptions {
+            governors: self.governors.clone(),
+            ..options
+        };
         let clients = Clients {
             tables: TableServiceClient::new(&account, options.clone())
                 .map_err(|e| no_endpoint(setting, &account, "TableEndpoint", e)),
@@ -543,15 +586,15 @@ async fn refuse_while_settings_are_bad(
 }
 
 async fn scan_range(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    step::handle(&state, step::Queue::Range, &body).await
+    step::handle(&state, step::ItemKind::Range, &body).await
 }
 
 async fn scan_export(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    step::handle(&state, step::Queue::Export, &body).await
+    step::handle(&state, step::ItemKind::Export, &body).await
 }
 
 async fn scan_partition(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    step::handle(&state, step::Queue::Partition, &body).await
+    step::handle(&state, step::ItemKind::Partition, &body).await
 }
 
 async fn start_scan(State(state): State<Arc<AppState>>, body: Body) -> Response {

@@ -158,7 +158,7 @@ fn root_item(spec: &ScanSpec, id: &str) -> WorkItem {
             v: crate::scan::item::WORK_ITEM_VERSION,
             scan: id.to_string(),
             depth: 0,
-            task: crate::scan::item::Task::ExportPart { part: 0, from: 0 },
+            task: crate::scan::item::ReadRange::ExportPart { part: 0, from: 0 },
         },
         None => {
             let (range, prefix) = scope_range(spec);

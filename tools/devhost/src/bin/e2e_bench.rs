@@ -14,8 +14,9 @@
 //! reports each case's median, its ratio to its SDK baseline, and its rate after the first 10
 //! seconds. The counts run first (after one unmeasured run of each, which warms the emulator's
 //! JIT), then the copies, whose written rows leave the emulator slower. The SDK is timed inside
-//! Python after its clients are created; tablescan from the start request to the status saying
-//! succeeded, read every 250 ms.
+//! Python after its clients are created; tablescan from the start request to the finish the
+//! ledger recorded for its last step (the status's `finishedAt`; the status is read every
+//! second).
 //!
 //! Then, as before: a count through a selective filter beside the unfiltered count (3
 //! instances; `n eq 7` matches 0.1% of the rows), and the handler's peak resident memory while
@@ -524,7 +525,8 @@ fn comparison(runs: &[Vec<Run>], rounds: u32) -> String {
          prefix strategy), a devhost of its own per run; its copies wrote into a new table of \
          the same account. Seconds for the SDK from after client creation to the last row \
          (the copy's include creating its target, as tablescan's do); for tablescan from the \
-         start request to the status saying succeeded, read every 250 ms. Rows/s after the \
+         start request to the finish recorded for its last step (the status's finishedAt, read \
+         every second). Rows/s after the \
          first 10 s: rows read (a count) or written (a copy) from the first reading past 10 s \
          to the end, for runs with 5 s or more of it (the median over the rounds that had \
          it).{emulator_note}",

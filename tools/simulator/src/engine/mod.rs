@@ -120,9 +120,9 @@ impl Engine {
     }
 
     fn queue_of(item: &WorkItem) -> usize {
-        use tablescan::scan::item::Task;
+        use tablescan::scan::item::ReadRange;
         match item.task {
-            Task::Range { .. } => 0,
+            ReadRange::Range { .. } => 0,
             _ => 1,
         }
     }

@@ -46,7 +46,7 @@ pub async fn invoke(engine: Arc<Engine>, instance: usize, queue: usize, message:
             let mut queued = Vec::new();
             for item in follow_ups {
                 world.stats.queue_operations += 1;
-                let q = if matches!(item.task, tablescan::scan::item::Task::Range { .. }) {
+                let q = if matches!(item.task, tablescan::scan::item::ReadRange::Range { .. }) {
                     0
                 } else {
                     1

@@ -3,7 +3,7 @@
 
 use super::*;
 use tablescan::job::{Begin, FailureRecord, Finish, Ledger, ScanSpec, StepCounts};
-use tablescan::scan::item::{Task, WorkItem};
+use tablescan::scan::item::{ReadRange, WorkItem};
 use tablescan::scan::keys::KeyRange;
 use tablescan::storage::table::in_memory::InMemoryTable;
 use time::{Duration, OffsetDateTime};
@@ -23,7 +23,7 @@ fn spec() -> ScanSpec {
 }
 
 fn child(parent: &WorkItem, n: usize) -> WorkItem {
-    parent.follow_up(Task::Partition {
+    parent.follow_up(ReadRange::Partition {
         partition_key: format!("p{n}"),
         row_keys: KeyRange::all(),
         prefix: String::new(),
