@@ -12,6 +12,7 @@ use axum::Router;
 
 use super::config::{Config, ConfigError, LEDGER_CONNECTION_SETTING};
 use super::names::*;
+use super::record_reads::ScanReads;
 use super::{http, redrive, step};
 use crate::job::spec::SettingLookup;
 use crate::job::{Ledger, ScanRecord};
@@ -137,8 +138,8 @@ pub struct AppState {
     /// Per scan, its record as last read and when (see [`AppState::scan_record`]), and
     /// whether it was cancelled through this process.
     cancels: Mutex<HashMap<String, Known>>,
-    /// Per scan, the gate its record's reads pass one at a time (see [`AppState::scan_record`]).
-    scan_reads: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Per scan, its record's reads, one at a time (see [`AppState::scan_record`]).
+    scan_reads: Mutex<HashMap<String, Arc<ScanReads>>>,
 }
 
 /// What a process knows of a scan (see [`AppState::scan_record`]).
@@ -321,24 +322,36 @@ impl AppState {
     /// (and admitting steps by the scan's cap) costs the ledger a read per scan per process
     /// every few seconds, not per page. The steps that start together (a batch of messages,
     /// 16 by default, when a scan starts or its read has aged) wait for one read rather than
-    /// each making its own: one read at a time per scan, and those that waited take its
-    /// answer. `None` for a scan not found or a read that failed (the next call tries again).
+    /// each making its own (`functions::record_reads`). `None` for a scan not found or a read
+    /// that failed (the next call after it tries again).
     pub async fn scan_record(&self, id: &str) -> Option<Arc<ScanRecord>> {
         if let Some(fresh) = self.fresh_record(id) {
             return fresh;
         }
-        let gate = self.scan_read_gate(id);
-        let _reading = gate.lock().await;
-        if let Some(fresh) = self.fresh_record(id) {
-            return fresh;
-        }
-        // A read that failed is not remembered: the next call reads again.
-        let record = self.ledger().ok()?.scan(id).await.ok()?.map(Arc::new);
+        let reads = self.scan_reads_of(id);
+        let turn = match reads.answer_or_turn().await {
+            Ok(answer) => return answer,
+            Err(turn) => turn,
+        };
+        let read = match self.ledger() {
+            Ok(ledger) => ledger.scan(id).await.map(|r| r.map(Arc::new)).ok(),
+            Err(_) => None,
+        };
+        let record = read.clone().flatten();
         if let Some(record) = &record {
             // A cap learned, lowered or raised by another process applies here within this
             // read's period, also to steps that run long.
             self.pacing.read(record).await;
         }
+        // A read that failed is not remembered, nor one a pause or resume through this
+        // process overtook: the next call reads again.
+        if turn.done(record.clone()) && read.is_some() {
+            self.remember_record(id, record.clone());
+        }
+        record
+    }
+
+    fn remember_record(&self, id: &str, record: Option<Arc<ScanRecord>>) {
         if let Ok(mut cancels) = self.cancels.lock() {
             if cancels.len() > 10_000 {
                 cancels.clear();
@@ -348,12 +361,11 @@ impl AppState {
                 id.to_string(),
                 Known {
                     read_at: std::time::Instant::now(),
-                    record: record.clone(),
+                    record,
                     noted_cancelled: noted,
                 },
             );
         }
-        record
     }
 
     /// Scan `id`'s record if it was read less than [`CANCEL_CHECK_EVERY`] ago.
@@ -364,14 +376,14 @@ impl AppState {
             .map(|k| k.record)
     }
 
-    /// The gate scan `id`'s record reads pass one at a time.
-    fn scan_read_gate(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut gates = self.scan_reads.lock().unwrap_or_else(|p| p.into_inner());
-        if gates.len() > 10_000 {
-            // Gates of scans long over; one still in use keeps working through its Arc.
-            gates.clear();
+    /// Scan `id`'s record reads in this process.
+    fn scan_reads_of(&self, id: &str) -> Arc<ScanReads> {
+        let mut reads = self.scan_reads.lock().unwrap_or_else(|p| p.into_inner());
+        if reads.len() > 10_000 {
+            // Those of scans long over; one still in use keeps working through its Arc.
+            reads.retain(|_, r| Arc::strong_count(r) > 1);
         }
-        gates.entry(id.to_string()).or_default().clone()
+        reads.entry(id.to_string()).or_default().clone()
     }
 
     /// Whether scan `id` was cancelled, as far as this process knows (see
@@ -401,6 +413,7 @@ impl AppState {
     /// Forgets this process's read of scan `id` (after a pause or resume through it), so that
     /// its own steps see the change at their next page.
     pub fn forget_record(&self, id: &str) {
+        self.scan_reads_of(id).forget();
         if let Ok(mut known) = self.cancels.lock() {
             if known.get(id).is_some_and(|k| !k.noted_cancelled) {
                 known.remove(id);
