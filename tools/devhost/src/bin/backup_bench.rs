@@ -62,7 +62,8 @@ async fn main() {
          | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n{}\n\n\
          {ROWS} NuGet-like rows (five typed properties each), devhost with {instances} instances, \
          no cap, one run, in this order in each round; seconds from the start request to the \
-         status saying succeeded (an export's includes writing its manifest). Time vs copy is \
+         finish its last step stamped (the status's finishedAt), for an export to the status \
+         saying succeeded, read every 250 ms (it includes writing the manifest). Time vs copy is \
          against the mean of the copies. Every copy and import was checked to hold all {ROWS} rows.\n",
         lines.join("\n")
     );
