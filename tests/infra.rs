@@ -254,8 +254,12 @@ fn check_identity(name: &str, doc: &Value) {
             }),
         }
     };
-    let account = tablescan::storage::connection::resolve(STORAGE_CONNECTION, &lookup)
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let account = tablescan::storage::connection::resolve(
+        STORAGE_CONNECTION,
+        &lookup,
+        &tablescan::storage::token::TokenCredentials::default(),
+    )
+    .unwrap_or_else(|e| panic!("{name}: {e}"));
     assert!(
         matches!(
             account.credential(),

@@ -7,7 +7,7 @@ use common::{tables, unique_name};
 use tablescan::job::activity::CLAIMS_WINDOW;
 use tablescan::job::spec::ScanSpec;
 use tablescan::job::{Begin, FailureRecord, Finish, Ledger, State, StepCounts};
-use tablescan::scan::item::{Task, WorkItem};
+use tablescan::scan::item::{ReadRange, WorkItem};
 use tablescan::scan::keys::KeyRange;
 use time::{Duration, OffsetDateTime};
 
@@ -66,7 +66,7 @@ async fn one_delivery_at_a_time_and_a_lost_claim_is_noticed() {
             .unwrap(),
         Finish::ClaimLost
     );
-    let child = root.follow_up(Task::Partition {
+    let child = root.follow_up(ReadRange::Partition {
         partition_key: "p".into(),
         row_keys: KeyRange::between(Some("r"), None),
         prefix: String::new(),
@@ -193,7 +193,7 @@ async fn a_cancelled_scan_is_cancelling_while_a_step_holds_a_claim() {
 }
 
 fn partition_child(root: &WorkItem, n: usize) -> WorkItem {
-    root.follow_up(Task::Partition {
+    root.follow_up(ReadRange::Partition {
         partition_key: format!("p{n:04}"),
         row_keys: KeyRange::all(),
         prefix: String::new(),

@@ -18,7 +18,7 @@ use tablescan::job::rows::{pending_range, rows_of};
 use tablescan::job::rows::{shard_of, DoneRow, PendingRow, Tallies, SHARDS};
 use tablescan::job::spec::ScanSpec;
 use tablescan::job::{Begin, Ledger, StepCounts};
-use tablescan::scan::item::{Task, WorkItem};
+use tablescan::scan::item::{ReadRange, WorkItem};
 use tablescan::scan::keys::KeyRange;
 use tablescan::storage::connection_string::{EMULATOR_ACCOUNT, EMULATOR_KEY};
 use tablescan::storage::table::batch::Operation;
@@ -61,7 +61,7 @@ impl Counter<'_> {
 }
 
 fn child(root: &WorkItem, n: usize) -> WorkItem {
-    root.follow_up(Task::Partition {
+    root.follow_up(ReadRange::Partition {
         partition_key: format!("p{n:06}"),
         row_keys: KeyRange::all(),
         prefix: String::new(),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tablescan::functions::{AppState, Settings};
 use tablescan::job::spec::ScanSpec;
 use tablescan::job::{Begin, Claim, FailureRecord, Finish, Ledger, StepCounts};
-use tablescan::scan::item::{Task, WorkItem};
+use tablescan::scan::item::{ReadRange, WorkItem};
 use tablescan::scan::keys::KeyRange;
 use tablescan::storage::table::in_memory::InMemoryTable;
 use time::{Duration, OffsetDateTime};
@@ -48,12 +48,12 @@ pub async fn new_scan(ledger: &Ledger) -> WorkItem {
 /// item's id is its range, whatever its depth).
 pub fn children(parent: &WorkItem, n: usize) -> Vec<WorkItem> {
     let under = match &parent.task {
-        Task::Partition { partition_key, .. } => format!("{partition_key}/"),
+        ReadRange::Partition { partition_key, .. } => format!("{partition_key}/"),
         _ => String::new(),
     };
     (0..n)
         .map(|i| {
-            parent.follow_up(Task::Partition {
+            parent.follow_up(ReadRange::Partition {
                 partition_key: format!("{under}p{i:05}"),
                 row_keys: KeyRange::all(),
                 prefix: String::new(),

@@ -42,8 +42,13 @@ impl ScanSpec {
         now: time::OffsetDateTime,
     ) -> Result<ScanSpec, SpecError> {
         let spec = Self::parse_unresolved_at(body, default_cap, now)?;
+        // Resolved only to be checked: token credentials of their own, never used.
         for used in spec.connection_uses() {
-            if let Err(error) = tablescan_storage::connection::resolve(used.name, settings) {
+            if let Err(error) = tablescan_storage::connection::resolve(
+                used.name,
+                settings,
+                &tablescan_storage::token::TokenCredentials::default(),
+            ) {
                 return refuse(used.field, error.to_string());
             }
         }

@@ -82,47 +82,12 @@ async fn run(cli: Cli) -> i32 {
             });
             0
         }),
-        Command::Pause { id } => api.pause(id).await.map(|answer| {
-            print_json_or(json, &answer, || {
-                let state = answer["state"].as_str().unwrap_or("pausing");
-                let how = if state == "paused" {
-                    "no step runs"
-                } else {
-                    "running steps stop at their next page"
-                };
-                format!("scan {id}: {state} ({how}); `tablescan resume {id}` goes on from there\n")
-            });
-            0
-        }),
+        Command::Pause { id } => pause(&api, id, json).await,
         Command::Resume { id } => resume(&api, id, json).await,
         Command::Schedule { command } => schedule::run(&api, command, json).await,
-        Command::Retry { id } => api.retry(id).await.map(|answer| {
-            print_json_or(json, &answer, || {
-                let more = if answer["more"] == true {
-                    format!("; more remain: run `tablescan retry {id}` again")
-                } else {
-                    String::new()
-                };
-                format!(
-                    "scan {id}: {} failed work items sent again{more}\n",
-                    answer["retried"].as_u64().unwrap_or(0)
-                )
-            });
-            0
-        }),
+        Command::Retry { id } => retry(&api, id, json).await,
         Command::Remove { id } => remove(&api, id, json).await,
-        Command::Ui { without_key } => {
-            // The address is printed whatever the check finds (the app may be starting);
-            // what the check found goes to stderr.
-            if let Err(why) = api.page_served().await {
-                eprintln!("tablescan: {why}");
-            }
-            let address = api.page_address(!without_key);
-            print_json_or(json, &serde_json::json!({ "address": address }), || {
-                format!("{address}\n")
-            });
-            Ok(0)
-        }
+        Command::Ui { without_key } => Ok(ui(&api, *without_key, json).await),
     };
     outcome.unwrap_or_else(|error| {
         report(&error, json);
@@ -258,6 +223,51 @@ async fn resume(api: &Api, id: &str, json: bool) -> Result<i32, ApiError> {
     });
     print_json_or(json, &answer, || resume::text(id, &resumed));
     Ok(0)
+}
+
+/// `tablescan pause`: the scan's state, and how to go on.
+async fn pause(api: &Api, id: &str, json: bool) -> Result<i32, ApiError> {
+    let answer = api.pause(id).await?;
+    print_json_or(json, &answer, || {
+        let state = answer["state"].as_str().unwrap_or("pausing");
+        let how = if state == "paused" {
+            "no step runs"
+        } else {
+            "running steps stop at their next page"
+        };
+        format!("scan {id}: {state} ({how}); `tablescan resume {id}` goes on from there\n")
+    });
+    Ok(0)
+}
+
+/// `tablescan retry`: how many failed work items were sent again, and whether more remain.
+async fn retry(api: &Api, id: &str, json: bool) -> Result<i32, ApiError> {
+    let answer = api.retry(id).await?;
+    print_json_or(json, &answer, || {
+        let more = if answer["more"] == true {
+            format!("; more remain: run `tablescan retry {id}` again")
+        } else {
+            String::new()
+        };
+        format!(
+            "scan {id}: {} failed work items sent again{more}\n",
+            answer["retried"].as_u64().unwrap_or(0)
+        )
+    });
+    Ok(0)
+}
+
+/// `tablescan ui`: the page's address, printed whatever the check of the page finds (the app
+/// may be starting); what the check found goes to stderr.
+async fn ui(api: &Api, without_key: bool, json: bool) -> i32 {
+    if let Err(why) = api.page_served().await {
+        eprintln!("tablescan: {why}");
+    }
+    let address = api.page_address(!without_key);
+    print_json_or(json, &serde_json::json!({ "address": address }), || {
+        format!("{address}\n")
+    });
+    0
 }
 
 async fn remove(api: &Api, id: &str, json: bool) -> Result<i32, ApiError> {

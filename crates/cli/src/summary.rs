@@ -78,6 +78,13 @@ pub fn summary(status: &Value) -> String {
             format!("{seconds:.1} s ({} rows/s)", thousands(rate.round() as u64)),
         );
     }
+    reasons(&mut out, status, id);
+    out.0
+}
+
+/// Why the scan failed, its note, its errors, a few rows it could not act on (or would act
+/// on, in a dry run), and what to do next.
+fn reasons(out: &mut Lines, status: &Value, id: &str) {
     if let Some(why) = status["failedBecause"].as_str() {
         out.row("failed because", cli_words(why, id));
     }
@@ -109,7 +116,6 @@ pub fn summary(status: &Value) -> String {
     if let Some(next) = next_step(status, id) {
         out.row("next", next);
     }
-    out.0
 }
 
 /// The errors of the steps that failed for good, each text once with how many of the listed
@@ -154,9 +160,7 @@ fn outcome(out: &mut Lines, status: &Value, scan: &Scan) {
     let acted = number(&p["rowsActed"]);
     let skipped = number(&p["rowsSkipped"]);
     let partitions = number(&p["partitions"]);
-    let dry = scan.dry_run;
-    let action = scan.action;
-    let target_in = describe::in_connection(action["connection"].as_str());
+    let target_in = describe::in_connection(scan.action["connection"].as_str());
     let manifest_rows = status["spec"]["import"]["manifest"]["rows"].as_u64();
     let of_manifest = manifest_rows
         .map(|rows| format!(" (the export's manifest lists {})", thousands(rows)))
@@ -169,53 +173,16 @@ fn outcome(out: &mut Lines, status: &Value, scan: &Scan) {
                 count(acted, "row", "rows")
             ),
         ),
-        "count" => {
-            let (rows, partitions, all) = match status["result"].as_object() {
-                Some(result) => (number(&result["rows"]), number(&result["partitions"]), ""),
-                None => (acted, partitions, " so far, not the whole scope"),
-            };
-            out.row(
-                "counted",
-                format!(
-                    "{} in {}{all}",
-                    count(rows, "row", "rows"),
-                    count(partitions, "partition", "partitions")
-                ),
-            );
-        }
-        "copy" => {
-            let into = format!(
-                "into {}{target_in}",
-                action["table"].as_str().unwrap_or("?")
-            );
-            let verb = match (dry, scan.import.is_some()) {
-                (true, _) => "would copy",
-                (false, true) => "restored",
-                (false, false) => "copied",
-            };
-            let also = if dry {
-                " (dry run: nothing written)"
-            } else {
-                ""
-            };
-            out.row(
-                verb,
-                format!("{} {into}{of_manifest}{also}", count(acted, "row", "rows")),
-            );
-            if skipped > 0 {
-                out.row(
-                    "left alone",
-                    format!(
-                        "{} the target holds already, different (mode insert keeps them)",
-                        count(skipped, "row", "rows")
-                    ),
-                );
-            }
-        }
+        "count" => counted(out, status, acted, partitions),
+        "copy" => copied(out, scan, acted, skipped, &target_in, &of_manifest),
         "enqueue" | "partition-keys" => enqueued(out, scan, acted, partitions),
         "delete" => {
-            let verb = if dry { "would delete" } else { "deleted" };
-            let also = if dry {
+            let verb = if scan.dry_run {
+                "would delete"
+            } else {
+                "deleted"
+            };
+            let also = if scan.dry_run {
                 " (dry run: nothing deleted)"
             } else {
                 ""
@@ -232,8 +199,12 @@ fn outcome(out: &mut Lines, status: &Value, scan: &Scan) {
             }
         }
         "update" => {
-            let verb = if dry { "would update" } else { "updated" };
-            let also = if dry {
+            let verb = if scan.dry_run {
+                "would update"
+            } else {
+                "updated"
+            };
+            let also = if scan.dry_run {
                 " (dry run: nothing written)"
             } else {
                 ""
@@ -249,35 +220,91 @@ fn outcome(out: &mut Lines, status: &Value, scan: &Scan) {
                 );
             }
         }
-        "export" => {
-            let export = &status["export"];
-            let verb = if dry { "would export" } else { "exported" };
-            let blobs = match export.as_object() {
-                Some(_) if !dry => format!(
-                    " into {} ({} bytes)",
-                    count(number(&export["blobs"]), "blob", "blobs"),
-                    thousands(number(&export["bytes"]))
-                ),
-                _ => String::new(),
-            };
-            out.row(verb, format!("{}{blobs}", count(acted, "row", "rows")));
-            match export["manifest"].as_str() {
-                Some(manifest) => out.row(
-                    "manifest",
-                    format!(
-                        "{}/{manifest}{target_in} (restore with --import)",
-                        export["container"].as_str().unwrap_or("?")
-                    ),
-                ),
-                None if !dry && status["state"] != "running" && status["state"] != "pending" => out
-                    .row(
-                        "manifest",
-                        "none: the export is not whole, and an import refuses it",
-                    ),
-                None => {}
-            }
-        }
+        "export" => exported(out, status, scan.dry_run, acted, &target_in),
         _ => out.row("rows acted on", thousands(acted)),
+    }
+}
+
+/// What a count counted: its result once the scan is done, else what it counted so far.
+fn counted(out: &mut Lines, status: &Value, acted: u64, partitions: u64) {
+    let (rows, partitions, all) = match status["result"].as_object() {
+        Some(result) => (number(&result["rows"]), number(&result["partitions"]), ""),
+        None => (acted, partitions, " so far, not the whole scope"),
+    };
+    out.row(
+        "counted",
+        format!(
+            "{} in {}{all}",
+            count(rows, "row", "rows"),
+            count(partitions, "partition", "partitions")
+        ),
+    );
+}
+
+/// What a copy (or an import's restore) wrote, and the rows it left alone.
+fn copied(
+    out: &mut Lines,
+    scan: &Scan,
+    acted: u64,
+    skipped: u64,
+    target_in: &str,
+    of_manifest: &str,
+) {
+    let into = format!(
+        "into {}{target_in}",
+        scan.action["table"].as_str().unwrap_or("?")
+    );
+    let verb = match (scan.dry_run, scan.import.is_some()) {
+        (true, _) => "would copy",
+        (false, true) => "restored",
+        (false, false) => "copied",
+    };
+    let also = if scan.dry_run {
+        " (dry run: nothing written)"
+    } else {
+        ""
+    };
+    out.row(
+        verb,
+        format!("{} {into}{of_manifest}{also}", count(acted, "row", "rows")),
+    );
+    if skipped > 0 {
+        out.row(
+            "left alone",
+            format!(
+                "{} the target holds already, different (mode insert keeps them)",
+                count(skipped, "row", "rows")
+            ),
+        );
+    }
+}
+
+/// What an export wrote, and its manifest (or why there is none).
+fn exported(out: &mut Lines, status: &Value, dry: bool, acted: u64, target_in: &str) {
+    let export = &status["export"];
+    let verb = if dry { "would export" } else { "exported" };
+    let blobs = match export.as_object() {
+        Some(_) if !dry => format!(
+            " into {} ({} bytes)",
+            count(number(&export["blobs"]), "blob", "blobs"),
+            thousands(number(&export["bytes"]))
+        ),
+        _ => String::new(),
+    };
+    out.row(verb, format!("{}{blobs}", count(acted, "row", "rows")));
+    match export["manifest"].as_str() {
+        Some(manifest) => out.row(
+            "manifest",
+            format!(
+                "{}/{manifest}{target_in} (restore with --import)",
+                export["container"].as_str().unwrap_or("?")
+            ),
+        ),
+        None if !dry && status["state"] != "running" && status["state"] != "pending" => out.row(
+            "manifest",
+            "none: the export is not whole, and an import refuses it",
+        ),
+        None => {}
     }
 }
 

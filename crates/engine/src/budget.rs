@@ -38,7 +38,7 @@ impl Budget {
 /// How a step's own reads retry: briefly, so that one throttled read (a partition over its
 /// target answers 503 ServerBusy) waits about six seconds at most and the step stays within its
 /// budget. A read that still fails makes the step hand the rest of its range on
-/// (`StopReason::Throttled`); the queue is the longer back-off.
+/// (`StopReason::Transient`); the queue is the longer back-off.
 pub fn read_retry_policy() -> tablescan_storage::retry::RetryPolicy {
     tablescan_storage::retry::RetryPolicy {
         max_retries: 3,

@@ -25,14 +25,16 @@ pub struct WorkItem {
     pub scan: String,
     /// How many steps lie between the scan's first work item and this one.
     pub depth: u32,
-    /// What to read.
-    pub task: Task,
+    /// What to read (serialised as `task`, the name it has always had).
+    pub task: ReadRange,
 }
 
-/// The part of the table a work item reads.
+/// The range a work item reads: a range of PartitionKeys, or of RowKeys within one partition;
+/// for an import, a range of an export manifest's blobs, or of one blob's bytes. Serialised
+/// with its `kind`; the type's name appears in no message or row.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "kind", deny_unknown_fields)]
-pub enum Task {
+pub enum ReadRange {
     /// Every row whose PartitionKey lies in `partition_keys`. Every such key starts with
     /// `prefix`, which is where prefix discovery continues from.
     #[serde(rename = "range")]
@@ -91,10 +93,13 @@ fn is_zero_u32(n: &u32) -> bool {
     *n == 0
 }
 
-impl Task {
+impl ReadRange {
     /// Whether the task reads an export's blobs rather than a table.
     pub fn is_import(&self) -> bool {
-        matches!(self, Task::ExportPart { .. } | Task::ExportBlob { .. })
+        matches!(
+            self,
+            ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. }
+        )
     }
 }
 
@@ -132,7 +137,7 @@ impl WorkItem {
             v: WORK_ITEM_VERSION,
             scan: scan.into(),
             depth: 0,
-            task: Task::Range {
+            task: ReadRange::Range {
                 partition_keys,
                 prefix: prefix.into(),
                 cursor: None,
@@ -142,7 +147,7 @@ impl WorkItem {
     }
 
     /// A follow-up of this item, one step deeper.
-    pub fn follow_up(&self, task: Task) -> Self {
+    pub fn follow_up(&self, task: ReadRange) -> Self {
         WorkItem {
             v: WORK_ITEM_VERSION,
             scan: self.scan.clone(),
@@ -199,7 +204,7 @@ mod tests {
         // that take the most bytes to encode.
         let key = "\u{FFFF}".repeat(512);
         let root = WorkItem::root("s".repeat(64), KeyRange::all(), "");
-        root.follow_up(Task::Partition {
+        root.follow_up(ReadRange::Partition {
             partition_key: key.clone(),
             row_keys: KeyRange {
                 lower: Lower::Excluded(key.clone()),
@@ -219,7 +224,7 @@ mod tests {
     fn work_item_ids_are_pinned() {
         let scan = "0123456789abcdef0123456789abcdef";
         let root = WorkItem::root(scan, KeyRange::all(), "");
-        let child = root.follow_up(Task::Partition {
+        let child = root.follow_up(ReadRange::Partition {
             partition_key: "p1".into(),
             row_keys: KeyRange {
                 lower: Lower::Excluded("r0019".into()),
@@ -259,7 +264,7 @@ mod tests {
             next_row_key: None,
         };
         let row_keys = KeyRange::all();
-        let task = Task::Partition {
+        let task = ReadRange::Partition {
             partition_key: "p".into(),
             row_keys: row_keys.clone(),
             prefix: "x".into(),

@@ -22,7 +22,7 @@ pub mod seek;
 pub mod step;
 
 pub use budget::{Budget, Clock, SystemClock};
-pub use item::{Task, WorkItem};
+pub use item::{ReadRange, WorkItem};
 pub use keys::KeyRange;
 pub use reader::TableReader;
 pub use step::{

@@ -143,36 +143,7 @@ impl<'a> MemoryReader<'a> {
             None => query.clone(),
         });
         let rows = &self.table.rows;
-        let mut start = match request.scope {
-            ReadScope::Range(range) => rows.partition_point(|r| !above_lower(&r.pk, &range.lower)),
-            ReadScope::Partition {
-                partition_key,
-                row_keys,
-            } => {
-                let pk: Vec<u16> = partition_key.encode_utf16().collect();
-                rows.partition_point(|r| {
-                    r.pk < pk || (r.pk == pk && !above_lower(&r.rk, &row_keys.lower))
-                })
-            }
-        };
-        if let Some(cursor) = request.cursor {
-            match state.issued.get(cursor) {
-                Some(owner) if *owner == query => {}
-                _ => {
-                    return Err(format!(
-                        "continuation used with another query than its own: {query}"
-                    ))
-                }
-            }
-            let pk: Vec<u16> = cursor.next_partition_key.encode_utf16().collect();
-            let rk: Vec<u16> = cursor
-                .next_row_key
-                .as_deref()
-                .unwrap_or("")
-                .encode_utf16()
-                .collect();
-            start = start.max(rows.partition_point(|r| (&r.pk, &r.rk) < (&pk, &rk)));
-        }
+        let start = self.first_row(&state, request, &query)?;
         let in_scope = |row: &Row| match request.scope {
             ReadScope::Range(range) => below_upper(&row.pk, &range.upper),
             ReadScope::Partition {
@@ -188,18 +159,7 @@ impl<'a> MemoryReader<'a> {
             .quirks
             .max_scanned
             .map_or(in_range, |most| most.max(1).min(in_range));
-        let mut top = request.top as usize;
-        let roll =
-            |state: &mut State, percent: u8| next_percent(&mut state.random) < u32::from(percent);
-
-        if in_range > 0 {
-            let position = (rows[start].pk.clone(), rows[start].rk.clone());
-            if roll(&mut state, self.quirks.empty_pages) && state.emptied.insert(position) {
-                top = 0;
-            } else if top > 1 && roll(&mut state, self.quirks.short_pages) {
-                top = 1 + (next_percent(&mut state.random) as usize) % (top - 1);
-            }
-        }
+        let top = self.page_top(&mut state, start, in_range, request.top as usize);
         // Rows are looked at in key order until the page is full or the request has looked at
         // as many as it may; only those the filter takes are returned.
         let mut entities = Vec::new();
@@ -212,13 +172,96 @@ impl<'a> MemoryReader<'a> {
             }
         }
         state.scanned += scanned as u64;
-        let continuation = if scanned < in_range {
+        let continuation = self.continuation(&mut state, start, scanned, in_range, &query);
+        if let Some(token) = &continuation {
+            state.issued.insert(token.clone(), query);
+        }
+        Ok(Page {
+            entities,
+            continuation,
+        })
+    }
+
+    /// The index of the first row `request` may return: the start of its scope, or where its
+    /// continuation points (which must be one issued for the same `query`).
+    fn first_row(
+        &self,
+        state: &State,
+        request: &PageRequest<'_>,
+        query: &str,
+    ) -> Result<usize, String> {
+        let rows = &self.table.rows;
+        let start = match request.scope {
+            ReadScope::Range(range) => rows.partition_point(|r| !above_lower(&r.pk, &range.lower)),
+            ReadScope::Partition {
+                partition_key,
+                row_keys,
+            } => {
+                let pk: Vec<u16> = partition_key.encode_utf16().collect();
+                rows.partition_point(|r| {
+                    r.pk < pk || (r.pk == pk && !above_lower(&r.rk, &row_keys.lower))
+                })
+            }
+        };
+        let Some(cursor) = request.cursor else {
+            return Ok(start);
+        };
+        match state.issued.get(cursor) {
+            Some(owner) if owner == query => {}
+            _ => {
+                return Err(format!(
+                    "continuation used with another query than its own: {query}"
+                ))
+            }
+        }
+        let pk: Vec<u16> = cursor.next_partition_key.encode_utf16().collect();
+        let rk: Vec<u16> = cursor
+            .next_row_key
+            .as_deref()
+            .unwrap_or("")
+            .encode_utf16()
+            .collect();
+        Ok(start.max(rows.partition_point(|r| (&r.pk, &r.rk) < (&pk, &rk))))
+    }
+
+    /// The most rows a page from row `start` holds: `top`, unless the quirks make it empty
+    /// (once per position) or short.
+    fn page_top(&self, state: &mut State, start: usize, in_range: usize, top: usize) -> usize {
+        let roll =
+            |state: &mut State, percent: u8| next_percent(&mut state.random) < u32::from(percent);
+        if in_range == 0 {
+            return top;
+        }
+        let rows = &self.table.rows;
+        let position = (rows[start].pk.clone(), rows[start].rk.clone());
+        if roll(state, self.quirks.empty_pages) && state.emptied.insert(position) {
+            0
+        } else if top > 1 && roll(state, self.quirks.short_pages) {
+            1 + (next_percent(&mut state.random) as usize) % (top - 1)
+        } else {
+            top
+        }
+    }
+
+    /// The continuation of a page that looked at `scanned` of the `in_range` rows from `start`.
+    fn continuation(
+        &self,
+        state: &mut State,
+        start: usize,
+        scanned: usize,
+        in_range: usize,
+        query: &str,
+    ) -> Option<Continuation> {
+        let rows = &self.table.rows;
+        if scanned < in_range {
             let next = &rows[start + scanned].entity;
             Some(Continuation {
                 next_partition_key: next.partition_key.clone(),
                 next_row_key: Some(next.row_key.clone()),
             })
-        } else if in_range > 0 && roll(&mut state, self.quirks.trailing_tokens) {
+        } else if in_range > 0
+            && next_percent(&mut state.random) < u32::from(self.quirks.trailing_tokens)
+        {
             // A position just past the last row in range, as the service's would be: resumed,
             // it reads nothing. Unique per query, as a real token (a position in that query)
             // would be.
@@ -229,14 +272,7 @@ impl<'a> MemoryReader<'a> {
             })
         } else {
             None
-        };
-        if let Some(token) = &continuation {
-            state.issued.insert(token.clone(), query);
         }
-        Ok(Page {
-            entities,
-            continuation,
-        })
     }
 }
 

@@ -3,7 +3,7 @@
 //! then either all of it counts, with the follow-ups that cover what lies after it, or only
 //! the finished rows count and the rest of the page's task is handed on from the last of them.
 
-use super::item::Task;
+use super::item::ReadRange;
 use super::keys::{KeyRange, Lower};
 use super::step::ReadMode;
 use tablescan_storage::table::entity::Entity;
@@ -11,7 +11,7 @@ use tablescan_storage::table::entity::Entity;
 /// A page waiting for the sink.
 pub struct PendingPage {
     /// The task whose read returned this page.
-    pub task: Task,
+    pub task: ReadRange,
     /// For each row the sink gets: how many of the page's rows it accounts for, counted from
     /// the first, and how many new partitions those rows start.
     through: Vec<(u64, u64)>,
@@ -22,7 +22,7 @@ pub struct PendingPage {
     page_partitions: u64,
     /// Work items that cover what lies after the page (split pieces, the subdivided rest):
     /// valid only once the whole page is finished.
-    pub after: Vec<Task>,
+    pub after: Vec<ReadRange>,
 }
 
 /// What counts of a page once the sink is done with it.
@@ -33,7 +33,7 @@ pub struct Settled {
     pub partitions_started: u64,
     /// Work items that cover exactly the part of the page's task not yet finished beyond the
     /// page (when it was finished whole) or beyond the last finished row (when it was not).
-    pub follow_ups: Vec<Task>,
+    pub follow_ups: Vec<ReadRange>,
     /// Whether the sink stopped before the end of the page.
     pub cut_short: bool,
 }
@@ -44,7 +44,7 @@ impl PendingPage {
     /// partition's other rows on the page too. `previous_partition` is the PartitionKey of the
     /// row before the page.
     pub fn new(
-        task: Task,
+        task: ReadRange,
         page: &[Entity],
         previous_partition: Option<&str>,
         mode: ReadMode,
@@ -116,16 +116,16 @@ impl PendingPage {
 
 /// What of `task` lies after row (`pk`, `rk`), which it contains: the rest of that partition
 /// and, for a range, the partitions after it. No cursor: the pieces start from keys.
-pub fn rest_after(task: Task, pk: &str, rk: &str, mode: ReadMode) -> Vec<Task> {
+pub fn rest_after(task: ReadRange, pk: &str, rk: &str, mode: ReadMode) -> Vec<ReadRange> {
     match task {
-        Task::Range {
+        ReadRange::Range {
             partition_keys,
             prefix,
             ..
         } => {
             let mut pieces = Vec::new();
             if mode == ReadMode::Rows {
-                pieces.push(Task::Partition {
+                pieces.push(ReadRange::Partition {
                     partition_key: pk.to_string(),
                     row_keys: KeyRange::between(Some(rk), None),
                     prefix: String::new(),
@@ -138,7 +138,7 @@ pub fn rest_after(task: Task, pk: &str, rk: &str, mode: ReadMode) -> Vec<Task> {
                 upper: partition_keys.upper,
             };
             if !later.is_empty() {
-                pieces.push(Task::Range {
+                pieces.push(ReadRange::Range {
                     partition_keys: later,
                     prefix,
                     cursor: None,
@@ -147,7 +147,7 @@ pub fn rest_after(task: Task, pk: &str, rk: &str, mode: ReadMode) -> Vec<Task> {
             }
             pieces
         }
-        Task::Partition {
+        ReadRange::Partition {
             partition_key,
             row_keys,
             prefix,
@@ -161,7 +161,7 @@ pub fn rest_after(task: Task, pk: &str, rk: &str, mode: ReadMode) -> Vec<Task> {
                 return Vec::new();
             }
             // Its row (`pk`, `rk`) was delivered: the partition is started.
-            vec![Task::Partition {
+            vec![ReadRange::Partition {
                 partition_key,
                 row_keys: later,
                 prefix,
@@ -170,7 +170,7 @@ pub fn rest_after(task: Task, pk: &str, rk: &str, mode: ReadMode) -> Vec<Task> {
             }]
         }
         // Not a table's: `run_step` refuses such a task before reading.
-        task @ (Task::ExportPart { .. } | Task::ExportBlob { .. }) => vec![task],
+        task @ (ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. }) => vec![task],
     }
 }
 
@@ -183,8 +183,8 @@ mod tests {
         keys.iter().map(|(p, r)| Entity::new(*p, *r)).collect()
     }
 
-    fn range() -> Task {
-        Task::Range {
+    fn range() -> ReadRange {
+        ReadRange::Range {
             partition_keys: KeyRange::all(),
             prefix: String::new(),
             cursor: None,
@@ -229,14 +229,14 @@ mod tests {
         assert_eq!(
             settled.follow_ups,
             vec![
-                Task::Partition {
+                ReadRange::Partition {
                     partition_key: "b".into(),
                     row_keys: KeyRange::between(Some("1"), None),
                     prefix: String::new(),
                     cursor: None,
                     unstarted: false,
                 },
-                Task::Range {
+                ReadRange::Range {
                     partition_keys: KeyRange::between(Some("b"), None),
                     prefix: String::new(),
                     cursor: None,
@@ -262,7 +262,7 @@ mod tests {
         );
         assert_eq!(
             settled.follow_ups,
-            vec![Task::Range {
+            vec![ReadRange::Range {
                 partition_keys: KeyRange::between(Some("b"), None),
                 prefix: String::new(),
                 cursor: None,
@@ -273,7 +273,7 @@ mod tests {
 
     #[test]
     fn a_partition_task_hands_on_the_rest_of_its_row_range() {
-        let task = Task::Partition {
+        let task = ReadRange::Partition {
             partition_key: "p".into(),
             row_keys: KeyRange::between(None, Some("m")),
             prefix: String::new(),
@@ -283,7 +283,7 @@ mod tests {
         let rest = rest_after(task, "p", "k", ReadMode::Rows);
         assert_eq!(
             rest,
-            vec![Task::Partition {
+            vec![ReadRange::Partition {
                 partition_key: "p".into(),
                 row_keys: KeyRange {
                     lower: Lower::Excluded("k".into()),

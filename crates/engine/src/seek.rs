@@ -19,7 +19,7 @@
 //! range into a few pieces that a step reads side by side, so that a step keeps a handful of
 //! queries in flight.
 
-use super::item::Task;
+use super::item::ReadRange;
 use super::keys::{cut_evenly, Lower, CUT_POINTS};
 
 /// How many seeks (queries asking for fewer rows than `page_size / SEEKS_PER_QUERY`) count as
@@ -108,8 +108,8 @@ pub fn query_limit(max_queries: u32, page_size: u16) -> u32 {
 /// Up to `pieces` disjoint ranges that together cover a fresh range item (no cursor), cut at
 /// PartitionKeys `prefix + c` for evenly chosen characters `c` inside it: a partition lies in
 /// one piece whole. Anything else, or a range no cut point falls inside, stays whole.
-pub fn chain_pieces(task: &Task, pieces: usize) -> Vec<Task> {
-    let Task::Range {
+pub fn chain_pieces(task: &ReadRange, pieces: usize) -> Vec<ReadRange> {
+    let ReadRange::Range {
         partition_keys,
         prefix,
         cursor: None,
@@ -131,7 +131,7 @@ pub fn chain_pieces(task: &Task, pieces: usize) -> Vec<Task> {
     };
     ranges
         .into_iter()
-        .map(|partition_keys| Task::Range {
+        .map(|partition_keys| ReadRange::Range {
             partition_keys,
             prefix: prefix.clone(),
             cursor: None,
@@ -202,7 +202,7 @@ mod tests {
 
     #[test]
     fn pieces_cover_the_range_at_partition_boundaries() {
-        let task = Task::Range {
+        let task = ReadRange::Range {
             partition_keys: KeyRange::all(),
             prefix: String::new(),
             cursor: None,
@@ -213,7 +213,7 @@ mod tests {
         let ranges: Vec<KeyRange> = pieces
             .iter()
             .map(|p| match p {
-                Task::Range { partition_keys, .. } => partition_keys.clone(),
+                ReadRange::Range { partition_keys, .. } => partition_keys.clone(),
                 _ => unreachable!(),
             })
             .collect();
@@ -231,7 +231,7 @@ mod tests {
             assert_eq!(holding, 1, "{key:?} lies in exactly one piece");
         }
         // A range under a prefix is cut under it; one without room for a cut stays whole.
-        let narrow = Task::Range {
+        let narrow = ReadRange::Range {
             partition_keys: KeyRange::with_prefix("ab"),
             prefix: "ab".into(),
             cursor: None,
@@ -239,8 +239,8 @@ mod tests {
         };
         assert!(chain_pieces(&narrow, 4)
             .iter()
-            .all(|p| matches!(p, Task::Range { prefix, .. } if prefix == "ab")));
-        let tiny = Task::Range {
+            .all(|p| matches!(p, ReadRange::Range { prefix, .. } if prefix == "ab")));
+        let tiny = ReadRange::Range {
             partition_keys: KeyRange::between(Some("a"), Some("a0")),
             prefix: String::new(),
             cursor: None,

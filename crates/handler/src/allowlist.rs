@@ -148,8 +148,13 @@ impl Allowlist {
     /// leaves out (its reason is logged for the operator, naming settings only).
     pub fn check(&self, spec: &ScanSpec, settings: &dyn SettingLookup) -> Result<(), NotUsable> {
         self.permits(spec)?;
+        // Resolved only to be checked: token credentials of their own, never used.
         for used in spec.connection_uses() {
-            if let Err(error) = tablescan_storage::connection::resolve(used.name, settings) {
+            if let Err(error) = tablescan_storage::connection::resolve(
+                used.name,
+                settings,
+                &tablescan_storage::token::TokenCredentials::default(),
+            ) {
                 tracing::warn!(
                     "connection {:?} is listed in {CONNECTIONS_SETTING} but cannot be used: \
                      {error}",

@@ -12,10 +12,13 @@ use axum::Router;
 
 use super::config::{Config, ConfigError, LEDGER_CONNECTION_SETTING};
 use super::names::*;
+use super::record_reads::ScanReads;
 use super::{http, redrive, step};
 use tablescan_api::SettingLookup;
 use tablescan_engine::Budget;
 use tablescan_ledger::{Ledger, ScanRecord};
+use tablescan_storage::pacing::Governors;
+use tablescan_storage::token::TokenCredentials;
 use tablescan_storage::{
     BlobServiceClient, ClientOptions, QueueServiceClient, StorageAccount, StorageError,
     TableServiceClient,
@@ -126,12 +129,17 @@ pub struct AppState {
     pub host_queues: HostQueues,
     /// This process's share of each running scan's cap, and the slots of its steps.
     pub pacing: super::pacing::Pacing,
+    /// The back-off of each storage target, given to every client this state builds: one
+    /// per account's table service (or queue) for the whole process.
+    governors: Governors,
+    /// The token credentials of the identity connections, one per identity for the process.
+    tokens: TokenCredentials,
     clients: Mutex<HashMap<String, Clients>>,
     /// Per scan, its record as last read and when (see [`AppState::scan_record`]), and
     /// whether it was cancelled through this process.
     cancels: Mutex<HashMap<String, Known>>,
-    /// Per scan, the gate its record's reads pass one at a time (see [`AppState::scan_record`]).
-    scan_reads: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Per scan, its record's reads, one at a time (see [`AppState::scan_record`]).
+    scan_reads: Mutex<HashMap<String, Arc<ScanReads>>>,
 }
 
 /// What a process knows of a scan (see [`AppState::scan_record`]).
@@ -154,12 +162,12 @@ pub struct ItemQueues {
 
 impl ItemQueues {
     /// The queue a work item of `task`'s kind goes to.
-    pub fn of(&self, task: &tablescan_engine::item::Task) -> &str {
-        use tablescan_engine::item::Task;
+    pub fn of(&self, task: &tablescan_engine::item::ReadRange) -> &str {
+        use tablescan_engine::item::ReadRange;
         match task {
-            Task::Range { .. } => &self.range,
-            Task::Partition { .. } => &self.partition,
-            Task::ExportPart { .. } | Task::ExportBlob { .. } => &self.export,
+            ReadRange::Range { .. } => &self.range,
+            ReadRange::Partition { .. } => &self.partition,
+            ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. } => &self.export,
         }
     }
 
@@ -272,6 +280,8 @@ impl AppState {
         let here = std::env::current_dir().unwrap_or_default();
         let state = AppState {
             pacing: super::pacing::Pacing::default(),
+            governors: Governors::default(),
+            tokens: TokenCredentials::default(),
             settings,
             config,
             bad_settings,
@@ -312,24 +322,36 @@ impl AppState {
     /// (and admitting steps by the scan's cap) costs the ledger a read per scan per process
     /// every few seconds, not per page. The steps that start together (a batch of messages,
     /// 16 by default, when a scan starts or its read has aged) wait for one read rather than
-    /// each making its own: one read at a time per scan, and those that waited take its
-    /// answer. `None` for a scan not found or a read that failed (the next call tries again).
+    /// each making its own (`functions::record_reads`). `None` for a scan not found or a read
+    /// that failed (the next call after it tries again).
     pub async fn scan_record(&self, id: &str) -> Option<Arc<ScanRecord>> {
         if let Some(fresh) = self.fresh_record(id) {
             return fresh;
         }
-        let gate = self.scan_read_gate(id);
-        let _reading = gate.lock().await;
-        if let Some(fresh) = self.fresh_record(id) {
-            return fresh;
-        }
-        // A read that failed is not remembered: the next call reads again.
-        let record = self.ledger().ok()?.scan(id).await.ok()?.map(Arc::new);
+        let reads = self.scan_reads_of(id);
+        let turn = match reads.answer_or_turn().await {
+            Ok(answer) => return answer,
+            Err(turn) => turn,
+        };
+        let read = match self.ledger() {
+            Ok(ledger) => ledger.scan(id).await.map(|r| r.map(Arc::new)).ok(),
+            Err(_) => None,
+        };
+        let record = read.clone().flatten();
         if let Some(record) = &record {
             // A cap learned, lowered or raised by another process applies here within this
             // read's period, also to steps that run long.
             self.pacing.read(record).await;
         }
+        // A read that failed is not remembered, nor one a pause or resume through this
+        // process overtook: the next call reads again.
+        if turn.done(record.clone()) && read.is_some() {
+            self.remember_record(id, record.clone());
+        }
+        record
+    }
+
+    fn remember_record(&self, id: &str, record: Option<Arc<ScanRecord>>) {
         if let Ok(mut cancels) = self.cancels.lock() {
             if cancels.len() > 10_000 {
                 cancels.clear();
@@ -339,12 +361,11 @@ impl AppState {
                 id.to_string(),
                 Known {
                     read_at: std::time::Instant::now(),
-                    record: record.clone(),
+                    record,
                     noted_cancelled: noted,
                 },
             );
         }
-        record
     }
 
     /// Scan `id`'s record if it was read less than [`CANCEL_CHECK_EVERY`] ago.
@@ -355,14 +376,14 @@ impl AppState {
             .map(|k| k.record)
     }
 
-    /// The gate scan `id`'s record reads pass one at a time.
-    fn scan_read_gate(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut gates = self.scan_reads.lock().unwrap_or_else(|p| p.into_inner());
-        if gates.len() > 10_000 {
-            // Gates of scans long over; one still in use keeps working through its Arc.
-            gates.clear();
+    /// Scan `id`'s record reads in this process.
+    fn scan_reads_of(&self, id: &str) -> Arc<ScanReads> {
+        let mut reads = self.scan_reads.lock().unwrap_or_else(|p| p.into_inner());
+        if reads.len() > 10_000 {
+            // Those of scans long over; one still in use keeps working through its Arc.
+            reads.retain(|_, r| Arc::strong_count(r) > 1);
         }
-        gates.entry(id.to_string()).or_default().clone()
+        reads.entry(id.to_string()).or_default().clone()
     }
 
     /// Whether scan `id` was cancelled, as far as this process knows (see
@@ -392,6 +413,7 @@ impl AppState {
     /// Forgets this process's read of scan `id` (after a pause or resume through it), so that
     /// its own steps see the change at their next page.
     pub fn forget_record(&self, id: &str) {
+        self.scan_reads_of(id).forget();
         if let Ok(mut known) = self.cancels.lock() {
             if known.get(id).is_some_and(|k| !k.noted_cancelled) {
                 known.remove(id);
@@ -449,9 +471,12 @@ impl AppState {
     /// The storage account a connection names (an app setting with a connection string, or
     /// settings `C__...` of a connection by identity: see [`tablescan_storage::connection`]).
     pub fn account(&self, connection: &str) -> Result<StorageAccount, String> {
-        let account =
-            tablescan_storage::connection::resolve_without_extra_roots(connection, &self.settings)
-                .map_err(|e| e.to_string())?;
+        let account = tablescan_storage::connection::resolve_without_extra_roots(
+            connection,
+            &self.settings,
+            &self.tokens,
+        )
+        .map_err(|e| e.to_string())?;
         Ok(match &self.config.trusted_roots {
             Some(roots) => account.trusting(roots.clone()),
             None => account,
@@ -473,6 +498,10 @@ impl AppState {
             return Ok(clients.clone());
         }
         let account = self.account(setting)?;
+        let options = ClientOptions {
+            governors: self.governors.clone(),
+            ..options
+        };
         let clients = Clients {
             tables: TableServiceClient::new(&account, options.clone())
                 .map_err(|e| no_endpoint(setting, &account, "TableEndpoint", e)),
@@ -570,15 +599,15 @@ async fn refuse_while_settings_are_bad(
 }
 
 async fn scan_range(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    step::handle(&state, step::Queue::Range, &body).await
+    step::handle(&state, step::ItemKind::Range, &body).await
 }
 
 async fn scan_export(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    step::handle(&state, step::Queue::Export, &body).await
+    step::handle(&state, step::ItemKind::Export, &body).await
 }
 
 async fn scan_partition(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    step::handle(&state, step::Queue::Partition, &body).await
+    step::handle(&state, step::ItemKind::Partition, &body).await
 }
 
 async fn start_scan(State(state): State<Arc<AppState>>, body: Body) -> Response {

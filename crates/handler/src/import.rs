@@ -15,7 +15,7 @@ use super::step::{ActionSink, FailureKind, StepDone, StepFailure};
 use tablescan_actions::export::format::{next_chunk, parse_line, sha256_base64, Compression};
 use tablescan_actions::{ActionCounts, RowFailure};
 use tablescan_api::{ImportSource, ManifestSummary};
-use tablescan_engine::item::{Task, WorkItem};
+use tablescan_engine::item::{ReadRange, WorkItem};
 use tablescan_engine::{Clock, RowSink, SystemClock};
 use tablescan_ledger::exports::{parse_part, Layout, Manifest, PartSummary};
 use tablescan_ledger::notes::{NotedRow, RowNotes};
@@ -56,10 +56,10 @@ pub(super) async fn run(
         .map_err(StepFailure::permanent)?;
     let started = std::time::Instant::now();
     let done = match &item.task {
-        Task::ExportPart { part, from } => {
+        ReadRange::ExportPart { part, from } => {
             run_part(item, import, manifest, &container, *part, *from).await?
         }
-        Task::ExportBlob { .. } => {
+        ReadRange::ExportBlob { .. } => {
             let read = BlobRead {
                 state,
                 item,
@@ -71,7 +71,7 @@ pub(super) async fn run(
             };
             read.run().await?
         }
-        Task::Range { .. } | Task::Partition { .. } => {
+        ReadRange::Range { .. } | ReadRange::Partition { .. } => {
             return Err(StepFailure::permanent(
                 "a table's work item reached the import's step".into(),
             ))
@@ -162,7 +162,7 @@ async fn run_part(
     let mut follow_ups: Vec<WorkItem> = entries[start..end]
         .iter()
         .map(|entry| {
-            item.follow_up(Task::ExportBlob {
+            item.follow_up(ReadRange::ExportBlob {
                 name: entry.name.clone(),
                 bytes: entry.bytes,
                 sha256: entry.sha256.clone(),
@@ -172,12 +172,12 @@ async fn run_part(
         })
         .collect();
     if end < entries.len() {
-        follow_ups.push(item.follow_up(Task::ExportPart {
+        follow_ups.push(item.follow_up(ReadRange::ExportPart {
             part,
             from: end as u32,
         }));
     } else if part + 1 < manifest.parts {
-        follow_ups.push(item.follow_up(Task::ExportPart {
+        follow_ups.push(item.follow_up(ReadRange::ExportPart {
             part: part + 1,
             from: 0,
         }));
@@ -223,6 +223,28 @@ async fn manifest_part(
         .ok_or_else(|| StepFailure::permanent(format!("{what} lists no part {part}")))
 }
 
+/// What a step over a blob did: its sink's counts and notes, the rows it read, and the item
+/// that reads the rest of the blob, if any.
+fn blob_step_done(sink: ActionSink<'_>, rows_read: u64, follow_ups: Vec<WorkItem>) -> StepDone {
+    let ActionCounts {
+        acted,
+        skipped,
+        failed,
+    } = sink.counts;
+    StepDone {
+        counts: StepCounts {
+            rows_read,
+            rows_acted: acted,
+            rows_skipped: skipped,
+            rows_failed: failed,
+            ..StepCounts::default()
+        },
+        notes: sink.notes,
+        blob: None,
+        follow_ups,
+    }
+}
+
 /// One step over a data blob.
 struct BlobRead<'a> {
     state: &'a AppState,
@@ -237,7 +259,7 @@ struct BlobRead<'a> {
 
 impl BlobRead<'_> {
     async fn run(&self) -> Result<StepDone, StepFailure> {
-        let Task::ExportBlob {
+        let ReadRange::ExportBlob {
             name,
             bytes,
             sha256,
@@ -249,11 +271,31 @@ impl BlobRead<'_> {
         };
         let what = format!("blob {}/{name}", self.container.name());
         let data = self.read(&what, name, *bytes, sha256, *offset).await?;
+        let clock = SystemClock::default();
+        let mut sink = self.sink(clock)?;
+        let (rows_read, rest) = self
+            .act_on_chunks(&mut sink, clock, &what, &data, *offset, *skip as usize)
+            .await?;
+        let follow_ups = match rest {
+            Some((at, skip)) if !sink.cancelled => {
+                vec![self.item.follow_up(ReadRange::ExportBlob {
+                    name: name.clone(),
+                    bytes: *bytes,
+                    sha256: sha256.clone(),
+                    offset: offset + at as u64,
+                    skip: skip as u32,
+                })]
+            }
+            _ => Vec::new(),
+        };
+        Ok(blob_step_done(sink, rows_read, follow_ups))
+    }
+
+    /// Where the blob's rows go: the scan's action, on the step's clock and in its pace.
+    fn sink(&self, clock: SystemClock) -> Result<ActionSink<'_>, StepFailure> {
         let spec = &self.scan.spec;
         let action = action_for(self.state, spec).map_err(StepFailure::permanent)?;
-        let clock = SystemClock::default();
-        let budget = self.state.config.budget;
-        let mut sink = ActionSink::new(
+        Ok(ActionSink::new(
             action,
             spec.dry_run,
             clock,
@@ -261,23 +303,37 @@ impl BlobRead<'_> {
             &self.item.scan,
             self.lost,
             self.pace,
-        );
+        ))
+    }
+
+    /// Acts on the rows of `data` (the blob from byte `offset` on) a chunk at a time, less the
+    /// first `skip` rows of the first chunk, until the data ends, the step's time is up, the
+    /// action stops short or the scan is cancelled or paused. The rows this step read, and
+    /// where the rest starts if it did not finish: a byte of `data`, and how many rows of the
+    /// chunk there an earlier step (or this one) finished.
+    async fn act_on_chunks(
+        &self,
+        sink: &mut ActionSink<'_>,
+        clock: SystemClock,
+        what: &str,
+        data: &[u8],
+        offset: u64,
+        mut skip: usize,
+    ) -> Result<(u64, Option<(usize, usize)>), StepFailure> {
+        let budget = self.state.config.budget;
         let deadline = budget.action_deadline();
         let storage_deadline = tokio::time::Instant::now()
             + budget.max_duration * super::step::STORAGE_DEADLINE_BUDGETS;
         let mut rows_read = 0u64;
         let mut at = 0usize;
-        let mut skip = *skip as usize;
-        let mut rest = None;
         loop {
             if clock.now() >= budget.max_duration && rows_read > 0 {
-                rest = Some((at, skip));
-                break;
+                return Ok((rows_read, Some((at, skip))));
             }
             let here = offset + at as u64;
             let chunk = match next_chunk(&data[at..], here, self.compression) {
                 Ok(Some(chunk)) => chunk,
-                Ok(None) => break,
+                Ok(None) => return Ok((rows_read, None)),
                 Err(e) => return Err(StepFailure::permanent(format!("{what} is damaged: {e}"))),
             };
             let (rows, bad) = parse_rows(&chunk.text, here);
@@ -297,47 +353,18 @@ impl BlobRead<'_> {
             // counted by it, and those it did not reach are counted by the step that does.
             rows_read += finished.min(count) as u64;
             if sink.cancelled {
-                break;
+                return Ok((rows_read, None));
             }
             if finished < count {
-                rest = Some((at, skip + finished));
-                break;
+                return Ok((rows_read, Some((at, skip + finished))));
             }
             at += chunk.length;
             skip = 0;
             if sink.stopping() && at < data.len() {
                 // Paused: a chunk of one row is not cut; the step stops after it.
-                rest = Some((at, 0));
-                break;
+                return Ok((rows_read, Some((at, 0))));
             }
         }
-        let follow_ups = match rest {
-            Some((at, skip)) if !sink.cancelled => vec![self.item.follow_up(Task::ExportBlob {
-                name: name.clone(),
-                bytes: *bytes,
-                sha256: sha256.clone(),
-                offset: offset + at as u64,
-                skip: skip as u32,
-            })],
-            _ => Vec::new(),
-        };
-        let ActionCounts {
-            acted,
-            skipped,
-            failed,
-        } = sink.counts;
-        Ok(StepDone {
-            counts: StepCounts {
-                rows_read,
-                rows_acted: acted,
-                rows_skipped: skipped,
-                rows_failed: failed,
-                ..StepCounts::default()
-            },
-            notes: sink.notes,
-            blob: None,
-            follow_ups,
-        })
     }
 
     /// The blob from `offset` to its end. Read whole, it must be the blob the manifest

@@ -22,6 +22,7 @@ pub mod pause;
 pub mod plan;
 pub mod protocol;
 pub mod reach;
+mod record_reads;
 pub mod redrive;
 mod scans_list;
 pub mod schedules;

@@ -20,6 +20,7 @@ use tablescan_ledger::exports::{
 use tablescan_ledger::ledger::format_time;
 use tablescan_ledger::status::awaits_manifest;
 use tablescan_ledger::{Ledger, ScanRecord};
+use tablescan_storage::ContainerClient;
 
 /// What [`seal`] found or did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,6 +139,60 @@ async fn write(state: &AppState, ledger: &Ledger, record: &ScanRecord) -> Result
         .container(container)
         .map_err(|e| e.to_string())?;
     let layout = Layout { prefix };
+    let Parts {
+        parts,
+        recorded,
+        rows,
+        bytes,
+    } = write_parts(ledger, &container, &layout, scan).await?;
+    let now = OffsetDateTime::now_utc();
+    let manifest = Manifest {
+        kind: MANIFEST_KIND.into(),
+        format: MANIFEST_FORMAT,
+        complete: true,
+        scan: scan.to_string(),
+        spec: record.spec.clone(),
+        table: record.spec.table.clone(),
+        compression: *compression,
+        rows,
+        blobs: recorded.len() as u64,
+        bytes,
+        parts,
+        started_at: format_time(record.started_at.unwrap_or(record.created_at)),
+        written_at: format_time(now),
+    };
+    let text = serde_json::to_vec_pretty(&manifest).map_err(|e| e.to_string())?;
+    container
+        .put(&layout.manifest(), text, "application/json")
+        .await
+        .map_err(|e| format!("the manifest could not be written: {e}"))?;
+    delete_unrecorded(&container, &layout, scan, &recorded).await;
+    ledger
+        .mark_manifest_written(scan, now)
+        .await
+        .map_err(|e| format!("the manifest was written but not recorded: {e}"))?;
+    Ok(Sealed::Written {
+        blobs: manifest.blobs,
+        rows,
+    })
+}
+
+/// The manifest's parts as written, and what they list.
+struct Parts {
+    parts: Vec<PartSummary>,
+    /// The names of the data blobs the parts list.
+    recorded: HashSet<String>,
+    rows: u64,
+    bytes: u64,
+}
+
+/// Writes a manifest part for each page of the blobs the ledger recorded for export `scan`.
+async fn write_parts(
+    ledger: &Ledger,
+    container: &ContainerClient,
+    layout: &Layout<'_>,
+    scan: &str,
+) -> Result<Parts, String> {
     let mut parts = Vec::new();
     let mut recorded = HashSet::new();
     let (mut rows, mut bytes) = (0, 0);
@@ -172,29 +227,23 @@ async fn write(state: &AppState, ledger: &Ledger, record: &ScanRecord) -> Result
             None => break,
         }
     }
-    let now = OffsetDateTime::now_utc();
-    let manifest = Manifest {
-        kind: MANIFEST_KIND.into(),
-        format: MANIFEST_FORMAT,
-        complete: true,
-        scan: scan.to_string(),
-        spec: record.spec.clone(),
-        table: record.spec.table.clone(),
-        compression: *compression,
-        rows,
-        blobs: recorded.len() as u64,
-        bytes,
+    Ok(Parts {
         parts,
-        started_at: format_time(record.started_at.unwrap_or(record.created_at)),
-        written_at: format_time(now),
-    };
-    let text = serde_json::to_vec_pretty(&manifest).map_err(|e| e.to_string())?;
-    container
-        .put(&layout.manifest(), text, "application/json")
-        .await
-        .map_err(|e| format!("the manifest could not be written: {e}"))?;
-    // Blobs of attempts whose finish was not recorded (a step that crashed after writing, or
-    // lost its claim): never read, since an import reads the manifest; removed to save space.
+        recorded,
+        rows,
+        bytes,
+    })
+}
+
+/// Deletes the data blobs of export `scan` that no part lists: blobs of attempts whose
+/// finish was not recorded (a step that crashed after writing, or lost its claim), never read
+/// since an import reads the manifest; removed to save space. Failures are only logged.
+async fn delete_unrecorded(
+    container: &ContainerClient,
+    layout: &Layout<'_>,
+    scan: &str,
+    recorded: &HashSet<String>,
+) {
     let data = layout.data_of(scan);
     match container.list_all(&data).await {
         Ok(listed) => {
@@ -208,12 +257,4 @@ async fn write(state: &AppState, ledger: &Ledger, record: &ScanRecord) -> Result
         }
         Err(e) => tracing::warn!(scan, "could not list the export's blobs to tidy: {e}"),
     }
-    ledger
-        .mark_manifest_written(scan, now)
-        .await
-        .map_err(|e| format!("the manifest was written but not recorded: {e}"))?;
-    Ok(Sealed::Written {
-        blobs: manifest.blobs,
-        rows,
-    })
 }

@@ -96,45 +96,19 @@ pub fn action_for(state: &AppState, spec: &ScanSpec) -> Result<Action, String> {
             table,
             connection,
             mode,
-        } => {
-            let target = state
-                .clients(connection)?
-                .tables()?
-                .table(table)
-                .map_err(|e| e.to_string())?;
-            Action::Copy(CopyRows::new(target, copy_mode(*mode)))
-        }
-        ActionSpec::Update { set, remove } => {
-            let table = state
-                .clients(&spec.connection)?
-                .tables()?
-                .table(&spec.table)
-                .map_err(|e| e.to_string())?;
-            let mut typed = set.clone();
-            typed.insert(
-                "PartitionKey".into(),
-                serde_json::Value::String(String::new()),
-            );
-            typed.insert("RowKey".into(), serde_json::Value::String(String::new()));
-            let set = Entity::from_json(typed)
-                .map_err(|why| format!("the scan's update cannot be read: {why}"))?
-                .properties;
-            Action::Update(UpdateRows::new(
-                table,
-                Change {
-                    set,
-                    remove: remove.clone(),
-                },
-            ))
-        }
-        ActionSpec::Delete => {
-            let table = state
-                .clients(&spec.connection)?
-                .tables()?
-                .table(&spec.table)
-                .map_err(|e| e.to_string())?;
-            Action::Delete(DeleteRows::new(table))
-        }
+        } => Action::Copy(CopyRows::new(
+            target_table(state, connection, table)?,
+            copy_mode(*mode),
+        )),
+        ActionSpec::Update { set, remove } => Action::Update(UpdateRows::new(
+            target_table(state, &spec.connection, &spec.table)?,
+            change(set, remove)?,
+        )),
+        ActionSpec::Delete => Action::Delete(DeleteRows::new(target_table(
+            state,
+            &spec.connection,
+            &spec.table,
+        )?)),
         ActionSpec::Enqueue {
             queue,
             queues,
@@ -179,6 +153,41 @@ pub fn action_for(state: &AppState, spec: &ScanSpec) -> Result<Action, String> {
             MessageBody::PartitionKey,
             encoding(*e),
         )),
+    })
+}
+
+/// The client of `table` in the account `connection` names (the scan's own table for an
+/// update or a delete, the target of a copy).
+fn target_table(
+    state: &AppState,
+    connection: &str,
+    table: &str,
+) -> Result<tablescan_storage::TableClient, String> {
+    state
+        .clients(connection)?
+        .tables()?
+        .table(table)
+        .map_err(|e| e.to_string())
+}
+
+/// An update's change: the properties to set, typed as an entity's (the JSON of the request,
+/// with its `@odata.type` annotations), and those to remove.
+fn change(
+    set: &serde_json::Map<String, serde_json::Value>,
+    remove: &[String],
+) -> Result<Change, String> {
+    let mut typed = set.clone();
+    typed.insert(
+        "PartitionKey".into(),
+        serde_json::Value::String(String::new()),
+    );
+    typed.insert("RowKey".into(), serde_json::Value::String(String::new()));
+    let set = Entity::from_json(typed)
+        .map_err(|why| format!("the scan's update cannot be read: {why}"))?
+        .properties;
+    Ok(Change {
+        set,
+        remove: remove.to_vec(),
     })
 }
 

@@ -3,6 +3,7 @@
 //! function), so that a scan nobody watches still finishes. Failures of the status read's
 //! re-drive never fail the read: they are logged, and the next read or sweep tries again.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
@@ -18,6 +19,7 @@ use tablescan_ledger::cancel_drop::DROP_LOOKS_PER_SWEEP;
 use tablescan_ledger::redrive::Stranded;
 use tablescan_ledger::{Ledger, ScanStatus, State};
 use tablescan_storage::queue::{MessageEncoding, PutOptions};
+use tablescan_storage::QueueServiceClient;
 
 /// How long a pending item may go untouched before it counts as stranded.
 pub fn redrive_after(state: &AppState) -> time::Duration {
@@ -62,7 +64,7 @@ pub async fn redrive_stranded(
     let mut sent = 0;
     let mut failure = None;
     // Per queue, when its oldest visible message was put (looked up once per re-drive).
-    let mut oldest: std::collections::HashMap<String, Option<u64>> = Default::default();
+    let mut oldest: HashMap<String, Option<u64>> = HashMap::new();
     for item in stranded {
         if Instant::now() >= deadline {
             tracing::info!(
@@ -77,42 +79,18 @@ pub async fn redrive_stranded(
             Err(_) => continue,
         };
         let queue = &queue;
-        if !oldest.contains_key(queue) {
-            let looked = match queues.queue(queue) {
-                Ok(client) => client.oldest_visible_ms().await.map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            };
-            match looked {
-                Ok(put) => {
-                    oldest.insert(queue.clone(), put);
-                }
-                Err(why) => {
-                    failure = Some(why);
-                    break;
-                }
+        let oldest_put = match oldest_put(&queues, queue, &mut oldest).await {
+            Ok(put) => put,
+            Err(why) => {
+                failure = Some(why);
+                break;
             }
-        }
+        };
         // An abandoned claim's message is not in the backlog: the dead host holds it.
-        if !item.abandoned && waits_in_backlog(item.touched_ms, oldest[queue]) {
+        if !item.abandoned && waits_in_backlog(item.touched_ms, oldest_put) {
             continue;
         }
-        let resent = async {
-            if !ledger
-                .mark_redriven(id, &item, now)
-                .await
-                .map_err(|e| e.to_string())?
-            {
-                return Ok(false);
-            }
-            queues
-                .queue(queue)
-                .map_err(|e| e.to_string())?
-                .put_message(item.message.as_bytes(), &options)
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok::<_, String>(true)
-        };
-        match resent.await {
+        match send_again(ledger, &queues, id, &item, queue, now, &options).await {
             Ok(true) => {
                 tracing::warn!(scan = id, item = %item.row_key, queue, "sent a stranded work item again");
                 sent += 1;
@@ -133,6 +111,53 @@ pub async fn redrive_stranded(
         Some(why) => Err(why),
         None => Ok(sent),
     }
+}
+
+/// When `queue`'s oldest visible message was put, looked up once per re-drive (`oldest`
+/// keeps what was looked up).
+async fn oldest_put(
+    queues: &QueueServiceClient,
+    queue: &str,
+    oldest: &mut HashMap<String, Option<u64>>,
+) -> Result<Option<u64>, String> {
+    if let Some(put) = oldest.get(queue) {
+        return Ok(*put);
+    }
+    let put = queues
+        .queue(queue)
+        .map_err(|e| e.to_string())?
+        .oldest_visible_ms()
+        .await
+        .map_err(|e| e.to_string())?;
+    oldest.insert(queue.to_string(), put);
+    Ok(put)
+}
+
+/// Marks stranded `item` of scan `id` re-driven and puts its message on `queue` again;
+/// `false` when the ledger says it is no longer stranded (then nothing is sent).
+async fn send_again(
+    ledger: &Ledger,
+    queues: &QueueServiceClient,
+    id: &str,
+    item: &Stranded,
+    queue: &str,
+    now: OffsetDateTime,
+    options: &PutOptions,
+) -> Result<bool, String> {
+    if !ledger
+        .mark_redriven(id, item, now)
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        return Ok(false);
+    }
+    queues
+        .queue(queue)
+        .map_err(|e| e.to_string())?
+        .put_message(item.message.as_bytes(), options)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(true)
 }
 
 /// How much later than its ledger row a work item's message may have been put (the host

@@ -223,7 +223,7 @@ proptest! {
 async fn a_status_shows_the_rate_of_every_finished_step_since_the_start() {
     use crate::ledger::{Begin, Ledger, StepCounts};
     use crate::read_budget::ReadCost;
-    use tablescan_engine::item::{Task, WorkItem};
+    use tablescan_engine::item::{ReadRange, WorkItem};
     use tablescan_engine::keys::KeyRange;
     use tablescan_storage::table::in_memory::InMemoryTable;
     use time::Duration;
@@ -243,7 +243,7 @@ async fn a_status_shows_the_rate_of_every_finished_step_since_the_start() {
     ledger.create_scan(&spec, &root, t0).await.unwrap();
     let children: Vec<WorkItem> = (0..2)
         .map(|n| {
-            root.follow_up(Task::Partition {
+            root.follow_up(ReadRange::Partition {
                 partition_key: format!("p{n}"),
                 row_keys: KeyRange::all(),
                 prefix: String::new(),

@@ -18,7 +18,7 @@ use super::ledger::{Begin, Claim, FailureRecord, Finish, Ledger, StepCounts};
 use super::rows::Tallies;
 use super::status::State;
 use tablescan_api::ScanSpec;
-use tablescan_engine::item::{Task, WorkItem};
+use tablescan_engine::item::{ReadRange, WorkItem};
 use tablescan_engine::keys::KeyRange;
 use tablescan_storage::table::in_memory::{InMemoryTable, Retry};
 
@@ -42,10 +42,10 @@ fn spec() -> ScanSpec {
 
 fn child(parent: &WorkItem, n: usize) -> WorkItem {
     let parent_key = match &parent.task {
-        Task::Partition { partition_key, .. } => partition_key.clone(),
+        ReadRange::Partition { partition_key, .. } => partition_key.clone(),
         _ => String::new(),
     };
-    parent.follow_up(Task::Partition {
+    parent.follow_up(ReadRange::Partition {
         partition_key: format!("{parent_key}/{n}"),
         row_keys: KeyRange::all(),
         prefix: String::new(),

@@ -445,23 +445,7 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
     /// Looks at one slice this process does not hold (the one it asked for last, if any), and
     /// takes it if free; if another process holds it, asks for it.
     async fn probe(&self, now: u64) {
-        let (index, asked_before) = {
-            let mut state = self.lock();
-            let waiting_for = state.asked.filter(|(i, at)| {
-                !state.held.contains_key(i) && now <= at + ms(RENEW_EVERY) * 3 / 2
-            });
-            state.asked = waiting_for;
-            match waiting_for {
-                Some((index, _)) => (index, true),
-                None => {
-                    let others: Vec<u16> = (0..SLICES)
-                        .filter(|i| !state.held.contains_key(i))
-                        .collect();
-                    state.random = splitmix(state.random);
-                    (others[(state.random % others.len() as u64) as usize], false)
-                }
-            }
-        };
+        let (index, asked_before) = self.slice_to_probe(now);
         let found = match self.store.read_one(&self.scan, index).await {
             Ok(row) => row.unwrap_or_else(|| SliceRow::unwritten(index)),
             Err(_) => {
@@ -470,40 +454,73 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
             }
         };
         if found.is_free(now) {
-            if self.take(vec![found], now).await {
-                {
-                    let mut state = self.lock();
-                    state.asked = None;
-                    state.probe_gap_ms = ms(PROBE_MIN);
-                    state.next_probe_ms = now + ms(PROBE_MIN);
-                }
-                // One free slice is often one of many (a holder left, or went idle): take the
-                // others at once rather than one look at a time.
-                self.take_all_free(now).await;
-            } else {
-                self.back_off(now);
+            self.take_free(found, now).await;
+        } else if found.usable_by(&self.process, now) {
+            self.keep_handed_over(index, &found, now);
+        } else {
+            self.ask_for(index, found, asked_before, now).await;
+        }
+    }
+
+    /// The slice to look at: the one this process asked for, while the ask is recent and the
+    /// slice not yet held (then `true`), or else one it does not hold, at random.
+    fn slice_to_probe(&self, now: u64) -> (u16, bool) {
+        let mut state = self.lock();
+        let waiting_for = state
+            .asked
+            .filter(|(i, at)| !state.held.contains_key(i) && now <= at + ms(RENEW_EVERY) * 3 / 2);
+        state.asked = waiting_for;
+        match waiting_for {
+            Some((index, _)) => (index, true),
+            None => {
+                let others: Vec<u16> = (0..SLICES)
+                    .filter(|i| !state.held.contains_key(i))
+                    .collect();
+                state.random = splitmix(state.random);
+                (others[(state.random % others.len() as u64) as usize], false)
             }
+        }
+    }
+
+    /// Takes `found`, a free slice, and with it every other free one.
+    async fn take_free(&self, found: SliceRow, now: u64) {
+        if !self.take(vec![found], now).await {
+            self.back_off(now);
             return;
         }
-        if found.usable_by(&self.process, now) {
-            // Handed over by its holder, as asked.
+        {
             let mut state = self.lock();
-            let etag = found.etag.clone().unwrap_or_default();
-            state.held.insert(
-                index,
-                Held {
-                    until_ms: found.until_ms,
-                    etag,
-                },
-            );
             state.asked = None;
             state.probe_gap_ms = ms(PROBE_MIN);
             state.next_probe_ms = now + ms(PROBE_MIN);
-            if state.held.len() == 1 {
-                state.next_renew_ms = now + ms(RENEW_EVERY);
-            }
-            return;
         }
+        // One free slice is often one of many (a holder left, or went idle): take the
+        // others at once rather than one look at a time.
+        self.take_all_free(now).await;
+    }
+
+    /// Holds slice `index`, handed over by its holder as this process asked (`found`).
+    fn keep_handed_over(&self, index: u16, found: &SliceRow, now: u64) {
+        let mut state = self.lock();
+        let etag = found.etag.clone().unwrap_or_default();
+        state.held.insert(
+            index,
+            Held {
+                until_ms: found.until_ms,
+                etag,
+            },
+        );
+        state.asked = None;
+        state.probe_gap_ms = ms(PROBE_MIN);
+        state.next_probe_ms = now + ms(PROBE_MIN);
+        if state.held.len() == 1 {
+            state.next_renew_ms = now + ms(RENEW_EVERY);
+        }
+    }
+
+    /// `found`, slice `index`, is held by another process: asks it for the slice, unless this
+    /// process asked already (`asked_before`) or somebody asked lately.
+    async fn ask_for(&self, index: u16, found: SliceRow, asked_before: bool, now: u64) {
         if asked_before && found.wanted_by == self.process {
             // Its holder has not given it up yet: look again shortly.
             self.lock().next_probe_ms = now + ms(PROBE_MIN);

@@ -8,7 +8,7 @@
 
 use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 
-use super::credential::Credential;
+use super::credential::{AccountKey, Credential};
 use super::pipeline::{Service, TableAuthScheme};
 use super::signing::{self, QueueRequestParts, TableRequestParts};
 use super::token::AccessToken;
@@ -48,76 +48,88 @@ pub(crate) fn authorize(
         Authority::Credential(Credential::SharedKey { account, key }) => (account, key),
         Authority::Credential(_) => return Ok(()),
     };
-    let headers = request.headers();
-    // Every value was checked to read back as text when the request was built.
-    let text = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-    };
-    let date = text("x-ms-date");
-    let content_type = text(CONTENT_TYPE.as_str());
-    let url = request.url();
-    let method = request.method().as_str();
     let authorization = match service {
-        Service::Table => {
-            let comp = url
-                .query_pairs()
-                .find(|(k, _)| k == "comp")
-                .map(|(_, v)| v.into_owned());
-            let parts = TableRequestParts {
-                method,
-                content_md5: text("content-md5"),
-                content_type,
-                date,
-                path: url.path(),
-                comp: comp.as_deref(),
-            };
-            match table_auth {
-                TableAuthScheme::SharedKey => format!(
-                    "SharedKey {account}:{}",
-                    signing::sign(key, &signing::table_shared_key_string(account, &parts))
-                ),
-                TableAuthScheme::SharedKeyLite => format!(
-                    "SharedKeyLite {account}:{}",
-                    signing::sign(key, &signing::table_shared_key_lite_string(account, &parts))
-                ),
-            }
-        }
+        Service::Table => table_shared_key(request, account, key, table_auth),
         // Blob requests are signed as Queue requests are (the Blob, Queue and File layout).
-        Service::Queue | Service::Blob => {
-            let query: Vec<(String, String)> = url
-                .query_pairs()
-                .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                .collect();
-            let ms_headers: Vec<(&str, &str)> = headers
-                .iter()
-                .filter(|(name, _)| name.as_str().starts_with("x-ms-"))
-                .map(|(name, value)| (name.as_str(), value.to_str().unwrap_or("")))
-                .collect();
-            let content_length = request
-                .body()
-                .and_then(|body| body.as_bytes())
-                .map_or(0, <[u8]>::len);
-            let parts = QueueRequestParts {
-                method,
-                content_length,
-                content_type,
-                ms_headers: &ms_headers,
-                path: url.path(),
-                query: &query,
-            };
-            format!(
-                "SharedKey {account}:{}",
-                signing::sign(key, &signing::queue_shared_key_string(account, &parts))
-            )
-        }
+        Service::Queue | Service::Blob => queue_shared_key(request, account, key),
     };
     let value = header_value(&authorization)
         .ok_or("the account name cannot be sent in a header (it must be plain text)")?;
     request.headers_mut().insert(AUTHORIZATION, value);
     Ok(())
+}
+
+/// The text of header `name` of `request` (every value was checked to read back as text when
+/// the request was built); empty when it has none.
+fn header_text<'a>(request: &'a reqwest::Request, name: &str) -> &'a str {
+    request
+        .headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
+/// The `Authorization` value of a Table request, signed with Shared Key or Shared Key Lite.
+fn table_shared_key(
+    request: &reqwest::Request,
+    account: &str,
+    key: &AccountKey,
+    table_auth: TableAuthScheme,
+) -> String {
+    let url = request.url();
+    let comp = url
+        .query_pairs()
+        .find(|(k, _)| k == "comp")
+        .map(|(_, v)| v.into_owned());
+    let parts = TableRequestParts {
+        method: request.method().as_str(),
+        content_md5: header_text(request, "content-md5"),
+        content_type: header_text(request, CONTENT_TYPE.as_str()),
+        date: header_text(request, "x-ms-date"),
+        path: url.path(),
+        comp: comp.as_deref(),
+    };
+    match table_auth {
+        TableAuthScheme::SharedKey => format!(
+            "SharedKey {account}:{}",
+            signing::sign(key, &signing::table_shared_key_string(account, &parts))
+        ),
+        TableAuthScheme::SharedKeyLite => format!(
+            "SharedKeyLite {account}:{}",
+            signing::sign(key, &signing::table_shared_key_lite_string(account, &parts))
+        ),
+    }
+}
+
+/// The `Authorization` value of a Queue or Blob request, signed with Shared Key.
+fn queue_shared_key(request: &reqwest::Request, account: &str, key: &AccountKey) -> String {
+    let url = request.url();
+    let query: Vec<(String, String)> = url
+        .query_pairs()
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    let ms_headers: Vec<(&str, &str)> = request
+        .headers()
+        .iter()
+        .filter(|(name, _)| name.as_str().starts_with("x-ms-"))
+        .map(|(name, value)| (name.as_str(), value.to_str().unwrap_or("")))
+        .collect();
+    let content_length = request
+        .body()
+        .and_then(|body| body.as_bytes())
+        .map_or(0, <[u8]>::len);
+    let parts = QueueRequestParts {
+        method: request.method().as_str(),
+        content_length,
+        content_type: header_text(request, CONTENT_TYPE.as_str()),
+        ms_headers: &ms_headers,
+        path: url.path(),
+        query: &query,
+    };
+    format!(
+        "SharedKey {account}:{}",
+        signing::sign(key, &signing::queue_shared_key_string(account, &parts))
+    )
 }
 
 #[cfg(test)]

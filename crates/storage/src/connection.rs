@@ -20,7 +20,7 @@
 use super::connection_string::{ConnectionStringError, Endpoint, StorageAccount, TrustedRoots};
 use super::credential::Credential;
 use super::token::{
-    ClientSecret, ManagedIdentity, TokenCredential, TokenSource, DEFAULT_AUTHORITY,
+    ClientSecret, ManagedIdentity, TokenCredentials, TokenSource, DEFAULT_AUTHORITY,
     STORAGE_RESOURCE,
 };
 
@@ -64,12 +64,14 @@ pub enum ConnectionError {
 }
 
 /// The account that connection `name` reaches, from `settings`, trusting the extra root
-/// certificates [`TRUSTED_CA_SETTING`] names (read from its file on every call).
+/// certificates [`TRUSTED_CA_SETTING`] names (read from its file on every call). A connection
+/// by identity takes its token credential from `tokens` (one per identity).
 pub fn resolve(
     name: &str,
     settings: &dyn SettingLookup,
+    tokens: &TokenCredentials,
 ) -> Result<StorageAccount, ConnectionError> {
-    let account = resolve_without_extra_roots(name, settings)?;
+    let account = resolve_without_extra_roots(name, settings, tokens)?;
     Ok(match trusted_roots(settings)? {
         Some(roots) => account.trusting(roots),
         None => account,
@@ -82,6 +84,7 @@ pub fn resolve(
 pub fn resolve_without_extra_roots(
     name: &str,
     settings: &dyn SettingLookup,
+    tokens: &TokenCredentials,
 ) -> Result<StorageAccount, ConnectionError> {
     Ok(
         match settings.setting(name).filter(|v| !v.trim().is_empty()) {
@@ -91,7 +94,7 @@ pub fn resolve_without_extra_roots(
                     error,
                 }
             })?,
-            None => by_identity(name, settings)?,
+            None => by_identity(name, settings, tokens)?,
         },
     )
 }
@@ -109,13 +112,16 @@ fn property(name: &str, property: &str, settings: &dyn SettingLookup) -> Option<
 fn by_identity(
     name: &str,
     settings: &dyn SettingLookup,
+    tokens: &TokenCredentials,
 ) -> Result<StorageAccount, ConnectionError> {
     let get = |p: &str| property(name, p, settings);
     let account_name = get("accountName");
-    let table_uri = get("tableServiceUri");
-    let queue_uri = get("queueServiceUri");
-    let blob_uri = get("blobServiceUri");
-    if account_name.is_none() && table_uri.is_none() && queue_uri.is_none() && blob_uri.is_none() {
+    let uris = [
+        get("tableServiceUri"),
+        get("queueServiceUri"),
+        get("blobServiceUri"),
+    ];
+    if account_name.is_none() && uris.iter().all(Option::is_none) {
         if let Some((setting, _)) = get("serviceUri") {
             return Err(ConnectionError::Identity {
                 setting,
@@ -128,29 +134,61 @@ fn by_identity(
         }
         return Err(ConnectionError::NotSet(name.to_string()));
     }
-    let refuse = |setting: String, why: &str| ConnectionError::Identity {
+    let client_secret = get("clientSecret");
+    refuse_what_cannot_work(&get, &account_name, &client_secret)?;
+    let (endpoints, derived, endpoint_settings) = service_endpoints(name, &account_name, uris)?;
+    let source = match client_secret {
+        Some((secret_setting, secret)) => {
+            client_secret_source(name, &secret_setting, &secret, &get, settings)?
+        }
+        None => managed_identity_source(name, get("clientId").map(|(_, id)| id), settings)?,
+    };
+    let credential = Credential::Bearer(tokens.for_source(source));
+    Ok(StorageAccount::by_token(
+        account_name.map(|(_, account)| account),
+        credential,
+        endpoints,
+        derived,
+        endpoint_settings,
+    ))
+}
+
+/// A setting `C__property` (with the name it was found under) and its value.
+type Found = Option<(String, String)>;
+
+fn refuse(setting: String, why: &str) -> ConnectionError {
+    ConnectionError::Identity {
         setting,
         why: why.to_string(),
-    };
+    }
+}
+
+/// Refuses the settings of a connection by identity that cannot work: a resource id, a
+/// credential other than a managed identity or contradicted by a client secret, an account
+/// name that is not one.
+fn refuse_what_cannot_work(
+    get: &dyn Fn(&str) -> Found,
+    account_name: &Found,
+    client_secret: &Found,
+) -> Result<(), ConnectionError> {
     if let Some((setting, _)) = get("managedIdentityResourceId") {
         return Err(refuse(
             setting,
             "is not supported: name a user-assigned identity by its client id (clientId)",
         ));
     }
-    let client_secret = get("clientSecret");
     if let Some((setting, credential)) = get("credential") {
         if !credential.eq_ignore_ascii_case("managedidentity") {
             return Err(refuse(setting, "must be managedidentity"));
         }
-        if let Some((secret_setting, _)) = &client_secret {
+        if let Some((secret_setting, _)) = client_secret {
             return Err(refuse(
                 secret_setting.clone(),
                 &format!("and {setting} contradict each other: set one of them"),
             ));
         }
     }
-    if let Some((setting, account)) = &account_name {
+    if let Some((setting, account)) = account_name {
         let valid = (3..=24).contains(&account.len())
             && account
                 .chars()
@@ -162,14 +200,32 @@ fn by_identity(
             ));
         }
     }
+    Ok(())
+}
 
+/// The Table, Queue and Blob endpoints of a connection by identity (what
+/// [`StorageAccount::by_token`] takes): each endpoint, the connection-string keys of those made
+/// from the account name (`TableEndpoint`...), and the setting that names (or would name) each.
+type ServiceEndpoints = ([Option<Endpoint>; 3], Vec<&'static str>, [String; 3]);
+
+/// The [`ServiceEndpoints`] of a connection by identity, each from its
+/// `C__<service>ServiceUri` (https only: tokens are only sent over HTTPS) or else made from the
+/// account name.
+fn service_endpoints(
+    name: &str,
+    account_name: &Found,
+    uris: [Found; 3],
+) -> Result<ServiceEndpoints, ConnectionError> {
+    const SERVICES: [(&str, &str, &str); 3] = [
+        ("TableEndpoint", "tableServiceUri", "table"),
+        ("QueueEndpoint", "queueServiceUri", "queue"),
+        ("BlobEndpoint", "blobServiceUri", "blob"),
+    ];
     let mut derived = Vec::new();
-    let mut endpoint = |given: Option<(String, String)>,
-                        generic: &'static str,
-                        property: &str,
-                        service: &str|
-     -> Result<(Option<Endpoint>, String), ConnectionError> {
-        match (given, &account_name) {
+    let mut endpoints: [Option<Endpoint>; 3] = [None, None, None];
+    let mut settings: [String; 3] = Default::default();
+    for (i, (given, (generic, property, service))) in uris.into_iter().zip(SERVICES).enumerate() {
+        (endpoints[i], settings[i]) = match (given, account_name) {
             (Some((setting, uri)), _) => {
                 let endpoint = Endpoint::from_url(&uri)
                     .filter(Endpoint::is_https)
@@ -180,35 +236,18 @@ fn by_identity(
                              HTTPS)",
                         )
                     })?;
-                Ok((Some(endpoint), setting))
+                (Some(endpoint), setting)
             }
             (None, Some((_, account))) => {
                 derived.push(generic);
                 let endpoint =
                     Endpoint::from_url(&format!("https://{account}.{service}.core.windows.net"));
-                Ok((endpoint, format!("{name}__{property}")))
+                (endpoint, format!("{name}__{property}"))
             }
-            (None, None) => Ok((None, format!("{name}__{property}"))),
-        }
-    };
-    let (table, table_setting) = endpoint(table_uri, "TableEndpoint", "tableServiceUri", "table")?;
-    let (queue, queue_setting) = endpoint(queue_uri, "QueueEndpoint", "queueServiceUri", "queue")?;
-    let (blob, blob_setting) = endpoint(blob_uri, "BlobEndpoint", "blobServiceUri", "blob")?;
-
-    let source = match client_secret {
-        Some((secret_setting, secret)) => {
-            client_secret_source(name, &secret_setting, &secret, &get, settings)?
-        }
-        None => managed_identity_source(name, get("clientId").map(|(_, id)| id), settings)?,
-    };
-    let credential = Credential::Bearer(TokenCredential::shared(source));
-    Ok(StorageAccount::by_token(
-        account_name.map(|(_, account)| account),
-        credential,
-        [table, queue, blob],
-        derived,
-        [table_setting, queue_setting, blob_setting],
-    ))
+            (None, None) => (None, format!("{name}__{property}")),
+        };
+    }
+    Ok((endpoints, derived, settings))
 }
 
 /// The platform's managed identity (`clientId` picks a user-assigned one).
@@ -320,7 +359,7 @@ mod tests {
     #[test]
     fn an_account_name_gives_every_endpoint_and_a_token_credential() {
         let settings = lookup(&with_platform(&[("Src__accountName", "acct1")]));
-        let account = resolve("Src", &settings).unwrap();
+        let account = resolve("Src", &settings, &TokenCredentials::default()).unwrap();
         assert_eq!(
             account.table_endpoint().unwrap().as_str(),
             "https://acct1.table.core.windows.net"
@@ -350,7 +389,7 @@ mod tests {
             ("Src__clientId", "0000-1111"),
             ("Src__credential", "ManagedIdentity"),
         ]));
-        let account = resolve("Src", &settings).unwrap();
+        let account = resolve("Src", &settings, &TokenCredentials::default()).unwrap();
         assert_eq!(
             account.table_endpoint().unwrap().as_str(),
             "https://127.0.0.1:10002/devstoreaccount1"
@@ -374,7 +413,7 @@ mod tests {
             ("Src__clientId", "app-1"),
             ("Src__clientSecret", "s3cr3t"),
         ]);
-        let account = resolve("Src", &settings).unwrap();
+        let account = resolve("Src", &settings, &TokenCredentials::default()).unwrap();
         let Credential::Bearer(token) = account.credential() else {
             panic!("not a token credential");
         };
@@ -388,7 +427,7 @@ mod tests {
             ("Src", "UseDevelopmentStorage=true"),
             ("Src__accountName", "acct1"),
         ]));
-        let account = resolve("Src", &settings).unwrap();
+        let account = resolve("Src", &settings, &TokenCredentials::default()).unwrap();
         assert!(matches!(account.credential(), Credential::SharedKey { .. }));
     }
 
@@ -467,7 +506,9 @@ mod tests {
             ),
         ];
         for (pairs, expected) in cases {
-            let error = resolve("Src", &lookup(&pairs)).unwrap_err().to_string();
+            let error = resolve("Src", &lookup(&pairs), &TokenCredentials::default())
+                .unwrap_err()
+                .to_string();
             assert!(error.contains(expected), "{pairs:?}: {error}");
             assert!(
                 !error.contains("s3cr3t") && !error.contains("secret-header"),

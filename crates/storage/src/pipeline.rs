@@ -12,6 +12,7 @@ use super::connection_string::{Endpoint, StorageAccount};
 use super::credential::Credential;
 use super::encoding::encode_component;
 use super::error::{ErrorKind, ServiceError, StorageError};
+use super::pacing::{Governor, Governors};
 use super::retry::{
     parse_retry_after, should_retry, AttemptOutcome, RandomSource, RetryPolicy, SystemRandomSource,
 };
@@ -47,6 +48,10 @@ pub struct ClientOptions {
     pub table_auth: TableAuthScheme,
     /// The random source for backoff jitter.
     pub random: Arc<dyn RandomSource>,
+    /// The back-off of each storage target, shared by every client given the same registry
+    /// (see [`Governors`]). The default is a registry of the client's own: a process that
+    /// builds several clients of one account (the handler) gives them all one.
+    pub governors: Governors,
 }
 
 impl Default for ClientOptions {
@@ -57,6 +62,7 @@ impl Default for ClientOptions {
             pool_idle_timeout: Duration::from_secs(4),
             table_auth: TableAuthScheme::default(),
             random: Arc::new(SystemRandomSource::default()),
+            governors: Governors::default(),
         }
     }
 }
@@ -68,6 +74,7 @@ impl std::fmt::Debug for ClientOptions {
             .field("attempt_timeout", &self.attempt_timeout)
             .field("pool_idle_timeout", &self.pool_idle_timeout)
             .field("table_auth", &self.table_auth)
+            .field("governors", &self.governors)
             .finish_non_exhaustive()
     }
 }
@@ -228,6 +235,12 @@ impl Pipeline {
         }
     }
 
+    /// The governor of the target a request to `path` is held against, from this client's
+    /// registry ([`ClientOptions::governors`]).
+    pub fn governor(&self, path: &str) -> Arc<Governor> {
+        self.options.governors.of(&self.pacing_target(path))
+    }
+
     /// Sends the request, retrying as the policy allows; any non-2xx answer is an error.
     pub async fn send(&self, request: Request) -> Result<Response, StorageError> {
         let url = self.url(&request)?;
@@ -242,8 +255,7 @@ impl Pipeline {
                 Ok(response) if (200..300).contains(&response.status) => {
                     // Latency is a sign of a busy target before it refuses (see `Governor`).
                     if request.entities > 0 {
-                        super::pacing::governor(&self.pacing_target(&request.path))
-                            .answered_in(sent_at.elapsed());
+                        self.governor(&request.path).answered_in(sent_at.elapsed());
                     }
                     return Ok(response);
                 }
@@ -252,25 +264,13 @@ impl Pipeline {
                     let error = service_error(&response);
                     // A refused token is dropped and a fresh one tried once (it may have been
                     // revoked, or issued by a clock that runs ahead); a second refusal stands.
-                    if let (Some(token), Credential::Bearer(credential)) =
-                        (&token, &self.credential)
-                    {
-                        if error.reason() == super::reason::Reason::Unauthenticated {
-                            tracing::warn!(
-                                operation = request.operation,
-                                resource = %request.resource,
-                                "the service refused a token ({error}); fetching a new one"
-                            );
-                            credential.forget(token);
-                            if !token_refused_once {
-                                token_refused_once = true;
-                                continue;
-                            }
-                        }
+                    if self.token_refused(&request, token.as_ref(), &error) && !token_refused_once {
+                        token_refused_once = true;
+                        continue;
                     }
                     if error.reason() == super::reason::Reason::Throttled {
                         super::throttled::note_throttled();
-                        super::pacing::governor(&self.pacing_target(&request.path)).throttled();
+                        self.governor(&request.path).throttled();
                     }
                     (
                         AttemptOutcome::Status(error.status),
@@ -287,21 +287,14 @@ impl Pipeline {
                     None,
                 ),
             };
-            let delay =
-                self.options
-                    .retry
-                    .delay(retry + 1, self.options.random.next_unit(), retry_after);
-            let give_up_at = super::deadline::current().map_or(retry_ends, |d| d.min(retry_ends));
-            if retry >= self.options.retry.max_retries
-                || !should_retry(outcome, request.idempotent)
-                || tokio::time::Instant::now() + delay > give_up_at
-            {
+            let Some(delay) = self.next_retry(&request, retry, outcome, retry_after, retry_ends)
+            else {
                 return Err(StorageError::new(
                     request.operation,
                     request.resource.clone(),
                     error,
                 ));
-            }
+            };
             retry += 1;
             tracing::debug!(
                 operation = request.operation,
@@ -313,11 +306,55 @@ impl Pipeline {
             );
             tokio::time::sleep(delay).await;
             if request.entities > 0 && matches!(outcome, AttemptOutcome::Status(503 | 500)) {
-                super::pacing::governor(&self.pacing_target(&request.path))
-                    .take(request.entities)
-                    .await;
+                self.governor(&request.path).take(request.entities).await;
             }
         }
+    }
+
+    /// Whether `error` refused the bearer `token` sent with `request`; the token is forgotten
+    /// then, so that the next attempt fetches a fresh one.
+    fn token_refused(
+        &self,
+        request: &Request,
+        token: Option<&AccessToken>,
+        error: &ServiceError,
+    ) -> bool {
+        let (Some(token), Credential::Bearer(credential)) = (token, &self.credential) else {
+            return false;
+        };
+        if error.reason() != super::reason::Reason::Unauthenticated {
+            return false;
+        }
+        tracing::warn!(
+            operation = request.operation,
+            resource = %request.resource,
+            "the service refused a token ({error}); fetching a new one"
+        );
+        credential.forget(token);
+        true
+    }
+
+    /// How long to wait before retrying `request` after its attempt number `retry` failed with
+    /// `outcome`; `None` when it is not retried: out of retries, a failure that is not safe to
+    /// repeat, or a wait that would end past the policy's time limit (`retry_ends`) or the
+    /// caller's deadline.
+    fn next_retry(
+        &self,
+        request: &Request,
+        retry: u32,
+        outcome: AttemptOutcome,
+        retry_after: Option<Duration>,
+        retry_ends: tokio::time::Instant,
+    ) -> Option<Duration> {
+        let delay =
+            self.options
+                .retry
+                .delay(retry + 1, self.options.random.next_unit(), retry_after);
+        let give_up_at = super::deadline::current().map_or(retry_ends, |d| d.min(retry_ends));
+        let retried = retry < self.options.retry.max_retries
+            && should_retry(outcome, request.idempotent)
+            && tokio::time::Instant::now() + delay <= give_up_at;
+        retried.then_some(delay)
     }
 
     fn url(&self, request: &Request) -> Result<Url, StorageError> {

@@ -6,8 +6,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
+use tablescan::storage::pacing::Governors;
 use tablescan::storage::queue::{MessageEncoding, PutOptions};
-use tablescan::storage::QueueServiceClient;
+use tablescan::storage::token::TokenCredentials;
+use tablescan::storage::{ClientOptions, QueueServiceClient};
 
 use crate::config::Function;
 use crate::invocation::{queue_messages, read_answer, Answer};
@@ -24,6 +26,10 @@ pub struct Dispatcher {
     next: AtomicUsize,
     settings: HashMap<String, String>,
     queues: std::sync::Mutex<HashMap<String, QueueServiceClient>>,
+    /// The host's back-off per queue and its token credential per identity, shared by its
+    /// queue clients as a host process shares them.
+    governors: Governors,
+    tokens: TokenCredentials,
     pub base64: bool,
     /// Wakes the listeners of a queue an instance just wrote to, as that instance's host's
     /// shared queue watcher does, instead of leaving the message until their next poll. Keyed by
@@ -49,6 +55,8 @@ impl Dispatcher {
             next: AtomicUsize::new(0),
             settings,
             queues: std::sync::Mutex::new(HashMap::new()),
+            governors: Governors::default(),
+            tokens: TokenCredentials::default(),
             base64,
             watchers: std::sync::Mutex::new(HashMap::new()),
         }
@@ -142,10 +150,13 @@ impl Dispatcher {
         }
         // As the host does: a connection string, or settings `C__...` of a connection by identity.
         let lookup = |name: &str| self.settings.get(name).cloned();
-        let account = tablescan::storage::connection::resolve(connection, &lookup)
+        let account = tablescan::storage::connection::resolve(connection, &lookup, &self.tokens)
             .map_err(|e| format!("connection {connection}: {e}"))?;
-        let client =
-            QueueServiceClient::new(&account, Default::default()).map_err(|e| e.to_string())?;
+        let options = ClientOptions {
+            governors: self.governors.clone(),
+            ..ClientOptions::default()
+        };
+        let client = QueueServiceClient::new(&account, options).map_err(|e| e.to_string())?;
         cache.insert(connection.to_string(), client.clone());
         Ok(client)
     }

@@ -114,81 +114,20 @@ pub async fn handle(State(front): State<Arc<HttpFront>>, request: Request) -> Re
     else {
         return plain(StatusCode::NOT_FOUND, "no function has this route");
     };
-    let mut matched = None;
-    for function in &front.functions {
-        let Some(trigger) = function.trigger().filter(|t| t.kind == "httpTrigger") else {
-            continue;
-        };
-        let template = trigger
-            .route
-            .clone()
-            .unwrap_or_else(|| function.name.clone());
-        if let Some(params) = match_route(&template, route_path) {
-            if trigger.methods.is_empty() || trigger.methods.contains(&method) {
-                matched = Some((function.clone(), params));
-                break;
-            }
-        }
-    }
+    let matched = matching_function(&front.functions, route_path, &method);
     let Some((function, params)) = matched else {
         return plain(
             StatusCode::NOT_FOUND,
             "no function has this route and method",
         );
     };
-    let query: BTreeMap<String, String> = request
-        .uri()
-        .query()
-        .unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (percent_decode(k), percent_decode(v))
-        })
-        .collect();
-    if let Some(key) = &front.function_key {
-        let wants_key = function
-            .trigger()
-            .is_some_and(|t| t.auth_level != "anonymous");
-        let given = request
-            .headers()
-            .get("x-functions-key")
-            .and_then(|v| v.to_str().ok())
-            .or(query.get("code").map(String::as_str));
-        if wants_key && given != Some(key.as_str()) {
-            return plain(StatusCode::UNAUTHORIZED, "");
-        }
+    let query = query_of(request.uri().query().unwrap_or(""));
+    if key_refused(&front, &function, &request, &query) {
+        return plain(StatusCode::UNAUTHORIZED, "");
     }
-    let headers: Vec<(String, String)> = request
-        .headers()
-        .iter()
-        .map(|(k, v)| {
-            (
-                title_case(k.as_str()),
-                String::from_utf8_lossy(v.as_bytes()).into_owned(),
-            )
-        })
-        .collect();
-    let has_content_length = request.headers().contains_key("content-length");
-    let url = format!("http://127.0.0.1:{}{}", front.port, request.uri());
-    let body = match to_bytes(request.into_body(), 100 * 1024 * 1024).await {
-        Ok(body) => body.to_vec(),
-        Err(_) => {
-            return plain(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "the request body is too large",
-            )
-        }
-    };
-    let incoming = IncomingHttp {
-        url,
-        method: method.clone(),
-        query,
-        headers,
-        params,
-        body,
-        has_content_length,
+    let incoming = match incoming(&front, request, method.clone(), query, params).await {
+        Ok(incoming) => incoming,
+        Err(response) => return response,
     };
     let trigger = function
         .trigger()
@@ -219,23 +158,7 @@ pub async fn handle(State(front): State<Arc<HttpFront>>, request: Request) -> Re
                     "the function's outputs could not be written",
                 )
             } else {
-                match http_answer(response_binding.as_ref().and_then(|b| outputs.get(b))) {
-                    Ok(answer) => {
-                        let mut response = Response::builder().status(answer.status);
-                        for (name, value) in answer.headers {
-                            if let (Ok(name), Ok(value)) = (
-                                HeaderName::from_bytes(name.as_bytes()),
-                                HeaderValue::from_str(&value),
-                            ) {
-                                response = response.header(name, value);
-                            }
-                        }
-                        response.body(Body::from(answer.body)).unwrap_or_else(|_| {
-                            plain(StatusCode::INTERNAL_SERVER_ERROR, "bad answer")
-                        })
-                    }
-                    Err(why) => plain(StatusCode::INTERNAL_SERVER_ERROR, &why),
-                }
+                http_response(response_binding.as_ref().and_then(|b| outputs.get(b)))
             }
         }
         Answer::Failure(why) => {
@@ -256,6 +179,125 @@ pub async fn handle(State(front): State<Arc<HttpFront>>, request: Request) -> Re
         );
     }
     response
+}
+
+/// Whether the request lacks the function key that `function` needs (any level but
+/// anonymous, when devhost has a key): in the `x-functions-key` header or the `code` parameter.
+fn key_refused(
+    front: &HttpFront,
+    function: &Function,
+    request: &Request,
+    query: &BTreeMap<String, String>,
+) -> bool {
+    let Some(key) = &front.function_key else {
+        return false;
+    };
+    let wants_key = function
+        .trigger()
+        .is_some_and(|t| t.auth_level != "anonymous");
+    let given = request
+        .headers()
+        .get("x-functions-key")
+        .and_then(|v| v.to_str().ok())
+        .or(query.get("code").map(String::as_str));
+    wants_key && given != Some(key.as_str())
+}
+
+/// The request as the invocation describes it; a response when its body is too large.
+async fn incoming(
+    front: &HttpFront,
+    request: Request,
+    method: String,
+    query: BTreeMap<String, String>,
+    params: BTreeMap<String, String>,
+) -> Result<IncomingHttp, Response<Body>> {
+    let headers: Vec<(String, String)> = request
+        .headers()
+        .iter()
+        .map(|(k, v)| {
+            (
+                title_case(k.as_str()),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    let has_content_length = request.headers().contains_key("content-length");
+    let url = format!("http://127.0.0.1:{}{}", front.port, request.uri());
+    let body = match to_bytes(request.into_body(), 100 * 1024 * 1024).await {
+        Ok(body) => body.to_vec(),
+        Err(_) => {
+            return Err(plain(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "the request body is too large",
+            ))
+        }
+    };
+    Ok(IncomingHttp {
+        url,
+        method,
+        query,
+        headers,
+        params,
+        body,
+        has_content_length,
+    })
+}
+
+/// The first HTTP-triggered function whose route matches `route_path` and whose methods take
+/// `method`, with the route's parameters.
+fn matching_function(
+    functions: &[Function],
+    route_path: &str,
+    method: &str,
+) -> Option<(Function, BTreeMap<String, String>)> {
+    for function in functions {
+        let Some(trigger) = function.trigger().filter(|t| t.kind == "httpTrigger") else {
+            continue;
+        };
+        let template = trigger
+            .route
+            .clone()
+            .unwrap_or_else(|| function.name.clone());
+        if let Some(params) = match_route(&template, route_path) {
+            if trigger.methods.is_empty() || trigger.methods.iter().any(|m| m == method) {
+                return Some((function.clone(), params));
+            }
+        }
+    }
+    None
+}
+
+/// A query string's parameters, percent-decoded.
+fn query_of(query: &str) -> BTreeMap<String, String> {
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect()
+}
+
+/// The HTTP response a function's `http` output binding describes.
+fn http_response(binding: Option<&serde_json::Value>) -> Response<Body> {
+    match http_answer(binding) {
+        Ok(answer) => {
+            let mut response = Response::builder().status(answer.status);
+            for (name, value) in answer.headers {
+                if let (Ok(name), Ok(value)) = (
+                    HeaderName::from_bytes(name.as_bytes()),
+                    HeaderValue::from_str(&value),
+                ) {
+                    response = response.header(name, value);
+                }
+            }
+            response
+                .body(Body::from(answer.body))
+                .unwrap_or_else(|_| plain(StatusCode::INTERNAL_SERVER_ERROR, "bad answer"))
+        }
+        Err(why) => plain(StatusCode::INTERNAL_SERVER_ERROR, &why),
+    }
 }
 
 /// Whether `DEVHOST_VERBOSE=1` asks for every HTTP invocation to be shown.

@@ -66,37 +66,25 @@ async fn main() {
     }
 }
 
-async fn run() -> Result<(), String> {
-    let args = parse_args()?;
-    let root = std::fs::canonicalize(&args.script_root).map_err(|e| {
-        format!(
-            "script root {}: {e} (scripts/dev assembles target/app)",
-            args.script_root.display()
-        )
-    })?;
-    let host = config::HostConfig::load(&root)?;
-    let functions = config::load_functions(&root)?;
-    if functions.is_empty() {
-        return Err(format!(
-            "no function folders with a function.json under {}",
-            root.display()
-        ));
-    }
-    if host.forwarding && functions.iter().any(config::Function::is_http_in_and_out) {
-        return Err(
-            "enableForwardingHttpRequest is set; devhost speaks only the payload protocol".into(),
-        );
-    }
-
-    // App settings: local.settings.json (or .example), with the environment winning for
-    // AzureWebJobsStorage so tests and scripts can point at their own Azurite.
-    let mut settings: HashMap<String, String> = config::load_settings(&root).into_iter().collect();
+/// App settings: local.settings.json (or .example), with the environment winning for
+/// AzureWebJobsStorage so tests and scripts can point at their own Azurite.
+fn app_settings(root: &std::path::Path) -> HashMap<String, String> {
+    let mut settings: HashMap<String, String> = config::load_settings(root).into_iter().collect();
     if let Ok(storage) = std::env::var("AzureWebJobsStorage") {
         settings.insert("AzureWebJobsStorage".into(), storage);
     }
     for (k, v) in std::env::vars() {
         settings.entry(k).or_insert(v);
     }
+    settings
+}
+
+/// How each handler process is started, from host.json.
+fn launch_of(
+    root: &std::path::Path,
+    host: &config::HostConfig,
+    settings: &HashMap<String, String>,
+) -> process::Launch {
     let executable = {
         let relative = root.join(&host.executable);
         if relative.is_file() {
@@ -105,11 +93,11 @@ async fn run() -> Result<(), String> {
             PathBuf::from(&host.executable)
         }
     };
-    let launch = process::Launch {
+    process::Launch {
         executable,
         arguments: host.arguments.clone(),
         working_directory: root.join(&host.working_directory),
-        app_root: root.clone(),
+        app_root: root.to_path_buf(),
         settings: settings
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
@@ -119,19 +107,17 @@ async fn run() -> Result<(), String> {
             .ok()
             .and_then(|t| config::parse_timespan(&t))
             .unwrap_or(Duration::from_secs(30)),
-    };
-    let fatal = Arc::new(Notify::new());
-    let handlers: Vec<_> = (0..usize::from(args.instances))
-        .map(|i| process::Handler::start(i, launch.clone(), fatal.clone()))
-        .collect();
-    let dispatcher = Arc::new(dispatch::Dispatcher::new(
-        handlers.clone(),
-        host.function_timeout,
-        settings,
-        host.queues.base64,
-    ));
+    }
+}
 
-    for handler in &handlers {
+/// Starts a listener per queue-triggered function and instance.
+fn listen_to_queues(
+    functions: &[config::Function],
+    handlers: &[Arc<process::Handler>],
+    dispatcher: &Arc<dispatch::Dispatcher>,
+    host: &config::HostConfig,
+) {
+    for handler in handlers {
         for function in functions
             .iter()
             .filter(|f| f.trigger().is_some_and(|t| t.kind == "queueTrigger"))
@@ -145,8 +131,14 @@ async fn run() -> Result<(), String> {
             tokio::spawn(listener.run());
         }
     }
+}
 
-    // Timer functions run once per app, not once per instance.
+/// Starts the timer-triggered functions (once per app, not once per instance); those whose
+/// schedule is invalid are reported and not run, as the host does.
+fn start_timers(
+    functions: &[config::Function],
+    dispatcher: &Arc<dispatch::Dispatcher>,
+) -> std::collections::BTreeMap<String, Arc<timers::Timer>> {
     let mut timers = std::collections::BTreeMap::new();
     for function in functions
         .iter()
@@ -172,6 +164,47 @@ async fn run() -> Result<(), String> {
             ),
         }
     }
+    timers
+}
+
+async fn run() -> Result<(), String> {
+    let args = parse_args()?;
+    let root = std::fs::canonicalize(&args.script_root).map_err(|e| {
+        format!(
+            "script root {}: {e} (scripts/dev assembles target/app)",
+            args.script_root.display()
+        )
+    })?;
+    let host = config::HostConfig::load(&root)?;
+    let functions = config::load_functions(&root)?;
+    if functions.is_empty() {
+        return Err(format!(
+            "no function folders with a function.json under {}",
+            root.display()
+        ));
+    }
+    if host.forwarding && functions.iter().any(config::Function::is_http_in_and_out) {
+        return Err(
+            "enableForwardingHttpRequest is set; devhost speaks only the payload protocol".into(),
+        );
+    }
+
+    let settings = app_settings(&root);
+    let launch = launch_of(&root, &host, &settings);
+    let fatal = Arc::new(Notify::new());
+    let handlers: Vec<_> = (0..usize::from(args.instances))
+        .map(|i| process::Handler::start(i, launch.clone(), fatal.clone()))
+        .collect();
+    let dispatcher = Arc::new(dispatch::Dispatcher::new(
+        handlers.clone(),
+        host.function_timeout,
+        settings,
+        host.queues.base64,
+    ));
+
+    listen_to_queues(&functions, &handlers, &dispatcher, &host);
+    // Timer functions run once per app, not once per instance.
+    let timers = start_timers(&functions, &dispatcher);
 
     let front = Arc::new(http::HttpFront {
         functions: functions.clone(),

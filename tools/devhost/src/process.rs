@@ -111,6 +111,47 @@ impl Handler {
         self.kill.notify_one();
     }
 
+    /// Waits until the started handler `child` is ready at `url`, serves it (its URL in
+    /// `url_tx`) until it exits or is restarted, and returns its exit code: `None` when it was
+    /// killed (never ready in time, or restarted) or ended by a signal.
+    async fn run_until_exit(
+        &self,
+        child: &mut tokio::process::Child,
+        url: String,
+        launch: &Launch,
+        url_tx: &watch::Sender<Option<String>>,
+    ) -> Option<i32> {
+        let ready = tokio::select! {
+            ready = wait_ready(&url, launch.readiness_timeout) => ready,
+            status = child.wait() => {
+                say_err!("[devhost] instance {}: handler exited before it was ready: {status:?}", self.instance);
+                false
+            }
+        };
+        if !ready {
+            say_err!(
+                "[devhost] instance {}: handler did not answer GET / within {:?}",
+                self.instance,
+                launch.readiness_timeout
+            );
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+            return None;
+        }
+        let _ = url_tx.send(Some(url));
+        let code = tokio::select! {
+            status = child.wait() => status.ok().and_then(|s| s.code()),
+            _ = self.kill.notified() => {
+                say_err!("[devhost] instance {}: restarting the handler", self.instance);
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+                None
+            }
+        };
+        let _ = url_tx.send(None);
+        code
+    }
+
     async fn supervise(
         &self,
         launch: Launch,
@@ -127,27 +168,7 @@ impl Handler {
                     return;
                 }
             };
-            let mut command = Command::new(&launch.executable);
-            command
-                .args(&launch.arguments)
-                .current_dir(&launch.working_directory)
-                .envs(
-                    launch
-                        .settings
-                        .iter()
-                        .map(|(k, v)| (k.as_str(), v.as_str())),
-                )
-                .env("FUNCTIONS_CUSTOMHANDLER_PORT", port.to_string())
-                .env("FUNCTIONS_HTTPWORKER_PORT", port.to_string())
-                .env(
-                    "FUNCTIONS_CUSTOMHANDLER_WORKER_ID",
-                    uuid::Uuid::new_v4().to_string(),
-                )
-                .env("FUNCTIONS_APP_ROOT_PATH", &launch.app_root)
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .kill_on_drop(true);
+            let mut command = handler_command(&launch, port);
             die_with_parent(&mut command);
             let mut child = match command.spawn() {
                 Ok(child) => child,
@@ -171,36 +192,7 @@ impl Handler {
             forward(child.stderr.take(), self.instance, true);
 
             let url = format!("http://127.0.0.1:{port}");
-            let ready = tokio::select! {
-                ready = wait_ready(&url, launch.readiness_timeout) => ready,
-                status = child.wait() => {
-                    say_err!("[devhost] instance {}: handler exited before it was ready: {status:?}", self.instance);
-                    false
-                }
-            };
-            let code = if ready {
-                let _ = url_tx.send(Some(url));
-                let code = tokio::select! {
-                    status = child.wait() => status.ok().and_then(|s| s.code()),
-                    _ = self.kill.notified() => {
-                        say_err!("[devhost] instance {}: restarting the handler", self.instance);
-                        let _ = child.start_kill();
-                        let _ = child.wait().await;
-                        None
-                    }
-                };
-                let _ = url_tx.send(None);
-                code
-            } else {
-                say_err!(
-                    "[devhost] instance {}: handler did not answer GET / within {:?}",
-                    self.instance,
-                    launch.readiness_timeout
-                );
-                let _ = child.start_kill();
-                let _ = child.wait().await;
-                None
-            };
+            let code = self.run_until_exit(&mut child, url, &launch, &url_tx).await;
             match policy.after_exit(code, Instant::now()) {
                 AfterExit::Restart => say_err!(
                     "[devhost] instance {}: handler stopped (exit {code:?}); restarting",
@@ -218,6 +210,33 @@ impl Handler {
             }
         }
     }
+}
+
+/// The command that starts a handler listening on `port`, as the host starts it: the app's
+/// settings and the custom handler's variables in its environment, its output piped.
+fn handler_command(launch: &Launch, port: u16) -> Command {
+    let mut command = Command::new(&launch.executable);
+    command
+        .args(&launch.arguments)
+        .current_dir(&launch.working_directory)
+        .envs(
+            launch
+                .settings
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str())),
+        )
+        .env("FUNCTIONS_CUSTOMHANDLER_PORT", port.to_string())
+        .env("FUNCTIONS_HTTPWORKER_PORT", port.to_string())
+        .env(
+            "FUNCTIONS_CUSTOMHANDLER_WORKER_ID",
+            uuid::Uuid::new_v4().to_string(),
+        )
+        .env("FUNCTIONS_APP_ROOT_PATH", &launch.app_root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    command
 }
 
 /// Makes the handler die when devhost dies, however devhost ends (even by SIGKILL), so no

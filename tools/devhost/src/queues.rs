@@ -27,6 +27,19 @@ pub struct Listener {
     pub settings: QueueSettings,
 }
 
+/// The message as a queue trigger's invocation describes it, its text decoded from `raw`.
+fn invocation_message(message: &ReceivedMessage, raw: &[u8]) -> QueueMessage {
+    QueueMessage {
+        id: message.id.clone(),
+        pop_receipt: message.pop_receipt.clone(),
+        dequeue_count: message.dequeue_count,
+        insertion_time: message.insertion_time.clone(),
+        expiration_time: message.expiration_time.clone(),
+        next_visible_time: message.time_next_visible.clone(),
+        text: String::from_utf8_lossy(raw).into_owned(),
+    }
+}
+
 impl Listener {
     pub async fn run(self: Arc<Self>) {
         let Some(trigger) = self.function.trigger().cloned() else {
@@ -118,16 +131,7 @@ impl Listener {
         } else {
             message.text.clone().into_bytes()
         };
-        let text = String::from_utf8_lossy(&raw).into_owned();
-        let invocation = QueueMessage {
-            id: message.id.clone(),
-            pop_receipt: message.pop_receipt.clone(),
-            dequeue_count: message.dequeue_count,
-            insertion_time: message.insertion_time.clone(),
-            expiration_time: message.expiration_time.clone(),
-            next_visible_time: message.time_next_visible.clone(),
-            text,
-        };
+        let invocation = invocation_message(&message, &raw);
         let body = queue_request(
             &self.function.name,
             &trigger.name,

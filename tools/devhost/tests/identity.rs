@@ -218,7 +218,10 @@ async fn an_app_registrations_secret_reaches_storage_without_a_managed_identity(
                 .map(|(_, v)| v.clone())
         }
     };
-    let account = tablescan::storage::connection::resolve("DEV", &settings("the-secret")).unwrap();
+    // One registry for both: the wrong secret must not be served the right one's token.
+    let tokens = tablescan::storage::token::TokenCredentials::default();
+    let account =
+        tablescan::storage::connection::resolve("DEV", &settings("the-secret"), &tokens).unwrap();
     let tables = TableServiceClient::new(&account, ClientOptions::default()).unwrap();
     let name = unique("dev");
     tables.create_table(&name, false).await.unwrap();
@@ -239,7 +242,8 @@ async fn an_app_registrations_secret_reaches_storage_without_a_managed_identity(
     assert_eq!(requests[0].form["grant_type"], "client_credentials");
 
     let wrong =
-        tablescan::storage::connection::resolve("DEV", &settings("not-the-secret")).unwrap();
+        tablescan::storage::connection::resolve("DEV", &settings("not-the-secret"), &tokens)
+            .unwrap();
     let tables = TableServiceClient::new(&wrong, ClientOptions::default()).unwrap();
     let error = tables
         .table(&name)

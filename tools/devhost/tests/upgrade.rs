@@ -1,7 +1,7 @@
 //! A scan in flight across an upgrade: started by this build, then devhost stopped, the
 //! handler replaced by another build, devhost started again, and the scan finishes exactly.
 //!
-//! The other build is this source with one change an ordinary refactoring could make: `Task`
+//! The other build is this source with one change an ordinary refactoring could make: `ReadRange`
 //! declares its serialised fields in another order, so every message and ledger row it writes
 //! spells the same work item differently. It must read what this build wrote and compute the
 //! same work-item ids (they hash the task in canonical JSON, see `WorkItem::id`); before that
@@ -20,7 +20,7 @@ use serde_json::json;
 mod common;
 use common::*;
 
-/// The declarations `Task` has in this build, and the order the twin gives them.
+/// The declarations `ReadRange` has in this build, and the order the twin gives them.
 const REORDERINGS: [(&str, &str); 2] = [
     (
         "        #[serde(rename = \"pk\")]\n        partition_keys: KeyRange,\n        prefix: String,\n",

@@ -5,6 +5,8 @@
 //! says where each default comes from.
 
 mod cases;
+mod engine;
+mod ledger_costs;
 mod params;
 mod published;
 mod report;

@@ -162,6 +162,29 @@ pub struct Params {
     #[arg(long, default_value_t = 60.0, value_parser = positive)]
     pub lease_s: f64,
 
+    // What else the account serves, and what goes wrong.
+    /// Entities per second an application sends to the scanned account while the scan runs, in
+    /// requests of 100 entities every 10 ms's share (0: none). The account serves it beside the
+    /// scan; the report gives the share of it the account refused.
+    #[arg(long, default_value_t = 0.0, value_parser = non_negative)]
+    pub app_load: f64,
+    /// The scan's cap in entities per second (the request's `maxRowsPerSecond`), paced across
+    /// every instance by the slices protocol (crates/pace); 0: no cap set (the default
+    /// behaviour: the account's back-off, and a cap learned from its refusals).
+    #[arg(long, default_value_t = 0.0, value_parser = non_negative)]
+    pub cap: f64,
+    /// An outage: from this second of the scan every request to the scanned account fails
+    /// (0 with --outage-s 0: none).
+    #[arg(long, default_value_t = 0.0, value_parser = non_negative)]
+    pub outage_at_s: f64,
+    /// How long the outage lasts, seconds.
+    #[arg(long, default_value_t = 0.0, value_parser = non_negative)]
+    pub outage_s: f64,
+    /// How long an item may keep failing transiently before it fails for good (the handler's
+    /// outage window, `TABLESCAN_OUTAGE_WINDOW_SECONDS`: 30 minutes).
+    #[arg(long, default_value_t = 1800.0, value_parser = positive)]
+    pub outage_window_s: f64,
+
     // The scan engine.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub page_size: u16,

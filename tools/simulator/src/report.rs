@@ -34,22 +34,47 @@ fn published(case: &str) -> Option<&'static str> {
     }
 }
 
+/// Blob writes per 10,000 (hot tier, LRS), for exports.
+const BLOB_WRITE_PER_10K: f64 = 0.055;
+
+/// What the scan cost per million rows at list prices, USD.
+pub fn price_per_million(o: &Outcome) -> f64 {
+    let s = &o.stats;
+    let per_million = |n: f64| n * 1_000_000.0 / o.table_rows.max(1) as f64;
+    let (per_million_executions, gb_second, gb) =
+        compute_prices(o.params.plan, o.params.instance_memory_mb);
+    let instance_seconds = if s.instance_seconds > 0.0 {
+        s.instance_seconds
+    } else {
+        s.peak_instances as f64 * s.seconds
+    };
+    (per_million(s.queries as f64)
+        + per_million(s.writes as f64)
+        + per_million(s.ledger_requests as f64))
+        / 10_000.0
+        * TABLE_PER_10K
+        + per_million(s.queue_operations as f64) / 10_000.0 * QUEUE_PER_10K
+        + per_million(s.blob_writes as f64) / 10_000.0 * BLOB_WRITE_PER_10K
+        + per_million(s.executions as f64) / 1_000_000.0 * per_million_executions
+        + per_million(instance_seconds) * gb * gb_second
+}
+
 pub fn print_header(kind: ReportKind) {
     if kind == ReportKind::Cost {
         println!(
             "| design | case | plan | per million rows: executions | queries | write transactions | \
-             ledger requests | queue operations | instance-seconds, at most | price, at most (USD) |"
+             ledger requests | queue operations | instance-seconds | price (USD) |"
         );
         println!("|{}", " --- |".repeat(10));
         return;
     }
     println!(
-        "| design | case | plan | account target (entities/s) | minutes | bound (min) | x bound | \
-         bound by | peak instances | throttled requests | ledger entities per step | \
-         ledger share of its account | longest step (s) | lease overruns | failed attempts (ledger/read/write) | failed for good | \
-         rows acted | most executions per 30 s | published (minutes; longest; executions per 30 s) |"
+        "| case | plan | capacity (entities/s) | cap | app load | minutes | bound (min) | bound by | \
+         x bound | app refused | failed for good | longest step (s) | peak instances | \
+         ledger partition, mean / busiest 10 s (entities/s) | USD per million rows | \
+         steps given back | shard conflicts | learned cap |"
     );
-    println!("|{}", " --- |".repeat(19));
+    println!("|{}", " --- |".repeat(18));
 }
 
 pub fn print_row(kind: ReportKind, o: &Outcome) {
@@ -70,13 +95,12 @@ pub fn print_row(kind: ReportKind, o: &Outcome) {
         let writes = per_million(s.writes as f64);
         let ledger = per_million(s.ledger_requests as f64);
         let queue = per_million(s.queue_operations as f64);
-        let instance_seconds = per_million(s.peak_instances as f64 * s.seconds);
-        let (per_million_executions, gb_second, gb) =
-            compute_prices(o.params.plan, o.params.instance_memory_mb);
-        let price = (queries + writes + ledger) / 10_000.0 * TABLE_PER_10K
-            + queue / 10_000.0 * QUEUE_PER_10K
-            + executions / 1_000_000.0 * per_million_executions
-            + instance_seconds * gb * gb_second;
+        let instance_seconds = per_million(if s.instance_seconds > 0.0 {
+            s.instance_seconds
+        } else {
+            s.peak_instances as f64 * s.seconds
+        });
+        let price = price_per_million(o);
         println!(
             "| {design} | {} | {plan} | {executions:.0} | {queries:.0} | {writes:.0} | {ledger:.0} | \
              {queue:.0} | {instance_seconds:.0} | {price:.4} |",
@@ -84,39 +108,67 @@ pub fn print_row(kind: ReportKind, o: &Outcome) {
         );
         return;
     }
-    let ledger = s.step_ledger_entities + s.status_entities;
-    let (per_step, share) = if o.design == DesignName::Tablescan {
-        (
-            format!("{:.1}", ledger as f64 / s.executions.max(1) as f64),
-            format!(
-                "{:.1}%",
-                100.0 * ledger as f64 / o.app_account_entities.max(1.0)
-            ),
-        )
+    if o.design == DesignName::Published {
+        println!(
+            "| {} (published design) | {plan} | {:.0} | - | - | {:.1} | {:.1} | {} | {:.2} | - | {} | {:.1} | {} | none | {:.4} | - | - | {} executions in the busiest 30 s; published: {} |",
+            o.case,
+            o.params.account_entities_per_second,
+            s.seconds / 60.0,
+            o.bound.seconds / 60.0,
+            o.bound.by,
+            s.seconds / o.bound.seconds.max(1e-9),
+            s.failed_for_good,
+            s.longest_execution,
+            s.peak_instances,
+            price_per_million(o),
+            s.most_executions_per_window(),
+            published(&o.case).unwrap_or("-"),
+        );
+        return;
+    }
+    let cap = if o.params.cap > 0.0 {
+        format!("{:.0}", o.params.cap)
     } else {
-        ("none".to_string(), "none".to_string())
+        "default".to_string()
     };
+    let learned = s.learned_cap.map_or("-".to_string(), |c| format!("{c:.0}"));
     println!(
-        "| {design} | {} | {plan} | {:.0} | {:.1} | {:.1} | {:.2} | {} | {} | {} | {per_step} | \
-         {share} | {:.1} | {} | {}/{}/{} | {} | {:.2}% | {} | {} |",
+        "| {} | {plan} | {:.0} | {cap} | {:.0} | {:.1} | {:.1} | {} | {:.2} | {:.2}% | {} | {:.1} | {} | {:.0} / {:.0} | {:.4} | {} | {} | {learned} |",
         o.case,
         o.params.account_entities_per_second,
+        o.params.app_load,
         s.seconds / 60.0,
         o.bound.seconds / 60.0,
-        s.seconds / o.bound.seconds.max(1e-9),
         o.bound.by,
-        s.peak_instances,
-        o.throttled,
-        s.longest_execution,
-        s.lease_overruns,
-        s.failed_on_ledger,
-        s.failed_on_read,
-        s.failed_on_write,
+        s.seconds / o.bound.seconds.max(1e-9),
+        100.0 * o.app_refused_share,
         s.failed_for_good,
-        100.0 * s.rows_acted as f64 / o.table_rows.max(1) as f64,
-        s.most_executions_per_window(),
-        published(&o.case).unwrap_or(""),
+        s.longest_execution,
+        s.peak_instances,
+        s.ledger_mean(),
+        s.ledger_peak(),
+        price_per_million(o),
+        s.given_back,
+        s.shard_conflicts,
     );
+    eprintln!(
+        "simulator: {}: ledger entities {} by steps, {} besides (status, cancel checks, re-drive, \
+         {} slice and learning requests); {} renewals, {} handed on, {} re-driven, {} rounds set a cap",
+        o.case,
+        s.step_ledger_entities,
+        s.ledger_entities_other,
+        s.slice_requests,
+        s.renewals,
+        s.handed_on,
+        s.redriven,
+        s.caps_learned,
+    );
+    if s.rows_acted != o.table_rows && s.failed_for_good == 0 {
+        eprintln!(
+            "simulator: {}: {} rows acted of {}",
+            o.case, s.rows_acted, o.table_rows
+        );
+    }
 }
 
 /// Rows read per second, per window, into DIR/<case>-<design>-<plan>.csv.

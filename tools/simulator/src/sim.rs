@@ -33,6 +33,8 @@ pub struct World {
     pub storage: Storage,
     /// Each instance's CPU, in core-seconds per second.
     cpu: HashMap<usize, Limit>,
+    /// Each instance's cap on writes in flight, as a rate.
+    pub write_caps: HashMap<usize, Limit>,
     pub stats: Stats,
 }
 
@@ -42,6 +44,7 @@ impl World {
             params,
             storage,
             cpu: HashMap::new(),
+            write_caps: HashMap::new(),
             stats: Stats::default(),
         }
     }
@@ -133,18 +136,18 @@ impl<M> Ord for Running<M> {
 /// A group of instances that scales as one: the whole app on Consumption, one function's
 /// group on Flex.
 #[derive(Default)]
-struct Group {
-    instances: usize,
+pub(crate) struct Group {
+    pub(crate) instances: usize,
     /// Free invocation slots of ready instances, by instance (each instance appears once per
     /// free slot; first in, first out spreads work over instances).
-    free: VecDeque<usize>,
+    pub(crate) free: VecDeque<usize>,
     /// Instances still starting: (ready at, instance).
     starting: Vec<(f64, usize)>,
 }
 
 /// The platform: instance groups and the scale controller.
-struct Platform {
-    groups: Vec<Group>,
+pub(crate) struct Platform {
+    pub(crate) groups: Vec<Group>,
     next_instance: usize,
     max_instances: usize,
     quota: usize,
@@ -152,11 +155,11 @@ struct Platform {
     step: usize,
     interval: f64,
     cold_start: f64,
-    next_decision: f64,
+    pub(crate) next_decision: f64,
 }
 
 impl Platform {
-    fn new(params: &Params, groups: usize) -> Result<Self, String> {
+    pub(crate) fn new(params: &Params, groups: usize) -> Result<Self, String> {
         let mut platform = Platform {
             groups: (0..groups).map(|_| Group::default()).collect(),
             next_instance: 0,
@@ -180,12 +183,12 @@ impl Platform {
         self.groups[group].starting.push((ready, instance));
     }
 
-    fn total(&self) -> usize {
+    pub(crate) fn total(&self) -> usize {
         self.groups.iter().map(|g| g.instances).sum()
     }
 
     /// Instances whose cold start ended by `t` take work.
-    fn wake(&mut self, t: f64) {
+    pub(crate) fn wake(&mut self, t: f64) {
         let per_instance = self.per_instance;
         for group in &mut self.groups {
             group.starting.retain(|&(ready, instance)| {
@@ -204,7 +207,7 @@ impl Platform {
     /// One decision of target-based scaling: desired instances = messages (waiting and in
     /// flight, as the queue's length counts them) / target executions per instance; at most
     /// `step` more at a time, within the caps.
-    fn decide(&mut self, t: f64, lengths: &[usize]) {
+    pub(crate) fn decide(&mut self, t: f64, lengths: &[usize]) {
         for (group, &length) in lengths.iter().enumerate() {
             let desired = length.div_ceil(self.per_instance).min(self.max_instances);
             let room = self.quota.saturating_sub(self.total());
@@ -219,7 +222,7 @@ impl Platform {
         self.next_decision = t + self.interval;
     }
 
-    fn next_ready(&self) -> Option<f64> {
+    pub(crate) fn next_ready(&self) -> Option<f64> {
         self.groups
             .iter()
             .flat_map(|g| g.starting.iter().map(|s| s.0))
@@ -285,110 +288,203 @@ pub fn simulate<D: Design>(
     design: &mut D,
     first: D::Message,
     queues: usize,
-    mut world: World,
+    world: World,
 ) -> Result<World, String> {
-    let params = world.params.clone();
-    let groups = if params.plan == Plan::Flex { queues } else { 1 };
-    let group_of = |queue: usize| if groups == 1 { 0 } else { queue };
-    let mut platform = Platform::new(&params, groups)?;
-    let mut waiting: Vec<BinaryHeap<Reverse<Queued<D::Message>>>> =
-        (0..queues).map(|_| BinaryHeap::new()).collect();
-    let mut in_flight = vec![0usize; queues];
-    let mut running: BinaryHeap<Reverse<Running<D::Message>>> = BinaryHeap::new();
-    let mut seq = 0u64;
-    let poll = params.poll_ms / 1000.0;
-    let first_queue = design.queue(&first);
-    waiting[first_queue].push(Reverse(Queued {
-        visible: 0.0,
-        seq,
-        dequeues: 0,
-        message: first,
-    }));
-    let mut readers = LedgerReaders {
-        next_poll: (design.has_ledger() && params.status_poll_s > 0.0)
-            .then_some(params.status_poll_s),
-        poll_interval: params.status_poll_s,
-        next_sweep: if design.has_ledger() {
-            params.sweep_s
-        } else {
-            f64::INFINITY
-        },
-        sweep_interval: params.sweep_s,
-    };
+    let mut sim = Sim::new(design, queues, world)?;
+    sim.enqueue_first(first);
+    let mut readers = sim.ledger_readers();
     let mut t: f64 = 0.0;
     let mut next_forget = 60.0;
     loop {
         // Executions that ended hand their follow-ups on, or go back to their queue.
-        while running.peek().is_some_and(|r| r.0.end <= t) {
-            let Reverse(done) = running.pop().expect("peeked");
-            in_flight[done.queue] -= 1;
-            platform.groups[group_of(done.queue)]
-                .free
-                .push_back(done.instance);
+        sim.end_executions(t);
+        let outstanding = sim.outstanding();
+        if outstanding == 0 {
+            break;
+        }
+        sim.scale(t);
+        // Visible messages go to free invocation slots of their group.
+        sim.dispatch(t);
+        // The ledger's readers: they read every entity of the scan's partition.
+        if t >= readers.next() {
+            let world = &mut sim.world;
+            let rows = 1
+                + world.stats.executions_done_ok
+                + outstanding as u64
+                + world.stats.failed_for_good;
+            if readers.next_poll.is_some_and(|p| t >= p) {
+                let done = read_ledger(world, t, rows);
+                readers.next_poll = Some(done + readers.poll_interval);
+            }
+            if t >= readers.next_sweep {
+                read_ledger(world, t, rows);
+                readers.next_sweep = t + readers.sweep_interval;
+            }
+        }
+        if t >= next_forget {
+            // Every request still to come arrives at t or later (running steps booked theirs
+            // when they started); a margin keeps the slots a late retry might look at.
+            sim.world.storage.forget_before((t - 600.0).max(0.0));
+            next_forget = t + 60.0;
+        }
+        t = sim.next_moment(t, &readers);
+    }
+    let mut world = sim.world;
+    world.stats.seconds = t;
+    Ok(world)
+}
+
+/// The state of one simulated scan: the queues, the executions running, the platform.
+struct Sim<'d, D: Design> {
+    design: &'d mut D,
+    params: Params,
+    /// Instance groups: one per queue on Flex, one for the app otherwise.
+    groups: usize,
+    platform: Platform,
+    /// Per queue, its messages by when they become visible.
+    waiting: Vec<BinaryHeap<Reverse<Queued<D::Message>>>>,
+    /// Per queue, its messages being executed.
+    in_flight: Vec<usize>,
+    running: BinaryHeap<Reverse<Running<D::Message>>>,
+    seq: u64,
+    /// How long after a message is put a listener sees it, seconds.
+    poll: f64,
+    world: World,
+}
+
+impl<'d, D: Design> Sim<'d, D> {
+    fn new(design: &'d mut D, queues: usize, world: World) -> Result<Self, String> {
+        let params = world.params.clone();
+        let groups = if params.plan == Plan::Flex { queues } else { 1 };
+        Ok(Sim {
+            platform: Platform::new(&params, groups)?,
+            waiting: (0..queues).map(|_| BinaryHeap::new()).collect(),
+            in_flight: vec![0usize; queues],
+            running: BinaryHeap::new(),
+            seq: 0,
+            poll: params.poll_ms / 1000.0,
+            design,
+            params,
+            groups,
+            world,
+        })
+    }
+
+    fn group_of(&self, queue: usize) -> usize {
+        if self.groups == 1 {
+            0
+        } else {
+            queue
+        }
+    }
+
+    fn enqueue_first(&mut self, first: D::Message) {
+        let first_queue = self.design.queue(&first);
+        self.waiting[first_queue].push(Reverse(Queued {
+            visible: 0.0,
+            seq: self.seq,
+            dequeues: 0,
+            message: first,
+        }));
+    }
+
+    fn ledger_readers(&self) -> LedgerReaders {
+        let params = &self.params;
+        LedgerReaders {
+            next_poll: (self.design.has_ledger() && params.status_poll_s > 0.0)
+                .then_some(params.status_poll_s),
+            poll_interval: params.status_poll_s,
+            next_sweep: if self.design.has_ledger() {
+                params.sweep_s
+            } else {
+                f64::INFINITY
+            },
+            sweep_interval: params.sweep_s,
+        }
+    }
+
+    /// Messages waiting or running.
+    fn outstanding(&self) -> usize {
+        self.waiting.iter().map(BinaryHeap::len).sum::<usize>() + self.running.len()
+    }
+
+    /// Ends the executions due by `t`: their slots free, their follow-ups queued, or a failed
+    /// message back in its queue after its visibility timeout (or failed for good).
+    fn end_executions(&mut self, t: f64) {
+        while self.running.peek().is_some_and(|r| r.0.end <= t) {
+            let Reverse(done) = self.running.pop().expect("peeked");
+            self.in_flight[done.queue] -= 1;
+            let group = self.group_of(done.queue);
+            self.platform.groups[group].free.push_back(done.instance);
             if done.execution.failed {
                 let dequeues = done.dequeues + 1;
-                if dequeues >= params.max_dequeue_count {
-                    world.stats.failed_for_good += 1;
+                if dequeues >= self.params.max_dequeue_count {
+                    self.world.stats.failed_for_good += 1;
                 } else {
-                    seq += 1;
-                    waiting[done.queue].push(Reverse(Queued {
-                        visible: done.end + params.visibility_timeout_s,
-                        seq,
+                    self.seq += 1;
+                    self.waiting[done.queue].push(Reverse(Queued {
+                        visible: done.end + self.params.visibility_timeout_s,
+                        seq: self.seq,
                         dequeues,
                         message: done.message,
                     }));
                 }
                 continue;
             }
-            world.stats.executions_done_ok += 1;
+            self.world.stats.executions_done_ok += 1;
             for follow_up in done.execution.follow_ups {
-                let queue = design.queue(&follow_up.message);
-                world.stats.queue_operations += 1;
+                let queue = self.design.queue(&follow_up.message);
+                self.world.stats.queue_operations += 1;
                 let queued = follow_up
                     .queued_at
-                    .unwrap_or_else(|| world.storage.put_message(done.end, queue));
-                seq += 1;
-                waiting[queue].push(Reverse(Queued {
-                    visible: queued + poll,
-                    seq,
+                    .unwrap_or_else(|| self.world.storage.put_message(done.end, queue));
+                self.seq += 1;
+                self.waiting[queue].push(Reverse(Queued {
+                    visible: queued + self.poll,
+                    seq: self.seq,
                     dequeues: 0,
                     message: follow_up.message,
                 }));
             }
         }
-        let outstanding: usize = waiting.iter().map(BinaryHeap::len).sum::<usize>() + running.len();
-        if outstanding == 0 {
-            break;
-        }
-        platform.wake(t);
-        if t >= platform.next_decision {
-            let mut lengths = vec![0usize; groups];
-            for queue in 0..queues {
-                lengths[group_of(queue)] += waiting[queue].len() + in_flight[queue];
+    }
+
+    /// Starts the instances that became ready, and lets the scale controller decide when due.
+    fn scale(&mut self, t: f64) {
+        self.platform.wake(t);
+        if t >= self.platform.next_decision {
+            let mut lengths = vec![0usize; self.groups];
+            for queue in 0..self.waiting.len() {
+                lengths[self.group_of(queue)] += self.waiting[queue].len() + self.in_flight[queue];
             }
-            platform.decide(t, &lengths);
-            world.stats.peak_instances = world.stats.peak_instances.max(platform.total());
+            self.platform.decide(t, &lengths);
+            self.world.stats.peak_instances =
+                self.world.stats.peak_instances.max(self.platform.total());
         }
-        // Visible messages go to free invocation slots of their group.
-        for queue in 0..queues {
-            let group = &mut platform.groups[group_of(queue)];
-            while waiting[queue].peek().is_some_and(|m| m.0.visible <= t) {
-                let Some(instance) = group.free.pop_front() else {
+    }
+
+    /// Gives the messages visible at `t` to free invocation slots of their group.
+    fn dispatch(&mut self, t: f64) {
+        for queue in 0..self.waiting.len() {
+            let group = self.group_of(queue);
+            while self.waiting[queue].peek().is_some_and(|m| m.0.visible <= t) {
+                let Some(instance) = self.platform.groups[group].free.pop_front() else {
                     break;
                 };
-                let Reverse(message) = waiting[queue].pop().expect("peeked");
+                let Reverse(message) = self.waiting[queue].pop().expect("peeked");
+                let world = &mut self.world;
                 world.storage.take_message(t);
                 world.stats.queue_operations += 2;
                 world.stats.executions += 1;
                 world.stats.count_execution(t);
-                let execution = design.execute(&mut world, &message.message, t, instance);
+                let execution = self.design.execute(world, &message.message, t, instance);
                 world.stats.longest_execution =
                     world.stats.longest_execution.max(execution.end - t);
-                in_flight[queue] += 1;
-                seq += 1;
-                running.push(Reverse(Running {
+                self.in_flight[queue] += 1;
+                self.seq += 1;
+                self.running.push(Reverse(Running {
                     end: execution.end.max(t),
-                    seq,
+                    seq: self.seq,
                     instance,
                     queue,
                     dequeues: message.dequeues,
@@ -397,38 +493,20 @@ pub fn simulate<D: Design>(
                 }));
             }
         }
-        // The ledger's readers: they read every entity of the scan's partition.
-        if t >= readers.next() {
-            let rows = 1
-                + world.stats.executions_done_ok
-                + outstanding as u64
-                + world.stats.failed_for_good;
-            if readers.next_poll.is_some_and(|p| t >= p) {
-                let done = read_ledger(&mut world, t, rows);
-                readers.next_poll = Some(done + readers.poll_interval);
-            }
-            if t >= readers.next_sweep {
-                read_ledger(&mut world, t, rows);
-                readers.next_sweep = t + readers.sweep_interval;
-            }
-        }
-        if t >= next_forget {
-            // Every request still to come arrives at t or later (running steps booked theirs
-            // when they started); a margin keeps the slots a late retry might look at.
-            world.storage.forget_before((t - 600.0).max(0.0));
-            next_forget = t + 60.0;
-        }
-        // The next moment anything can happen.
-        let mut next = platform.next_decision.min(readers.next());
-        if let Some(r) = running.peek() {
+    }
+
+    /// The next moment anything can happen after `t`.
+    fn next_moment(&self, t: f64, readers: &LedgerReaders) -> f64 {
+        let mut next = self.platform.next_decision.min(readers.next());
+        if let Some(r) = self.running.peek() {
             next = next.min(r.0.end);
         }
-        if let Some(ready) = platform.next_ready() {
+        if let Some(ready) = self.platform.next_ready() {
             next = next.min(ready);
         }
-        for (queue, heap) in waiting.iter().enumerate() {
+        for (queue, heap) in self.waiting.iter().enumerate() {
             if let Some(m) = heap.peek() {
-                let free = !platform.groups[group_of(queue)].free.is_empty();
+                let free = !self.platform.groups[self.group_of(queue)].free.is_empty();
                 if m.0.visible > t || free {
                     next = next.min(m.0.visible.max(t));
                 }
@@ -438,10 +516,8 @@ pub fn simulate<D: Design>(
             // Something is due now but could not proceed: move on by the smallest step.
             next = t + 1e-6;
         }
-        t = next;
+        next
     }
-    world.stats.seconds = t;
-    Ok(world)
 }
 
 #[cfg(test)]

@@ -34,10 +34,31 @@ pub struct Stats {
     /// Queue operations: puts, gets and deletes of work messages.
     pub queue_operations: u64,
     pub status_reads: u64,
-    /// Steps that ran longer than the claim's lease (another delivery could claim them).
-    pub lease_overruns: u64,
     pub rows_per_window: Vec<u64>,
     pub executions_per_window: Vec<u64>,
+    /// Ledger entities in each second (every request to the ledger's partition).
+    pub ledger_per_second: Vec<u64>,
+    /// Ledger entities outside the steps: status reads, cancel checks, re-drive looks, the
+    /// slices and learning rounds.
+    pub ledger_entities_other: u64,
+    /// Requests of the slices protocol to the ledger.
+    pub slice_requests: u64,
+    /// Integral of running instances over time.
+    pub instance_seconds: f64,
+    /// Invocations not admitted by the scan's pace in time: the item went back to its queue.
+    pub given_back: u64,
+    /// Items handed on in a fresh message at their message's last delivery.
+    pub handed_on: u64,
+    /// Items sent again by the re-drive after their message went to the poison queue.
+    pub redriven: u64,
+    /// Finishes that lost their counter shard to another finish and tried again.
+    pub shard_conflicts: u64,
+    pub renewals: u64,
+    pub blob_writes: u64,
+    /// Rounds that set or changed a learned cap.
+    pub caps_learned: u64,
+    /// The scan's learned cap at its end.
+    pub learned_cap: Option<f64>,
 }
 
 impl Stats {
@@ -47,6 +68,28 @@ impl Stats {
 
     pub fn count_execution(&mut self, t: f64) {
         bump(&mut self.executions_per_window, t / EXECUTION_WINDOW, 1);
+    }
+
+    pub fn count_ledger(&mut self, t: f64, entities: u64) {
+        bump(&mut self.ledger_per_second, t, entities);
+    }
+
+    /// The ledger partition's busiest 10 seconds, entities per second.
+    pub fn ledger_peak(&self) -> f64 {
+        let w = &self.ledger_per_second;
+        if w.len() < 10 {
+            return w.iter().sum::<u64>() as f64 / 10.0;
+        }
+        w.windows(10)
+            .map(|s| s.iter().sum::<u64>())
+            .max()
+            .unwrap_or(0) as f64
+            / 10.0
+    }
+
+    /// The ledger partition's load over the whole scan, entities per second.
+    pub fn ledger_mean(&self) -> f64 {
+        self.ledger_per_second.iter().sum::<u64>() as f64 / self.seconds.max(1.0)
     }
 
     /// The most executions that started in one 30-second window.

@@ -122,6 +122,9 @@ pub struct Account {
     pub bookkeeping: f64,
     /// Requests it answered 503 Server Busy.
     pub throttled: u64,
+    /// The application's requests and entities it served or refused.
+    pub app_served: f64,
+    pub app_refused: f64,
 }
 
 /// Whether a request is the scan's own bookkeeping (ledger, queues) or its work on rows.
@@ -129,6 +132,8 @@ pub struct Account {
 pub enum Purpose {
     Rows,
     Bookkeeping,
+    /// Not the scan's: the application that shares the scanned account.
+    Application,
 }
 
 /// One request to the table service.
@@ -166,6 +171,8 @@ impl Storage {
             entities: 0.0,
             bookkeeping: 0.0,
             throttled: 0,
+            app_served: 0.0,
+            app_refused: 0.0,
         };
         Storage {
             accounts: vec![account; 3],
@@ -209,12 +216,20 @@ impl Storage {
         let account = self.account_of(request.role);
         let entities = request.entities.max(1.0);
         let max_wait = self.params.throttle_after_ms / 1000.0;
+        if account == 0 && self.in_outage(t) {
+            // Unreachable: the request fails after the time a refusal takes.
+            self.accounts[account].throttled += 1;
+            return Err(t + self.params.busy_reply_ms / 1000.0 * self.jitter());
+        }
         let mut start = self.accounts[account].limit.peek(t, entities);
         if let Some(partition) = request.partition {
             start = start.max(self.partition_limit(account, partition).peek(t, entities));
         }
         if start - t > max_wait {
             self.accounts[account].throttled += 1;
+            if request.purpose == Purpose::Application {
+                self.accounts[account].app_refused += entities;
+            }
             return Err(t + self.params.busy_reply_ms / 1000.0 * self.jitter());
         }
         let mut served = self.accounts[account].limit.admit(t, entities);
@@ -223,10 +238,18 @@ impl Storage {
         }
         let charged = &mut self.accounts[account];
         charged.entities += entities;
-        if request.purpose == Purpose::Bookkeeping {
-            charged.bookkeeping += entities;
+        match request.purpose {
+            Purpose::Bookkeeping => charged.bookkeeping += entities,
+            Purpose::Application => charged.app_served += entities,
+            Purpose::Rows => {}
         }
         Ok(served + request.latency * self.jitter())
+    }
+
+    /// Whether the scanned account is unreachable at `t` (`--outage-at-s`, `--outage-s`).
+    pub fn in_outage(&self, t: f64) -> bool {
+        let p = &self.params;
+        p.outage_s > 0.0 && t >= p.outage_at_s && t < p.outage_at_s + p.outage_s
     }
 
     /// `request` with retries after 503s as `policy` says: when it completes, or `Err(when)`

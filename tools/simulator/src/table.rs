@@ -3,7 +3,7 @@
 
 use tablescan::scan::keys::{compare, KeyRange, Lower, Upper};
 use tablescan::scan::reader::ReadScope;
-use tablescan::storage::table::entity::{Entity, Value};
+use tablescan::storage::table::entity::Entity;
 use tablescan::storage::table::query::Continuation;
 
 pub struct SyntheticTable {
@@ -139,6 +139,28 @@ impl SyntheticTable {
         self.keys.binary_search_by(|k| compare(k, key))
     }
 
+    /// The first partition at or past `range`'s lower bound.
+    fn first_partition(&self, range: &KeyRange) -> usize {
+        match &range.lower {
+            Lower::Unbounded => 0,
+            Lower::Included(k) => self.partition_index(k).unwrap_or_else(|i| i),
+            Lower::Excluded(k) => self.partition_index(k).map_or_else(|i| i, |i| i + 1),
+        }
+    }
+
+    /// Where continuation `c` points: (partition, row).
+    fn position_of(&self, c: &Continuation) -> (usize, u32) {
+        let cp = self
+            .partition_index(&c.next_partition_key)
+            .unwrap_or_else(|i| i);
+        let cr: u32 = c
+            .next_row_key
+            .as_deref()
+            .and_then(|k| k.parse().ok())
+            .unwrap_or(0);
+        (cp, cr)
+    }
+
     /// Reads one page.
     pub fn read(
         &self,
@@ -150,14 +172,13 @@ impl SyntheticTable {
         let all_rows = KeyRange::all();
         // Where to start: (partition, row).
         let (mut p, mut r, pk_range, rk_range, single) = match scope {
-            ReadScope::Range(range) => {
-                let p = match &range.lower {
-                    Lower::Unbounded => 0,
-                    Lower::Included(k) => self.partition_index(k).unwrap_or_else(|i| i),
-                    Lower::Excluded(k) => self.partition_index(k).map_or_else(|i| i, |i| i + 1),
-                };
-                (p, 0u32, Some(range), &all_rows, None)
-            }
+            ReadScope::Range(range) => (
+                self.first_partition(range),
+                0u32,
+                Some(range),
+                &all_rows,
+                None,
+            ),
             ReadScope::Partition {
                 partition_key,
                 row_keys,
@@ -173,17 +194,7 @@ impl SyntheticTable {
             },
         };
         if let Some(c) = cursor {
-            let cp = self
-                .partition_index(&c.next_partition_key)
-                .unwrap_or_else(|i| i);
-            let cr: u32 = c
-                .next_row_key
-                .as_deref()
-                .and_then(|k| k.parse().ok())
-                .unwrap_or(0);
-            if (cp, cr) > (p, r) {
-                (p, r) = (cp, cr);
-            }
+            (p, r) = (p, r).max(self.position_of(c));
         }
         let in_pk = |p: usize| match pk_range {
             Some(range) => range.below_upper(&self.keys[p]),
@@ -220,10 +231,9 @@ impl SyntheticTable {
                     partitions,
                 };
             }
-            rows.push(
-                Entity::new(self.keys[p].clone(), self.row_key(r))
-                    .with("Size", Value::Int64(i64::from(r) * 1024)),
-            );
+            // Keys only: what the engine and the actions look at (a property per row doubled
+            // the simulator's time in allocation).
+            rows.push(Entity::new(self.keys[p].clone(), self.row_key(r)));
             match partitions.last_mut() {
                 Some((last, n)) if *last == p => *n += 1,
                 _ => partitions.push((p, 1)),

@@ -10,7 +10,7 @@ use super::{
     ReadMode, RowSink, ScanOptions, SplitPolicy, StepError, StepReport, StopReason, Strategy,
 };
 use crate::budget::Clock;
-use crate::item::{Task, WorkItem};
+use crate::item::{ReadRange, WorkItem};
 use crate::pending::PendingPage;
 use crate::reader::{PageRequest, ReadScope, TableReader};
 use crate::seek::{query_cost, KeysPace};
@@ -26,7 +26,7 @@ pub(super) struct ChainEnd {
     pub(super) spent: u32,
     /// With `fan_out`: the rest of the range, unread and fresh, left for pieces read side by
     /// side once the pages showed large partitions.
-    pub(super) rest: Option<Task>,
+    pub(super) rest: Option<ReadRange>,
 }
 
 /// Reads `task` (the item's range, or a piece of it) until it ends or `budget_rows` of the
@@ -37,7 +37,7 @@ pub(super) struct ChainEnd {
 pub(super) async fn run_chain<R, S, C>(
     reader: &R,
     item: &WorkItem,
-    task: Task,
+    task: ReadRange,
     options: &ScanOptions,
     budget_rows: u32,
     fan_out: bool,
@@ -58,7 +58,7 @@ where
             Flow::Next(next) => {
                 if fan_out
                     && chain.keys_pace.seeking()
-                    && matches!(next, Some(Task::Range { cursor: None, .. }))
+                    && matches!(next, Some(ReadRange::Range { cursor: None, .. }))
                 {
                     rest = next;
                     break;
@@ -74,7 +74,7 @@ where
 /// What a chain does after a page.
 enum Flow {
     /// Reads on: the task that follows, if any is left.
-    Next(Option<Task>),
+    Next(Option<ReadRange>),
     /// Stops: what is left is in the follow-ups (or the page kept for the sink).
     Stop,
 }
@@ -135,20 +135,20 @@ where
     fn new(
         reader: &'a R,
         item: &'a WorkItem,
-        task: &Task,
+        task: &ReadRange,
         options: &'a ScanOptions,
         budget_rows: u32,
         clock: &'a C,
     ) -> Self {
         let started = clock.now();
         let previous_partition = match task {
-            Task::Range { last_partition, .. } => last_partition.clone(),
-            Task::Partition {
+            ReadRange::Range { last_partition, .. } => last_partition.clone(),
+            ReadRange::Partition {
                 partition_key,
                 unstarted,
                 ..
             } => (!unstarted).then(|| partition_key.clone()),
-            Task::ExportPart { .. } | Task::ExportBlob { .. } => None,
+            ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. } => None,
         };
         Chain {
             reader,
@@ -176,7 +176,7 @@ where
     }
 
     /// Reads one page of `task` and decides what follows it.
-    async fn step<S>(&mut self, sink: &mut S, task: Task) -> Result<Flow, StepError<S::Error>>
+    async fn step<S>(&mut self, sink: &mut S, task: ReadRange) -> Result<Flow, StepError<S::Error>>
     where
         S: RowSink,
         S::Error: std::fmt::Display,
@@ -233,7 +233,7 @@ where
     async fn read_while_acting<S>(
         &mut self,
         sink: &mut S,
-        task: &Task,
+        task: &ReadRange,
         top: u16,
     ) -> Result<Read, StepError<S::Error>>
     where
@@ -281,14 +281,14 @@ where
             Ok(page) => Ok(Read::Page(page)),
             // The queue is the back-off: whoever takes the rest tries again later.
             Err(e) if e.is_transient() && self.report.queries > 1 => {
-                Ok(Read::HandOn(StopReason::Throttled))
+                Ok(Read::HandOn(StopReason::Transient))
             }
             Err(e) => Err(e.into()),
         }
     }
 
     /// Takes a page of `task` apart: its rows for the sink, and what is known from it.
-    fn take_apart(&mut self, task: &Task, page: Page, top: u16) -> Taken {
+    fn take_apart(&mut self, task: &ReadRange, page: Page, top: u16) -> Taken {
         let last_keys = page
             .entities
             .last()
@@ -337,12 +337,12 @@ where
     /// `waiting`, to be handed on once the sink has finished the page.
     fn rest_of(
         &self,
-        task: Task,
+        task: ReadRange,
         token: Continuation,
         last_keys: Option<(String, String)>,
         wants_split: bool,
         waiting: &mut PendingPage,
-    ) -> Option<Task> {
+    ) -> Option<ReadRange> {
         let mode = self.options.mode;
         match last_keys {
             // An empty page with a continuation (a filtered scan where no row matches for a
@@ -386,7 +386,7 @@ where
     async fn finish<S>(
         mut self,
         sink: &mut S,
-        mut rest: Option<Task>,
+        mut rest: Option<ReadRange>,
     ) -> Result<ChainEnd, StepError<S::Error>>
     where
         S: RowSink,
@@ -467,18 +467,18 @@ async fn accept<S: RowSink>(
 /// The page request for a task.
 async fn read<R: TableReader>(
     reader: &R,
-    task: &Task,
+    task: &ReadRange,
     options: &ScanOptions,
     top: u16,
     columns: Option<&[String]>,
 ) -> Result<Page, StorageError> {
     let (scope, cursor) = match task {
-        Task::Range {
+        ReadRange::Range {
             partition_keys,
             cursor,
             ..
         } => (ReadScope::Range(partition_keys), cursor.as_ref()),
-        Task::Partition {
+        ReadRange::Partition {
             partition_key,
             row_keys,
             cursor,
@@ -490,7 +490,7 @@ async fn read<R: TableReader>(
             },
             cursor.as_ref(),
         ),
-        Task::ExportPart { .. } | Task::ExportBlob { .. } => {
+        ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. } => {
             return Err(StorageError::new(
                 "query entities",
                 "an export's blobs",

@@ -3,7 +3,7 @@
 //! handed on in pieces at the end of the budget (`subdivide`). Pure functions over tasks.
 
 use super::ReadMode;
-use crate::item::Task;
+use crate::item::ReadRange;
 use crate::keys::{
     compare, cut_evenly, extend_prefix, successor, CutKinds, KeyRange, Lower, Upper,
 };
@@ -14,15 +14,15 @@ use tablescan_storage::table::query::Continuation;
 /// into up to `pieces` ranges at `prefix + d` for evenly chosen cut points `d` above `c`. The
 /// remainder of a range is usually most of it (the published scanner walked it one next
 /// character per step); cutting it lets the pieces be read side by side at once.
-pub(super) fn subdivide(task: Task, pieces: usize, kinds: CutKinds) -> Vec<Task> {
+pub(super) fn subdivide(task: ReadRange, pieces: usize, kinds: CutKinds) -> Vec<ReadRange> {
     let (range, prefix) = match &task {
-        Task::Range {
+        ReadRange::Range {
             partition_keys,
             prefix,
             cursor: None,
             ..
         } => (partition_keys.clone(), prefix.clone()),
-        Task::Partition {
+        ReadRange::Partition {
             row_keys,
             prefix,
             cursor: None,
@@ -56,13 +56,13 @@ pub(super) fn subdivide(task: Task, pieces: usize, kinds: CutKinds) -> Vec<Task>
     ranges
         .into_iter()
         .map(|keys| match &task {
-            Task::Range { .. } => Task::Range {
+            ReadRange::Range { .. } => ReadRange::Range {
                 partition_keys: keys,
                 prefix: prefix.clone(),
                 cursor: None,
                 last_partition: None,
             },
-            Task::Partition { partition_key, .. } => Task::Partition {
+            ReadRange::Partition { partition_key, .. } => ReadRange::Partition {
                 partition_key: partition_key.clone(),
                 row_keys: keys,
                 prefix: prefix.clone(),
@@ -70,7 +70,7 @@ pub(super) fn subdivide(task: Task, pieces: usize, kinds: CutKinds) -> Vec<Task>
                 unstarted: false,
             },
             // Never reached: `run_step` refuses an import's items.
-            other @ (Task::ExportPart { .. } | Task::ExportBlob { .. }) => other.clone(),
+            other @ (ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. }) => other.clone(),
         })
         .collect()
 }
@@ -82,30 +82,30 @@ pub(super) fn subdivide(task: Task, pieces: usize, kinds: CutKinds) -> Vec<Task>
 /// save (narrowed, the model's table of one-row partitions with hexadecimal keys broke the
 /// bound of 1.3 times the queries of paging in tests/scan_model.rs,
 /// `partition_keys_seek_through_large_partitions_and_page_through_small_ones`).
-pub(super) fn seen_kinds(rest: &Task, rows: &[Entity], mode: ReadMode) -> CutKinds {
+pub(super) fn seen_kinds(rest: &ReadRange, rows: &[Entity], mode: ReadMode) -> CutKinds {
     if mode == ReadMode::PartitionKeys {
         return CutKinds::default();
     }
     match rest {
-        Task::Range { prefix, .. } => {
+        ReadRange::Range { prefix, .. } => {
             CutKinds::after_prefix(prefix, rows.iter().map(|e| e.partition_key.as_str()))
         }
-        Task::Partition { prefix, .. } => {
+        ReadRange::Partition { prefix, .. } => {
             CutKinds::after_prefix(prefix, rows.iter().map(|e| e.row_key.as_str()))
         }
-        Task::ExportPart { .. } | Task::ExportBlob { .. } => CutKinds::default(),
+        ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. } => CutKinds::default(),
     }
 }
 
 /// Whether every row of a full page lies under the same child prefix of the task's prefix.
-pub(super) fn within_one_child(task: &Task, rows: &[Entity]) -> bool {
+pub(super) fn within_one_child(task: &ReadRange, rows: &[Entity]) -> bool {
     let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
         return false;
     };
     let (prefix, a, b) = match task {
-        Task::Range { prefix, .. } => (prefix, &first.partition_key, &last.partition_key),
-        Task::Partition { prefix, .. } => (prefix, &first.row_key, &last.row_key),
-        Task::ExportPart { .. } | Task::ExportBlob { .. } => return false,
+        ReadRange::Range { prefix, .. } => (prefix, &first.partition_key, &last.partition_key),
+        ReadRange::Partition { prefix, .. } => (prefix, &first.row_key, &last.row_key),
+        ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. } => return false,
     };
     match (extend_prefix(prefix, a), extend_prefix(prefix, b)) {
         (Some(x), Some(y)) => x == y,
@@ -113,24 +113,28 @@ pub(super) fn within_one_child(task: &Task, rows: &[Entity]) -> bool {
     }
 }
 
-pub(super) fn with_cursor(task: Task, token: Continuation, last_partition: Option<String>) -> Task {
+pub(super) fn with_cursor(
+    task: ReadRange,
+    token: Continuation,
+    last_partition: Option<String>,
+) -> ReadRange {
     match task {
-        Task::Range {
+        ReadRange::Range {
             partition_keys,
             prefix,
             ..
-        } => Task::Range {
+        } => ReadRange::Range {
             partition_keys,
             prefix,
             cursor: Some(token),
             last_partition,
         },
-        Task::Partition {
+        ReadRange::Partition {
             partition_key,
             row_keys,
             prefix,
             ..
-        } => Task::Partition {
+        } => ReadRange::Partition {
             // Started if a row of it was delivered (then it is the last row delivered).
             unstarted: last_partition.as_deref() != Some(partition_key.as_str()),
             partition_key,
@@ -138,7 +142,7 @@ pub(super) fn with_cursor(task: Task, token: Continuation, last_partition: Optio
             prefix,
             cursor: Some(token),
         },
-        other @ (Task::ExportPart { .. } | Task::ExportBlob { .. }) => other,
+        other @ (ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. }) => other,
     }
 }
 
@@ -149,120 +153,165 @@ pub(super) fn with_cursor(task: Task, token: Continuation, last_partition: Optio
 /// the task's keys, a partition not started yet, which is never split): the caller goes on
 /// with the cursor.
 pub(super) fn split_at_position(
-    task: &Task,
+    task: &ReadRange,
     token: &Continuation,
     previous_partition: Option<&str>,
     mode: ReadMode,
-    emit: &mut dyn FnMut(Task),
-) -> Option<Option<Task>> {
+    emit: &mut dyn FnMut(ReadRange),
+) -> Option<Option<ReadRange>> {
     if mode != ReadMode::Rows {
         return None;
     }
     let partition_key = token.next_partition_key.as_str();
     let row_key = token.next_row_key.as_deref()?;
-    // A position not beyond where the task already stood would read rows again, or cut where
-    // nothing was gained: it is not used.
-    let cursor = match task {
-        Task::Range { cursor, .. } | Task::Partition { cursor, .. } => cursor.as_ref(),
-        Task::ExportPart { .. } | Task::ExportBlob { .. } => return None,
-    };
-    if let Some(cursor) = cursor {
-        let ahead = match compare(partition_key, &cursor.next_partition_key) {
-            std::cmp::Ordering::Less => false,
-            std::cmp::Ordering::Greater => true,
-            std::cmp::Ordering::Equal => {
-                compare(row_key, cursor.next_row_key.as_deref().unwrap_or("")).is_gt()
-            }
-        };
-        if !ahead {
-            return None;
-        }
-    }
-    // Nor is the very start of the task: nothing was looked at, cutting there gains nothing.
-    let at_start = match task {
-        Task::Range { partition_keys, .. } => {
-            row_key.is_empty() && partition_keys.lower == Lower::Included(partition_key.to_string())
-        }
-        Task::Partition { row_keys, .. } => row_keys.lower == Lower::Included(row_key.to_string()),
-        Task::ExportPart { .. } | Task::ExportBlob { .. } => return None,
-    };
-    if cursor.is_none() && at_start {
+    if !position_gains(task, partition_key, row_key) {
         return None;
     }
     let started = previous_partition == Some(partition_key);
     match task {
-        Task::Range {
+        ReadRange::Range {
             partition_keys,
             prefix,
             ..
-        } => {
-            if !partition_keys.contains(partition_key) {
-                return None;
-            }
-            emit(Task::Partition {
-                partition_key: partition_key.to_string(),
-                row_keys: KeyRange {
-                    lower: Lower::Included(row_key.to_string()),
-                    upper: Upper::Unbounded,
-                },
-                prefix: String::new(),
-                cursor: None,
-                unstarted: !started,
-            });
-            let rest = KeyRange {
-                lower: Lower::Excluded(partition_key.to_string()),
-                upper: partition_keys.upper.clone(),
-            };
-            Some(split_range(&rest, prefix, partition_key, emit))
-        }
-        Task::Partition {
+        } => split_range_at(
+            partition_keys,
+            prefix,
+            partition_key,
+            row_key,
+            started,
+            emit,
+        ),
+        ReadRange::Partition {
             partition_key: own,
             row_keys,
             prefix,
             ..
         } => {
-            if own != partition_key || !row_keys.contains(row_key) || !started {
+            if own != partition_key || !started {
                 return None;
             }
-            let child_prefix = extend_prefix(prefix, row_key)?;
-            let rest = KeyRange {
-                lower: Lower::Included(row_key.to_string()),
-                upper: row_keys.upper.clone(),
-            };
-            let (child, parent) = cut_at_prefix(&rest, &child_prefix);
-            emit(Task::Partition {
-                partition_key: own.clone(),
-                row_keys: child,
-                prefix: child_prefix,
-                cursor: None,
-                unstarted: false,
-            });
-            Some(parent.map(|row_keys| Task::Partition {
-                partition_key: own.clone(),
-                row_keys,
-                prefix: prefix.clone(),
-                cursor: None,
-                unstarted: false,
-            }))
+            split_partition_at(own, row_keys, prefix, row_key, emit)
         }
-        Task::ExportPart { .. } | Task::ExportBlob { .. } => None,
+        ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. } => None,
     }
+}
+
+/// Whether cutting `task` at position (`partition_key`, `row_key`) gains anything. A position
+/// not beyond where the task already stood (its cursor) would read rows again, or cut where
+/// nothing was gained; nor is the very start of a task without a cursor any use: nothing was
+/// looked at. An import's task has no positions.
+fn position_gains(task: &ReadRange, partition_key: &str, row_key: &str) -> bool {
+    let (cursor, at_start) = match task {
+        ReadRange::Range {
+            cursor,
+            partition_keys,
+            ..
+        } => (
+            cursor.as_ref(),
+            row_key.is_empty()
+                && partition_keys.lower == Lower::Included(partition_key.to_string()),
+        ),
+        ReadRange::Partition {
+            cursor, row_keys, ..
+        } => (
+            cursor.as_ref(),
+            row_keys.lower == Lower::Included(row_key.to_string()),
+        ),
+        ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. } => return false,
+    };
+    match cursor {
+        Some(cursor) => match compare(partition_key, &cursor.next_partition_key) {
+            std::cmp::Ordering::Less => false,
+            std::cmp::Ordering::Greater => true,
+            std::cmp::Ordering::Equal => {
+                compare(row_key, cursor.next_row_key.as_deref().unwrap_or("")).is_gt()
+            }
+        },
+        None => !at_start,
+    }
+}
+
+/// [`split_at_position`] for a range of PartitionKeys: the rest of the position's partition
+/// from its RowKey on, emitted (`started`: a row of it was delivered), and the range past that
+/// partition cut at prefixes, the pieces emitted and the rest returned (inside `Some`). `None`
+/// when the position lies outside the range.
+fn split_range_at(
+    partition_keys: &KeyRange,
+    prefix: &str,
+    partition_key: &str,
+    row_key: &str,
+    started: bool,
+    emit: &mut dyn FnMut(ReadRange),
+) -> Option<Option<ReadRange>> {
+    if !partition_keys.contains(partition_key) {
+        return None;
+    }
+    emit(ReadRange::Partition {
+        partition_key: partition_key.to_string(),
+        row_keys: KeyRange {
+            lower: Lower::Included(row_key.to_string()),
+            upper: Upper::Unbounded,
+        },
+        prefix: String::new(),
+        cursor: None,
+        unstarted: !started,
+    });
+    let rest = KeyRange {
+        lower: Lower::Excluded(partition_key.to_string()),
+        upper: partition_keys.upper.clone(),
+    };
+    Some(split_range(&rest, prefix, partition_key, emit))
+}
+
+/// [`split_at_position`] within partition `own`, already started: the RowKeys from `row_key`
+/// on under the child prefix `row_key` extends `prefix` to, emitted, and the rest returned
+/// (inside `Some`). `None` when the position lies outside `row_keys` or extends no prefix.
+fn split_partition_at(
+    own: &str,
+    row_keys: &KeyRange,
+    prefix: &str,
+    row_key: &str,
+    emit: &mut dyn FnMut(ReadRange),
+) -> Option<Option<ReadRange>> {
+    if !row_keys.contains(row_key) {
+        return None;
+    }
+    let child_prefix = extend_prefix(prefix, row_key)?;
+    let rest = KeyRange {
+        lower: Lower::Included(row_key.to_string()),
+        upper: row_keys.upper.clone(),
+    };
+    let (child, parent) = cut_at_prefix(&rest, &child_prefix);
+    emit(ReadRange::Partition {
+        partition_key: own.to_string(),
+        row_keys: child,
+        prefix: child_prefix,
+        cursor: None,
+        unstarted: false,
+    });
+    Some(parent.map(|row_keys| ReadRange::Partition {
+        partition_key: own.to_string(),
+        row_keys,
+        prefix: prefix.to_string(),
+        cursor: None,
+        unstarted: false,
+    }))
 }
 
 /// What remains of `task` after a page that ended on row (`pk`, `rk`) with a continuation.
 /// Split-off pieces go to `emit`; the returned task is what this step would read next.
 pub(super) fn advance(
-    task: Task,
+    task: ReadRange,
     token: Continuation,
     pk: &str,
     rk: &str,
     mode: ReadMode,
     split: bool,
-    emit: &mut dyn FnMut(Task),
-) -> Option<Task> {
+    emit: &mut dyn FnMut(ReadRange),
+) -> Option<ReadRange> {
     match (task, mode) {
         (
-            Task::Range {
+            ReadRange::Range {
                 partition_keys,
                 prefix,
                 ..
@@ -281,7 +330,7 @@ pub(super) fn advance(
             }
         }
         (
-            Task::Range {
+            ReadRange::Range {
                 partition_keys,
                 prefix,
                 ..
@@ -289,14 +338,14 @@ pub(super) fn advance(
             ReadMode::Rows,
         ) => {
             if !split {
-                return Some(Task::Range {
+                return Some(ReadRange::Range {
                     partition_keys,
                     prefix,
                     cursor: Some(token),
                     last_partition: Some(pk.to_string()),
                 });
             }
-            emit(Task::Partition {
+            emit(ReadRange::Partition {
                 partition_key: pk.to_string(),
                 row_keys: KeyRange::between(Some(rk), None),
                 prefix: String::new(),
@@ -310,7 +359,7 @@ pub(super) fn advance(
             split_range(&rest, &prefix, pk, emit)
         }
         (
-            Task::Partition {
+            ReadRange::Partition {
                 partition_key,
                 row_keys,
                 prefix,
@@ -318,7 +367,7 @@ pub(super) fn advance(
             },
             _,
         ) => advance_partition(partition_key, row_keys, prefix, token, rk, split, emit),
-        (Task::ExportPart { .. } | Task::ExportBlob { .. }, _) => None,
+        (ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. }, _) => None,
     }
 }
 
@@ -331,15 +380,15 @@ fn advance_partition(
     token: Continuation,
     rk: &str,
     split: bool,
-    emit: &mut dyn FnMut(Task),
-) -> Option<Task> {
+    emit: &mut dyn FnMut(ReadRange),
+) -> Option<ReadRange> {
     let child_prefix = if split {
         extend_prefix(&prefix, rk)
     } else {
         None
     };
     let Some(child_prefix) = child_prefix else {
-        return Some(Task::Partition {
+        return Some(ReadRange::Partition {
             partition_key,
             row_keys,
             prefix,
@@ -352,14 +401,14 @@ fn advance_partition(
         upper: row_keys.upper.clone(),
     };
     let (child, parent) = cut_at_prefix(&rest, &child_prefix);
-    emit(Task::Partition {
+    emit(ReadRange::Partition {
         partition_key: partition_key.clone(),
         row_keys: child,
         prefix: child_prefix,
         cursor: None,
         unstarted: false,
     });
-    parent.map(|row_keys| Task::Partition {
+    parent.map(|row_keys| ReadRange::Partition {
         partition_key,
         row_keys,
         prefix,
@@ -374,14 +423,14 @@ fn split_range(
     rest: &KeyRange,
     prefix: &str,
     last: &str,
-    emit: &mut dyn FnMut(Task),
-) -> Option<Task> {
+    emit: &mut dyn FnMut(ReadRange),
+) -> Option<ReadRange> {
     let Some(child_prefix) = extend_prefix(prefix, last) else {
         // `last` is the prefix itself: everything after it is still under `prefix`.
         return non_empty_range(rest.clone(), prefix.to_string());
     };
     let (child, parent) = cut_at_prefix(rest, &child_prefix);
-    emit(Task::Range {
+    emit(ReadRange::Range {
         partition_keys: child,
         prefix: child_prefix,
         cursor: None,
@@ -405,8 +454,8 @@ fn cut_at_prefix(rest: &KeyRange, child_prefix: &str) -> (KeyRange, Option<KeyRa
     }
 }
 
-fn non_empty_range(partition_keys: KeyRange, prefix: String) -> Option<Task> {
-    (!partition_keys.is_empty()).then_some(Task::Range {
+fn non_empty_range(partition_keys: KeyRange, prefix: String) -> Option<ReadRange> {
+    (!partition_keys.is_empty()).then_some(ReadRange::Range {
         partition_keys,
         prefix,
         cursor: None,

@@ -186,9 +186,10 @@ pub enum StopReason {
     QueryBudget,
     /// It spent its time budget.
     TimeBudget,
-    /// A read failed transiently (throttling, a timeout) after the step had made progress: the
-    /// rest was handed on rather than the step failing and its pages being read again.
-    Throttled,
+    /// A read failed with a transient error of any kind (throttling, a timeout, a connection
+    /// reset, a 5xx, a token endpoint out of reach) after the step had made progress: the rest
+    /// was handed on rather than the step failing and its pages being read again.
+    Transient,
 }
 
 /// Why a step failed. Nothing it produced should be kept: running it again is safe.

@@ -5,7 +5,7 @@
 use super::chain::run_chain;
 use super::{RowSink, ScanOptions, StepError, StepReport, StopReason};
 use crate::budget::Clock;
-use crate::item::{Task, WorkItem};
+use crate::item::{ReadRange, WorkItem};
 use crate::reader::TableReader;
 use crate::seek::{chain_pieces, CHAINS};
 use std::time::Duration;
@@ -17,7 +17,7 @@ use tablescan_storage::table::entity::Entity;
 pub(super) async fn read_side_by_side<R, S, C>(
     reader: &R,
     item: &WorkItem,
-    rest: &Task,
+    rest: &ReadRange,
     options: &ScanOptions,
     left: u32,
     clock: &C,
@@ -56,7 +56,7 @@ where
             Err(StepError::Read(e)) if e.is_transient() => {
                 total.queries += 1;
                 total.follow_ups.push(item.follow_up(piece.clone()));
-                total.stopped = StopReason::Throttled;
+                total.stopped = StopReason::Transient;
                 continue;
             }
             Err(e) => return Err(e),

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::cut::subdivide;
 use super::*;
-use crate::item::Task;
+use crate::item::ReadRange;
 use crate::keys::KeyRange;
 use crate::keys::{CutKinds, Lower, Upper};
 use crate::model::{MemoryReader, MemoryTable, Quirks};
@@ -63,8 +63,8 @@ impl Clock for Frozen {
     }
 }
 
-fn range(lower: &str, upper: Option<&str>) -> Task {
-    Task::Range {
+fn range(lower: &str, upper: Option<&str>) -> ReadRange {
+    ReadRange::Range {
         partition_keys: KeyRange::between(None, upper).intersect(&KeyRange {
             lower: Lower::Included(lower.to_string()),
             upper: Upper::Unbounded,
@@ -75,11 +75,11 @@ fn range(lower: &str, upper: Option<&str>) -> Task {
     }
 }
 
-fn lowers(pieces: &[Task]) -> Vec<String> {
+fn lowers(pieces: &[ReadRange]) -> Vec<String> {
     pieces
         .iter()
         .map(|piece| match piece {
-            Task::Range { partition_keys, .. } => match &partition_keys.lower {
+            ReadRange::Range { partition_keys, .. } => match &partition_keys.lower {
                 Lower::Included(key) => key.clone(),
                 other => format!("{other:?}"),
             },
@@ -100,10 +100,10 @@ fn the_rest_is_cut_among_the_kinds_of_character_the_step_saw() {
     let pieces = subdivide(range("B", Some("n")), 8, upper);
     for pair in pieces.windows(2) {
         let (
-            Task::Range {
+            ReadRange::Range {
                 partition_keys: a, ..
             },
-            Task::Range {
+            ReadRange::Range {
                 partition_keys: b, ..
             },
         ) = (&pair[0], &pair[1])
@@ -115,7 +115,7 @@ fn the_rest_is_cut_among_the_kinds_of_character_the_step_saw() {
         };
         assert_eq!(a.upper, Upper::Excluded(next.clone()));
     }
-    let Task::Range {
+    let ReadRange::Range {
         partition_keys: last,
         ..
     } = pieces.last().unwrap()
@@ -190,8 +190,8 @@ async fn an_action_failure_fails_the_step_even_while_a_read_was_in_flight() {
     );
 }
 
-fn partition(lower: Lower) -> Task {
-    Task::Partition {
+fn partition(lower: Lower) -> ReadRange {
+    ReadRange::Partition {
         partition_key: "p".into(),
         row_keys: KeyRange {
             lower,
@@ -212,7 +212,7 @@ fn a_rest_that_cannot_be_cut_among_the_kinds_seen_is_handed_on_whole() {
     let upper = CutKinds::after_prefix("", ["Z"]);
     assert_eq!(subdivide(range("{", None), 8, upper).len(), 1);
     assert_eq!(subdivide(range("\u{1F600}", None), 8, upper).len(), 1);
-    let whole = Task::Range {
+    let whole = ReadRange::Range {
         partition_keys: KeyRange {
             lower: Lower::Excluded("B".into()),
             upper: Upper::Unbounded,
@@ -231,7 +231,7 @@ fn a_partitions_rest_is_cut_on_rowkey_from_its_own_lower_bound() {
     let bounds: Vec<(Lower, Upper)> = pieces
         .iter()
         .map(|piece| match piece {
-            Task::Partition {
+            ReadRange::Partition {
                 partition_key,
                 row_keys,
                 unstarted,
@@ -264,11 +264,11 @@ fn a_partitions_rest_is_cut_on_rowkey_from_its_own_lower_bound() {
 #[test]
 fn cuts_among_the_kinds_seen_spread_the_benchmark_table_more_evenly() {
     let rows = crate::model::nuget_like(100_000, 5);
-    let sizes = |pieces: &[Task]| -> Vec<usize> {
+    let sizes = |pieces: &[ReadRange]| -> Vec<usize> {
         pieces
             .iter()
             .map(|piece| match piece {
-                Task::Range { partition_keys, .. } => rows
+                ReadRange::Range { partition_keys, .. } => rows
                     .iter()
                     .filter(|e| partition_keys.contains(&e.partition_key))
                     .count(),

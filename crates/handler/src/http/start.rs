@@ -159,7 +159,7 @@ fn root_item(spec: &ScanSpec, id: &str) -> WorkItem {
             v: tablescan_engine::item::WORK_ITEM_VERSION,
             scan: id.to_string(),
             depth: 0,
-            task: tablescan_engine::item::Task::ExportPart { part: 0, from: 0 },
+            task: tablescan_engine::item::ReadRange::ExportPart { part: 0, from: 0 },
         },
         None => {
             let (range, prefix) = scope_range(spec);

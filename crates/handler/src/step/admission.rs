@@ -8,7 +8,7 @@ use std::time::Duration;
 use time::OffsetDateTime;
 
 use super::failure::send_later;
-use super::Queue;
+use super::ItemKind;
 use crate::app::AppState;
 use crate::pacing::{NotAdmitted, StepPace, ADMIT_WAIT};
 use crate::protocol::{Failure, Outcome};
@@ -77,12 +77,12 @@ fn give_back_delay() -> Duration {
 /// message is done with; if the message cannot be sent, the host's own retry brings it back.
 pub(super) async fn give_back(
     state: &AppState,
-    queue: Queue,
+    kind: ItemKind,
     item: &WorkItem,
     why: &NotAdmitted,
 ) -> Response {
     let delay = give_back_delay();
-    match send_later(state, queue, item, delay).await {
+    match send_later(state, kind, item, delay).await {
         Ok(()) => {
             tracing::info!(
                 delay_ms = delay.as_millis() as u64,

@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use std::time::Duration;
 use time::OffsetDateTime;
 
-use super::Queue;
+use super::ItemKind;
 use crate::app::AppState;
 use crate::names::STORAGE_CONNECTION;
 use crate::protocol::{Failure, Outcome};
@@ -77,7 +77,7 @@ impl From<StepError<StorageError>> for StepFailure {
 pub(super) async fn on_failure(
     state: &AppState,
     ledger: &tablescan_ledger::Ledger,
-    queue: Queue,
+    kind: ItemKind,
     item: &WorkItem,
     claim: &Claim,
     attempt: u32,
@@ -122,7 +122,7 @@ pub(super) async fn on_failure(
         return Outcome::default().into_response();
     }
     if hand_on {
-        match send_again_later(state, queue, item).await {
+        match send_again_later(state, kind, item).await {
             Ok(()) => {
                 tracing::info!("that was its message's last delivery; handed on in a new message");
                 return Outcome::default().into_response();
@@ -135,23 +135,23 @@ pub(super) async fn on_failure(
 
 /// Puts `item`'s message in its queue again, invisible for twice the host's own pause between
 /// two deliveries (a minute with this project's host.json).
-async fn send_again_later(state: &AppState, queue: Queue, item: &WorkItem) -> Result<(), String> {
+async fn send_again_later(state: &AppState, kind: ItemKind, item: &WorkItem) -> Result<(), String> {
     let delay = state.host_queues.visibility_timeout * 2;
-    send_later(state, queue, item, delay).await
+    send_later(state, kind, item, delay).await
 }
 
 /// Puts `item`'s message in its queue again, invisible for `delay` (1 s to 10 min).
 pub(super) async fn send_later(
     state: &AppState,
-    queue: Queue,
+    kind: ItemKind,
     item: &WorkItem,
     delay: Duration,
 ) -> Result<(), String> {
     let queues = state.clients(STORAGE_CONNECTION)?.queues()?.clone();
-    let name = match queue {
-        Queue::Range => &state.item_queues.range,
-        Queue::Partition => &state.item_queues.partition,
-        Queue::Export => &state.item_queues.export,
+    let name = match kind {
+        ItemKind::Range => &state.item_queues.range,
+        ItemKind::Partition => &state.item_queues.partition,
+        ItemKind::Export => &state.item_queues.export,
     };
     let options = PutOptions {
         encoding: MessageEncoding::Base64,

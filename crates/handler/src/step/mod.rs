@@ -28,24 +28,27 @@ use run::run_claimed;
 pub(super) use run::StepDone;
 pub(super) use sink::ActionSink;
 use tablescan_api::ActionSpec;
-use tablescan_engine::item::{Task, WorkItem};
+use tablescan_engine::item::{ReadRange, WorkItem};
 use tablescan_ledger::{Begin, Claim, Finish, StepCounts};
 
 /// How many of its budgets (15 s by default) a step's storage requests may retry for: past the
 /// action's deadline (1.5 budgets) with room for the writes started before it.
 pub(super) const STORAGE_DEADLINE_BUDGETS: u32 = 3;
 
-/// Which queue (and so which kind of work item) a function serves.
+/// The kind of work item a queue-triggered function serves: each kind has a queue of its own
+/// (`AppState::item_queues`), and an item that arrives on another kind's queue is rejected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Queue {
+pub enum ItemKind {
+    /// Ranges of PartitionKeys (`range` items).
     Range,
+    /// Ranges of RowKeys within one partition (`partition` items).
     Partition,
-    /// An import's items.
+    /// An import's items (`export-part` and `export-blob`).
     Export,
 }
 
 /// Runs one delivered work item.
-pub async fn handle(state: &AppState, queue: Queue, body: &[u8]) -> Response {
+pub async fn handle(state: &AppState, kind: ItemKind, body: &[u8]) -> Response {
     let invocation = match Invocation::parse(body) {
         Ok(invocation) => invocation,
         Err(why) => return Failure::new(StatusCode::BAD_REQUEST, why).into_response(),
@@ -59,7 +62,7 @@ pub async fn handle(state: &AppState, queue: Queue, body: &[u8]) -> Response {
         Ok(text) => text,
         Err(why) => return reject(ledger, &message_id, &why, "").await,
     };
-    let item = match decode(&text, queue) {
+    let item = match decode(&text, kind) {
         Ok(item) => item,
         Err(why) => return reject(ledger, &message_id, &why, &text).await,
     };
@@ -67,7 +70,7 @@ pub async fn handle(state: &AppState, queue: Queue, body: &[u8]) -> Response {
     // (the host logs the message id with the invocation: that is how the two are matched).
     let span =
         tracing::info_span!("step", scan = %item.scan, step = %item.id(), message_id = %message_id);
-    run_item(state, ledger, queue, &invocation, item, &message_id, &text)
+    run_item(state, ledger, kind, &invocation, item, &message_id, &text)
         .instrument(span)
         .await
 }
@@ -77,23 +80,23 @@ pub async fn handle(state: &AppState, queue: Queue, body: &[u8]) -> Response {
 async fn run_item(
     state: &AppState,
     ledger: &tablescan_ledger::Ledger,
-    queue: Queue,
+    kind: ItemKind,
     invocation: &Invocation,
     item: WorkItem,
     message_id: &str,
     text: &str,
 ) -> Response {
     let (mut claim, admitted) =
-        match begin(state, ledger, queue, invocation, &item, message_id, text).await {
+        match begin(state, ledger, kind, invocation, &item, message_id, text).await {
             Ok(begun) => begun,
             Err(answer) => return answer,
         };
     let outcome = run_claimed(state, ledger, &item, &mut claim, admitted).await;
     match outcome {
-        Ok(done) => record(state, ledger, queue, invocation, &item, &claim, done).await,
+        Ok(done) => record(state, ledger, kind, invocation, &item, &claim, done).await,
         Err(failure) => {
             let attempt = invocation.dequeue_count().unwrap_or(claim.attempt);
-            on_failure(state, ledger, queue, &item, &claim, attempt, failure).await
+            on_failure(state, ledger, kind, &item, &claim, attempt, failure).await
         }
     }
 }
@@ -103,7 +106,7 @@ async fn run_item(
 async fn begin(
     state: &AppState,
     ledger: &tablescan_ledger::Ledger,
-    queue: Queue,
+    kind: ItemKind,
     invocation: &Invocation,
     item: &WorkItem,
     message_id: &str,
@@ -113,7 +116,7 @@ async fn begin(
     // soon is given back to the queue for later, without a ledger write.
     let mut admitted = match admit_before_claim(state, ledger, item).await {
         Admission::Admitted(pace) => Some(pace),
-        Admission::NotNow(why) => return Err(give_back(state, queue, item, &why).await),
+        Admission::NotNow(why) => return Err(give_back(state, kind, item, &why).await),
         Admission::Undecided => None,
     };
     let sent = invocation.insertion_time();
@@ -195,7 +198,7 @@ async fn claim_or_answer(
 async fn record(
     state: &AppState,
     ledger: &tablescan_ledger::Ledger,
-    queue: Queue,
+    kind: ItemKind,
     invocation: &Invocation,
     item: &WorkItem,
     claim: &Claim,
@@ -238,7 +241,7 @@ async fn record(
             let why = format!("the step ran but its finish cannot be recorded: {e}");
             let attempt = invocation.dequeue_count().unwrap_or(claim.attempt);
             let failure = StepFailure::permanent(why);
-            return on_failure(state, ledger, queue, item, claim, attempt, failure).await;
+            return on_failure(state, ledger, kind, item, claim, attempt, failure).await;
         }
         Err(e) => {
             return Failure::new(
@@ -329,12 +332,14 @@ async fn reject(
     .into_response()
 }
 
-fn decode(text: &str, queue: Queue) -> Result<WorkItem, String> {
+fn decode(text: &str, kind: ItemKind) -> Result<WorkItem, String> {
     let item = WorkItem::decode(text).map_err(|e| e.to_string())?;
-    match (&item.task, queue) {
-        (Task::Range { .. }, Queue::Range)
-        | (Task::Partition { .. }, Queue::Partition)
-        | (Task::ExportPart { .. } | Task::ExportBlob { .. }, Queue::Export) => Ok(item),
+    match (&item.task, kind) {
+        (ReadRange::Range { .. }, ItemKind::Range)
+        | (ReadRange::Partition { .. }, ItemKind::Partition)
+        | (ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. }, ItemKind::Export) => {
+            Ok(item)
+        }
         _ => Err("the work item arrived on the wrong queue for its kind".into()),
     }
 }
@@ -344,7 +349,7 @@ pub(crate) fn with_items(outcome: Outcome, messages: Vec<String>) -> Outcome {
     let (mut ranges, mut partitions, mut exports) = (Vec::new(), Vec::new(), Vec::new());
     for message in messages {
         match WorkItem::decode(&message).map(|item| item.task) {
-            Ok(Task::Partition { .. }) => partitions.push(message),
+            Ok(ReadRange::Partition { .. }) => partitions.push(message),
             Ok(task) if task.is_import() => exports.push(message),
             _ => ranges.push(message),
         }

@@ -102,9 +102,10 @@ pub struct ContainerClient {
 }
 
 impl ContainerClient {
-    /// The back-off this process shares for the container's account (see [`crate::pacing`]).
+    /// The back-off of the container's account, shared by the clients given the same
+    /// [`crate::pacing::Governors`].
     pub fn governor(&self) -> Arc<crate::pacing::Governor> {
-        crate::pacing::governor(&self.pipeline.pacing_target(""))
+        self.pipeline.governor("")
     }
 
     /// The container's name.

@@ -1,6 +1,6 @@
-//! Back-off that the whole process shares per storage target: additive increase,
-//! multiplicative decrease (AIMD), as TCP does with a congested link, with a ceiling that stays
-//! under where the target refused.
+//! Back-off that the whole process shares per storage target ([`Governors`]): additive
+//! increase, multiplicative decrease (AIMD), as TCP does with a congested link, with a ceiling
+//! that stays under where the target refused.
 //!
 //! A storage account over its entity target answers 503 Server Busy or 500 Operation Timed Out
 //! to some requests and serves the rest. If every step retried on its own at full speed, the
@@ -22,7 +22,7 @@
 //! does not climb.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -365,15 +365,31 @@ impl Governor {
     }
 }
 
-/// The governor of one storage target (an account's table service, or one queue), shared by
-/// the whole process.
-pub fn governor(target: &str) -> Arc<Governor> {
-    static GOVERNORS: OnceLock<Mutex<HashMap<String, Arc<Governor>>>> = OnceLock::new();
-    let mut governors = GOVERNORS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    governors.entry(target.to_string()).or_default().clone()
+/// The governors of the storage targets one process talks to (an account's table service,
+/// one queue): one per target, shared by every client built with the same registry.
+///
+/// The process that owns the clients owns this and hands it to each client it builds
+/// ([`crate::ClientOptions::governors`]), as object_store takes credentials it is given: the
+/// handler's state keeps one for the process, so every step's reads of an account meet one
+/// back-off, and a test or a tool that builds its own clients paces them apart from any other.
+#[derive(Clone, Default)]
+pub struct Governors(Arc<Mutex<HashMap<String, Arc<Governor>>>>);
+
+impl Governors {
+    /// The governor of `target` (see `Pipeline::pacing_target`), made on first use.
+    pub fn of(&self, target: &str) -> Arc<Governor> {
+        let mut governors = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        governors.entry(target.to_string()).or_default().clone()
+    }
+}
+
+impl std::fmt::Debug for Governors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let targets = self.0.lock().map_or(0, |g| g.len());
+        f.debug_struct("Governors")
+            .field("targets", &targets)
+            .finish()
+    }
 }
 
 #[cfg(test)]
@@ -586,9 +602,11 @@ mod tests {
     }
 
     #[test]
-    fn targets_are_shared_by_name() {
-        let a = governor("http://a/one");
-        assert!(Arc::ptr_eq(&a, &governor("http://a/one")));
-        assert!(!Arc::ptr_eq(&a, &governor("http://a/two")));
+    fn targets_are_shared_by_name_within_one_registry() {
+        let governors = Governors::default();
+        let a = governors.of("http://a/one");
+        assert!(Arc::ptr_eq(&a, &governors.clone().of("http://a/one")));
+        assert!(!Arc::ptr_eq(&a, &governors.of("http://a/two")));
+        assert!(!Arc::ptr_eq(&a, &Governors::default().of("http://a/one")));
     }
 }

@@ -9,5 +9,5 @@ mod governor;
 mod window;
 
 pub use bucket::{Rate, TokenBucket};
-pub use governor::{governor, Governor, MIN_RATE};
+pub use governor::{Governor, Governors, MIN_RATE};
 pub use window::{RecentUse, Ticket};

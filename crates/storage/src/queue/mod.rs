@@ -169,9 +169,10 @@ impl QueueClient {
         describe("queue", &self.name)
     }
 
-    /// The back-off this process shares for this queue (see [`crate::pacing`]).
+    /// The back-off of this queue, shared by the clients given the same
+    /// [`crate::pacing::Governors`].
     pub fn governor(&self) -> Arc<crate::pacing::Governor> {
-        crate::pacing::governor(&self.pipeline.pacing_target(&self.name))
+        self.pipeline.governor(&self.name)
     }
 
     fn request(&self, operation: &'static str, method: Method, path: String) -> Request {

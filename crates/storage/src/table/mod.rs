@@ -124,9 +124,10 @@ impl TableClient {
         describe("table", &self.name)
     }
 
-    /// The back-off this process shares for the table's account (see [`crate::pacing`]).
+    /// The back-off of the table's account, shared by the clients given the same
+    /// [`crate::pacing::Governors`].
     pub fn governor(&self) -> Arc<crate::pacing::Governor> {
-        crate::pacing::governor(&self.pipeline.pacing_target(""))
+        self.pipeline.governor("")
     }
 
     /// Creates this table if it does not exist; returns whether it was created.

@@ -17,6 +17,7 @@ mod client_secret;
 mod exchange;
 mod managed_identity;
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -108,7 +109,7 @@ impl TokenSource {
         }
     }
 
-    /// Identifies the source, so that every client of one process shares one cache per source.
+    /// Identifies the source, so that a [`TokenCredentials`] keeps one cache per source.
     fn key(&self) -> String {
         match self {
             TokenSource::ManagedIdentity(source) => source.key(),
@@ -117,10 +118,40 @@ impl TokenSource {
     }
 }
 
+/// The token credentials of the identities one process uses: one per identity (token source),
+/// shared by every account resolved with the same registry, so a process fetches a token once
+/// however many clients and connections it has.
+///
+/// The process that resolves connections owns this and hands it to
+/// [`crate::connection::resolve`], as object_store takes credentials it is given: the
+/// handler's state keeps one for the process; a caller that only checks a connection, or a
+/// test, passes a registry of its own.
+#[derive(Clone, Default)]
+pub struct TokenCredentials(Arc<Mutex<HashMap<String, Arc<TokenCredential>>>>);
+
+impl TokenCredentials {
+    /// The credential of `source`'s identity: the one made earlier for it, or a new one.
+    pub fn for_source(&self, source: TokenSource) -> Arc<TokenCredential> {
+        let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        all.entry(source.key())
+            .or_insert_with(|| Arc::new(TokenCredential::new(source)))
+            .clone()
+    }
+}
+
+impl std::fmt::Debug for TokenCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let identities = self.0.lock().map_or(0, |all| all.len());
+        f.debug_struct("TokenCredentials")
+            .field("identities", &identities)
+            .finish()
+    }
+}
+
 /// A token source with its cache: what a bearer [`super::credential::Credential`] holds.
 pub struct TokenCredential {
     source: TokenSource,
-    http: reqwest::Client,
+    http: std::sync::OnceLock<reqwest::Client>,
     cached: Mutex<Option<AccessToken>>,
     /// Held by the one task that fetches; the others wait on it (spent token) or go on with the
     /// token they have (ageing token).
@@ -136,39 +167,27 @@ impl std::fmt::Debug for TokenCredential {
 }
 
 impl TokenCredential {
-    /// The process's one credential for `source`: every client built for it shares its cache,
-    /// so a process fetches a token once however many clients and connections it has.
-    pub fn shared(source: TokenSource) -> Arc<TokenCredential> {
-        static ALL: Mutex<Vec<(String, std::sync::Weak<TokenCredential>)>> = Mutex::new(Vec::new());
-        let key = source.key();
-        let mut all = ALL.lock().unwrap_or_else(|e| e.into_inner());
-        all.retain(|(_, weak)| weak.strong_count() > 0);
-        if let Some(existing) = all
-            .iter()
-            .find(|(k, _)| *k == key)
-            .and_then(|(_, weak)| weak.upgrade())
-        {
-            return existing;
-        }
-        let credential = Arc::new(TokenCredential::new(source));
-        all.push((key, Arc::downgrade(&credential)));
-        credential
-    }
-
-    /// A credential with a cache of its own (tests; [`TokenCredential::shared`] otherwise).
+    /// A credential with a cache of its own; [`TokenCredentials::for_source`] shares one per
+    /// identity. Its HTTP client is built at the first fetch: a connection resolved only to be
+    /// checked (a scan request's) costs nothing.
     pub fn new(source: TokenSource) -> TokenCredential {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(10))
-            .connect_timeout(Duration::from_secs(5))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap_or_default();
         TokenCredential {
             source,
-            http,
+            http: std::sync::OnceLock::new(),
             cached: Mutex::new(None),
             fetching: tokio::sync::Mutex::new(()),
         }
+    }
+
+    fn http(&self) -> &reqwest::Client {
+        self.http.get_or_init(|| {
+            reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .connect_timeout(Duration::from_secs(5))
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap_or_default()
+        })
     }
 
     /// What the source is, for messages.
@@ -243,7 +262,7 @@ impl TokenCredential {
     }
 
     async fn fetch_and_keep(&self) -> Result<AccessToken, TokenError> {
-        let token = self.source.fetch(&self.http).await?;
+        let token = self.source.fetch(self.http()).await?;
         *self.cached.lock().unwrap_or_else(|e| e.into_inner()) = Some(token.clone());
         Ok(token)
     }
@@ -285,6 +304,32 @@ mod tests {
     fn credential(url: &str) -> Arc<TokenCredential> {
         let source = ManagedIdentity::new(url, "h", None, STORAGE_RESOURCE).unwrap();
         Arc::new(TokenCredential::new(TokenSource::ManagedIdentity(source)))
+    }
+
+    #[test]
+    fn one_credential_per_identity_within_one_registry() {
+        let source = |client: Option<&str>| {
+            let identity = ManagedIdentity::new(
+                "http://127.0.0.1:1/msi/token",
+                "h",
+                client,
+                STORAGE_RESOURCE,
+            )
+            .unwrap();
+            TokenSource::ManagedIdentity(identity)
+        };
+        let tokens = TokenCredentials::default();
+        let first = tokens.for_source(source(None));
+        assert!(Arc::ptr_eq(
+            &first,
+            &tokens.clone().for_source(source(None))
+        ));
+        assert!(!Arc::ptr_eq(
+            &first,
+            &tokens.for_source(source(Some("other")))
+        ));
+        let apart = TokenCredentials::default().for_source(source(None));
+        assert!(!Arc::ptr_eq(&first, &apart));
     }
 
     /// Many requests that find no token share one fetch; later ones use the cached token.

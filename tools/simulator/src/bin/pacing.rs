@@ -281,6 +281,89 @@ async fn step(model: Shared, instance: u32, slot: u32) {
     }
 }
 
+/// The model's storage targets: the source account, and the copy's target account or the
+/// enqueue's queues.
+fn targets(cli: &Cli) -> HashMap<String, Bucket> {
+    let account = f64::from(cli.account_entities_per_second);
+    let queue_rate = f64::from(cli.queue_messages_per_second);
+    let mut targets = HashMap::new();
+    targets.insert("source".to_string(), Bucket::new(account));
+    match cli.action {
+        ActionKind::Copy => {
+            targets.insert("target".to_string(), Bucket::new(account));
+        }
+        ActionKind::Enqueue => {
+            for q in 0..cli.queues {
+                targets.insert(format!("queue{q}"), Bucket::new(queue_rate));
+            }
+        }
+    }
+    targets
+}
+
+/// The least time the case can take, seconds: the rows at the slowest target's rate.
+fn bound(cli: &Cli) -> f64 {
+    let account = f64::from(cli.account_entities_per_second);
+    let queue_rate = f64::from(cli.queue_messages_per_second);
+    match cli.action {
+        ActionKind::Copy => cli.rows as f64 / account,
+        ActionKind::Enqueue => {
+            let queues = f64::from(cli.queues) * queue_rate;
+            (cli.rows as f64 / account).max(cli.rows as f64 / queues)
+        }
+    }
+}
+
+/// The case, in the report's words.
+fn describe(cli: &Cli) -> String {
+    format!(
+        "{} {}M rows{}, {} instances x {} steps, back-off {}",
+        match cli.action {
+            ActionKind::Copy => "copy to another account",
+            ActionKind::Enqueue => "enqueue",
+        },
+        cli.rows as f64 / 1e6,
+        match cli.action {
+            ActionKind::Enqueue => format!(" into {} queue(s)", cli.queues),
+            ActionKind::Copy => String::new(),
+        },
+        cli.instances,
+        cli.steps_per_instance,
+        if cli.backoff == Switch::On {
+            "on"
+        } else {
+            "off"
+        },
+    )
+}
+
+/// Prints the model's state every 50 simulated seconds (PACING_TRACE).
+fn spawn_trace(model: Shared, start: Instant) {
+    tokio::task::spawn_local(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(50)).await;
+            let m = model.borrow();
+            let rates: Vec<String> = (0..3)
+                .map(|i| {
+                    format!(
+                        "{:?}",
+                        m.governors
+                            .get(&(i, "source".to_string()))
+                            .map(|g| g.rate())
+                    )
+                })
+                .collect();
+            eprintln!(
+                "{:.0} s: {} pages left, running {:?}, refused {:?}, rates {rates:?}",
+                start.elapsed().as_secs_f64(),
+                m.pages_left,
+                m.running.values().sum::<usize>(),
+                m.targets.values().map(|b| b.refused).collect::<Vec<_>>(),
+            );
+        }
+    });
+}
+
 fn main() {
     let cli = Cli::parse();
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -293,42 +376,9 @@ fn main() {
         let local = tokio::task::LocalSet::new();
         local
             .run_until(async move {
-                let account = f64::from(cli.account_entities_per_second);
-                let queue_rate = f64::from(cli.queue_messages_per_second);
-                let mut targets = HashMap::new();
-                targets.insert("source".to_string(), Bucket::new(account));
-                match cli.action {
-                    ActionKind::Copy => {
-                        targets.insert("target".to_string(), Bucket::new(account));
-                    }
-                    ActionKind::Enqueue => {
-                        for q in 0..cli.queues {
-                            targets.insert(format!("queue{q}"), Bucket::new(queue_rate));
-                        }
-                    }
-                }
-                let bound = match cli.action {
-                    ActionKind::Copy => cli.rows as f64 / account,
-                    ActionKind::Enqueue => {
-                        let queues = f64::from(cli.queues) * queue_rate;
-                        (cli.rows as f64 / account).max(cli.rows as f64 / queues)
-                    }
-                };
-                let describe = format!(
-                    "{} {}M rows{}, {} instances x {} steps, back-off {}",
-                    match cli.action {
-                        ActionKind::Copy => "copy to another account",
-                        ActionKind::Enqueue => "enqueue",
-                    },
-                    cli.rows as f64 / 1e6,
-                    match cli.action {
-                        ActionKind::Enqueue => format!(" into {} queue(s)", cli.queues),
-                        ActionKind::Copy => String::new(),
-                    },
-                    cli.instances,
-                    cli.steps_per_instance,
-                    if cli.backoff == Switch::On { "on" } else { "off" },
-                );
+                let targets = targets(&cli);
+                let bound = bound(&cli);
+                let describe = describe(&cli);
                 let (instances, slots) = (cli.instances, cli.steps_per_instance);
                 let model: Shared = Rc::new(RefCell::new(Model {
                     pages_left: cli.rows.div_ceil(1_000),
@@ -339,28 +389,16 @@ fn main() {
                 }));
                 let start = Instant::now();
                 if std::env::var_os("PACING_TRACE").is_some() {
-                    let model = model.clone();
-                    tokio::task::spawn_local(async move {
-                        loop {
-                            tokio::time::sleep(Duration::from_secs(50)).await;
-                            let m = model.borrow();
-                            let rates: Vec<String> = (0..3)
-                                .map(|i| format!("{:?}", m.governors.get(&(i, "source".to_string())).map(|g| g.rate())))
-                                .collect();
-                            eprintln!(
-                                "{:.0} s: {} pages left, running {:?}, refused {:?}, rates {rates:?}",
-                                start.elapsed().as_secs_f64(),
-                                m.pages_left,
-                                m.running.values().sum::<usize>(),
-                                m.targets.values().map(|b| b.refused).collect::<Vec<_>>(),
-                            );
-                        }
-                    });
+                    spawn_trace(model.clone(), start);
                 }
                 let mut tasks = Vec::new();
                 for instance in 0..instances {
                     for slot in 0..slots {
-                        tasks.push(tokio::task::spawn_local(step(model.clone(), instance, slot)));
+                        tasks.push(tokio::task::spawn_local(step(
+                            model.clone(),
+                            instance,
+                            slot,
+                        )));
                     }
                 }
                 for task in tasks {

@@ -1,0 +1,255 @@
+//! One invocation of a queue-triggered function, as `functions::step` runs it: admitted by the
+//! scan's pace (or given back to the queue), the item begun in the ledger, the real `run_step`
+//! with its claim renewed every third of the lease, the finish recorded on a counter shard
+//! (read again and resubmitted when another finish took the shard first), and a transient
+//! failure handled as `step::failure::on_failure` does: tried again on the host's next delivery,
+//! handed on in a fresh message at the last one, failed for good only once it has kept failing
+//! for the outage window.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tablescan::scan::run_step;
+use tablescan::scan::StepError;
+
+use super::io::{ledger_request, Reader, Sink, StepClock};
+use super::{lock, Engine, Message};
+use crate::ledger_costs::{
+    self, BEGIN, FAIL, RENEW, SHARDS, SHARD_CONFLICT_PAUSE_GROWTH_MS, SHARD_CONFLICT_PAUSE_MS,
+};
+use crate::sim::batch_latency;
+use crate::table::partition_hash;
+use crate::tablescan::Action;
+
+/// How an invocation ended.
+enum Outcome {
+    Done(Vec<tablescan::scan::item::WorkItem>),
+    /// Not admitted in time: given back to its queue for a moment later.
+    GivenBack,
+    /// Failed transiently; `recorded` if the ledger took the failure.
+    Failed {
+        recorded: bool,
+    },
+}
+
+/// Runs one delivered message on `instance` and hands its follow-ups on.
+pub async fn invoke(engine: Arc<Engine>, instance: usize, queue: usize, message: Message) {
+    let started = engine.now();
+    let outcome = run(&engine, instance, &message).await;
+    let end = engine.now();
+    let p = engine.params.clone();
+    match outcome {
+        Outcome::Done(follow_ups) => {
+            let mut world = engine.world();
+            world.stats.executions_done_ok += 1;
+            world.stats.longest_execution = world.stats.longest_execution.max(end - started);
+            let mut queued = Vec::new();
+            for item in follow_ups {
+                world.stats.queue_operations += 1;
+                let q = if matches!(item.task, tablescan::scan::item::ReadRange::Range { .. }) {
+                    0
+                } else {
+                    1
+                };
+                queued.push((world.storage.put_message(end, q), item));
+            }
+            drop(world);
+            for (at, item) in queued {
+                let message = Message {
+                    item,
+                    deliveries: 0,
+                    failing_since: None,
+                };
+                engine.enqueue(message, at + p.poll_ms / 1000.0);
+            }
+        }
+        Outcome::GivenBack => {
+            let spread = engine.world().storage.unit();
+            let at = engine.world().storage.put_message(end, queue);
+            engine.world().stats.given_back += 1;
+            engine.world().stats.queue_operations += 1;
+            let message = Message {
+                deliveries: 0,
+                ..message
+            };
+            engine.enqueue(message, at + 1.0 + 2.0 * spread);
+        }
+        Outcome::Failed { recorded } => {
+            let since = message.failing_since.unwrap_or(started);
+            let deliveries = message.deliveries + 1;
+            let mut world = engine.world();
+            world.stats.longest_execution = world.stats.longest_execution.max(end - started);
+            if end - since >= p.outage_window_s {
+                world.stats.failed_for_good += 1;
+            } else if deliveries >= p.max_dequeue_count {
+                let visible = if recorded {
+                    // Handed on in a fresh message, invisible for twice the host's pause.
+                    world.stats.handed_on += 1;
+                    world.storage.put_message(end, queue) + 2.0 * p.visibility_timeout_s
+                } else {
+                    // The failure could not be recorded: the host's answer fails, the message
+                    // goes to the poison queue, and the re-drive sends the item again at its
+                    // next look.
+                    world.stats.redriven += 1;
+                    (end / p.sweep_s).ceil() * p.sweep_s + p.poll_ms / 1000.0
+                };
+                drop(world);
+                let message = Message {
+                    deliveries: 0,
+                    failing_since: Some(since),
+                    ..message
+                };
+                engine.enqueue(message, visible);
+            } else {
+                drop(world);
+                let message = Message {
+                    deliveries,
+                    failing_since: Some(since),
+                    ..message
+                };
+                engine.enqueue(message, end + p.visibility_timeout_s);
+            }
+        }
+    }
+    engine.invocation_ended(instance, queue);
+}
+
+async fn run(engine: &Arc<Engine>, instance: usize, message: &Message) -> Outcome {
+    let p = &engine.params;
+    tokio::time::sleep(Duration::from_secs_f64(p.invocation_ms / 1000.0)).await;
+    let pace = engine.pacing.instance(engine, instance);
+    if !pace.admit(engine).await {
+        return Outcome::GivenBack;
+    }
+    let outcome = claimed(engine, instance, message, &pace).await;
+    pace.step_ended(engine.now());
+    outcome
+}
+
+async fn claimed(
+    engine: &Arc<Engine>,
+    instance: usize,
+    message: &Message,
+    pace: &Arc<super::pace::InstancePace>,
+) -> Outcome {
+    let p = &engine.params;
+    // begin: the scan row, the pending row, the claim, one after another.
+    for _ in 0..BEGIN.requests {
+        if ledger_request(engine, 1.0, p.entity_ms / 1000.0)
+            .await
+            .is_err()
+        {
+            engine.world().stats.failed_on_ledger += 1;
+            return Outcome::Failed { recorded: false };
+        }
+    }
+    let _ = BEGIN.entities;
+    let clock = StepClock(engine);
+    let reader = Reader {
+        engine: engine.clone(),
+        pace: pace.clone(),
+    };
+    let mut sink = Sink {
+        engine: engine.clone(),
+        pace: pace.clone(),
+        instance,
+        within: engine.within,
+    };
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let work = async {
+        let report = run_step(&reader, &message.item, &engine.options, &clock, &mut sink).await;
+        let _ = stop.send(true);
+        report
+    };
+    let renewal = async {
+        let period = Duration::from_secs_f64(p.lease_s / 3.0);
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(period) => {}
+                _ = stopped.changed() => return,
+            }
+            let _ = ledger_request(engine, RENEW.entities as f64, p.entity_ms / 1000.0).await;
+            engine.world().stats.renewals += 1;
+        }
+    };
+    let (report, ()) = tokio::join!(work, renewal);
+    let report = match report {
+        Ok(report) => report,
+        Err(error) => {
+            {
+                let mut world = engine.world();
+                match error {
+                    StepError::Action(_) => world.stats.failed_on_write += 1,
+                    _ => world.stats.failed_on_read += 1,
+                }
+            }
+            let recorded = record_failure(engine, message).await;
+            return Outcome::Failed { recorded };
+        }
+    };
+    if engine.action == Action::Export {
+        // The step's blob: one upload of its rows (gzip JSON lines, 8 bytes a row as
+        // benches measured), 50 ms plus 60 MB/s.
+        let bytes = report.rows_delivered as f64 * 8.0;
+        tokio::time::sleep(Duration::from_secs_f64(0.05 + bytes / 60e6)).await;
+        engine.world().stats.blob_writes += 1;
+    }
+    if finish(engine, message, report.follow_ups.len())
+        .await
+        .is_err()
+    {
+        engine.world().stats.failed_on_ledger += 1;
+        let recorded = record_failure(engine, message).await;
+        return Outcome::Failed { recorded };
+    }
+    {
+        let mut world = engine.world();
+        world.stats.rows_acted += report.rows_delivered;
+        world.stats.queries += u64::from(report.queries);
+    }
+    Outcome::Done(report.follow_ups)
+}
+
+/// `Ledger::fail` of a transient failure: `true` if recorded.
+async fn record_failure(engine: &Engine, _message: &Message) -> bool {
+    let p = &engine.params;
+    for _ in 0..FAIL.requests {
+        if ledger_request(engine, 1.5, p.entity_ms / 1000.0)
+            .await
+            .is_err()
+        {
+            return false;
+        }
+    }
+    true
+}
+
+/// The finish: its counter shard read, then one transaction with it; again while another
+/// finish took the shard between the two (`Ledger::commit_counted`).
+async fn finish(engine: &Engine, message: &Message, children: usize) -> Result<(), ()> {
+    let p = &engine.params;
+    let shard = partition_hash(&message.item.id()) % SHARDS;
+    let cost = ledger_costs::finish(children);
+    let transaction = (cost.entities - 1) as f64;
+    for conflict in 0..=30u32 {
+        ledger_request(engine, 1.0, p.entity_ms / 1000.0).await?;
+        let seen = lock(&engine.shards)[shard];
+        ledger_request(engine, transaction, batch_latency(p, transaction)).await?;
+        let committed = {
+            let mut shards = lock(&engine.shards);
+            let free = shards[shard] == seen;
+            if free {
+                shards[shard] += 1;
+            }
+            free
+        };
+        if committed {
+            return Ok(());
+        }
+        engine.world().stats.shard_conflicts += 1;
+        let pause =
+            SHARD_CONFLICT_PAUSE_MS + SHARD_CONFLICT_PAUSE_GROWTH_MS * f64::from(conflict.min(10));
+        tokio::time::sleep(Duration::from_secs_f64(pause / 1000.0)).await;
+    }
+    Err(())
+}
