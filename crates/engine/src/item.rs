@@ -27,6 +27,12 @@ pub struct WorkItem {
     pub depth: u32,
     /// What to read (serialised as `task`, the name it has always had).
     pub task: ReadRange,
+    /// How many times in a row a step gave this item back to its queue unrun because its
+    /// scan's pace had no room (the handler's `step::admission`): each give-back waits longer, so
+    /// that items of a paced scan waiting their turn cost a few invocations, not one every
+    /// couple of seconds. Not part of the id; absent (0) in every message but a give-back's.
+    #[serde(rename = "back", default, skip_serializing_if = "is_zero_u32")]
+    pub given_back: u32,
 }
 
 /// The range a work item reads: a range of PartitionKeys, or of RowKeys within one partition;
@@ -143,6 +149,7 @@ impl WorkItem {
                 cursor: None,
                 last_partition: None,
             },
+            given_back: 0,
         }
     }
 
@@ -153,6 +160,7 @@ impl WorkItem {
             scan: self.scan.clone(),
             depth: self.depth + 1,
             task,
+            given_back: 0,
         }
     }
 
@@ -309,6 +317,21 @@ mod tests {
         let narrower = WorkItem::root("s", KeyRange::with_prefix("a"), "a");
         assert_ne!(root.id(), narrower.id());
         assert_eq!(root.id().len(), 24);
+    }
+
+    #[test]
+    fn a_given_back_count_travels_in_the_message_but_not_in_the_id_and_is_absent_when_zero() {
+        let item = WorkItem::root("s", KeyRange::all(), "");
+        assert!(!item.encode().contains("back"), "{}", item.encode());
+        let again = WorkItem {
+            given_back: 3,
+            ..item.clone()
+        };
+        assert!(again.encode().contains(r#""back":3"#), "{}", again.encode());
+        assert_eq!(WorkItem::decode(&again.encode()).unwrap(), again);
+        assert_eq!(again.id(), item.id());
+        // Children start afresh.
+        assert_eq!(again.follow_up(item.task.clone()).given_back, 0);
     }
 
     #[test]

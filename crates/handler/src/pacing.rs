@@ -36,6 +36,23 @@ type LeaseClock = tablescan_pace::TokioClock;
 
 /// How long a step waits to be admitted before its work item is given back.
 pub const ADMIT_WAIT: Duration = Duration::from_secs(3);
+/// The longest a work item given back waits before it is delivered again.
+pub const GIVE_BACK_MAX: Duration = Duration::from_secs(30);
+
+/// How long a work item not admitted stays out of sight when given back for the
+/// `times_given_back + 1`-th time in a row: between half and all of 2, 4, 8, 16, then 30
+/// seconds, `unit` (uniform in 0..1) placing it, so that items given back together do not come
+/// back together. The first is short because the share it waited for may come free a moment
+/// later (the last steps of a scan); each later one doubles because an item that keeps
+/// finding no room belongs to a scan with more items than its pace runs at once, and every
+/// return costs an invocation (waiting up to [`ADMIT_WAIT`]) and three queue operations.
+/// The platform counts invisible messages in a queue's length, so this does not keep it from
+/// adding instances; it keeps those instances from being billed for returns.
+pub fn give_back_delay(times_given_back: u32, unit: f64) -> Duration {
+    let ceiling = Duration::from_secs(2u64 << times_given_back.min(5)).min(GIVE_BACK_MAX);
+    ceiling.mul_f64(0.5 + 0.5 * unit.clamp(0.0, 1.0))
+}
+
 /// The rate one step of a paced scan is given at least (entities per second).
 pub const STEP_RATE: f64 = 300.0;
 /// How long after its place is earned a page reserved ahead may still use it.

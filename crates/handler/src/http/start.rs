@@ -160,6 +160,7 @@ fn root_item(spec: &ScanSpec, id: &str) -> WorkItem {
             scan: id.to_string(),
             depth: 0,
             task: tablescan_engine::item::ReadRange::ExportPart { part: 0, from: 0 },
+            given_back: 0,
         },
         None => {
             let (range, prefix) = scope_range(spec);

@@ -4,13 +4,12 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use std::time::Duration;
 use time::OffsetDateTime;
 
 use super::failure::send_later;
 use super::ItemKind;
 use crate::app::AppState;
-use crate::pacing::{NotAdmitted, StepPace, ADMIT_WAIT};
+use crate::pacing::{give_back_delay, NotAdmitted, StepPace, ADMIT_WAIT};
 use crate::protocol::{Failure, Outcome};
 use tablescan_engine::item::WorkItem;
 use tablescan_ledger::Begin;
@@ -64,15 +63,6 @@ pub(super) fn pace_source(
     Ok(state.scan_source(&spec.connection, &spec.table)?.governor())
 }
 
-/// How long a work item given back stays out of sight: a second or two, spread so that items
-/// given back together do not all come back together. Short, because the share it waited for
-/// may come free a moment later (the last steps of a scan); each return costs a queue message
-/// and an invocation, never a ledger write.
-fn give_back_delay() -> Duration {
-    let spread = (uuid::Uuid::new_v4().as_u128() % 2_000) as u64;
-    Duration::from_millis(1_000 + spread)
-}
-
 /// Gives a step not admitted back to its queue for later and answers the host that the
 /// message is done with; if the message cannot be sent, the host's own retry brings it back.
 pub(super) async fn give_back(
@@ -81,11 +71,17 @@ pub(super) async fn give_back(
     item: &WorkItem,
     why: &NotAdmitted,
 ) -> Response {
-    let delay = give_back_delay();
-    match send_later(state, kind, item, delay).await {
+    let unit = (uuid::Uuid::new_v4().as_u128() % 1_000) as f64 / 1_000.0;
+    let delay = give_back_delay(item.given_back, unit);
+    let again = WorkItem {
+        given_back: item.given_back.saturating_add(1),
+        ..item.clone()
+    };
+    match send_later(state, kind, &again, delay).await {
         Ok(()) => {
             tracing::info!(
                 delay_ms = delay.as_millis() as u64,
+                given_back = again.given_back,
                 "not run here now ({why}); given back to the queue"
             );
             Outcome::default().into_response()

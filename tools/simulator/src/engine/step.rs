@@ -9,6 +9,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tablescan::functions::pacing::give_back_delay;
+use tablescan::scan::item::WorkItem;
 use tablescan::scan::run_step;
 use tablescan::scan::StepError;
 
@@ -64,15 +66,23 @@ pub async fn invoke(engine: Arc<Engine>, instance: usize, queue: usize, message:
             }
         }
         Outcome::GivenBack => {
+            // As the handler's `step::admission::give_back` does: out of sight for longer each
+            // time in a row, in a fresh message.
             let spread = engine.world().storage.unit();
+            let delay = give_back_delay(message.item.given_back, spread).as_secs_f64();
             let at = engine.world().storage.put_message(end, queue);
             engine.world().stats.given_back += 1;
             engine.world().stats.queue_operations += 1;
+            let item = WorkItem {
+                given_back: message.item.given_back.saturating_add(1),
+                ..message.item
+            };
             let message = Message {
+                item,
                 deliveries: 0,
                 ..message
             };
-            engine.enqueue(message, at + 1.0 + 2.0 * spread);
+            engine.enqueue(message, at + delay);
         }
         Outcome::Failed { recorded } => {
             let since = message.failing_since.unwrap_or(started);
@@ -94,7 +104,14 @@ pub async fn invoke(engine: Arc<Engine>, instance: usize, queue: usize, message:
                     (end / p.sweep_s).ceil() * p.sweep_s + p.poll_ms / 1000.0
                 };
                 drop(world);
+                // A fresh message (handed on), or the one the ledger keeps (re-driven): the
+                // give-backs before it are over either way.
+                let item = WorkItem {
+                    given_back: 0,
+                    ..message.item
+                };
                 let message = Message {
+                    item,
                     deliveries: 0,
                     failing_since: Some(since),
                     ..message
