@@ -27,27 +27,6 @@ const KNOWN_CYCLES: &[(&str, &[&str])] = &[
     ("cli", &["show", "watch"]),
     ("engine", &["pending", "step"]),
     (
-        "handler",
-        &[
-            "allowlist",
-            "app",
-            "config",
-            "export_checks",
-            "http",
-            "http_body",
-            "import",
-            "manifest",
-            "pause",
-            "plan",
-            "redrive",
-            "scans_list",
-            "schedules",
-            "schedules_http",
-            "send",
-            "step",
-        ],
-    ),
-    (
         "ledger",
         &[
             "activity", "exports", "history", "ledger", "notes", "pause", "rows",
