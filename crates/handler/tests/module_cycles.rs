@@ -243,115 +243,121 @@ fn path_heads(tokens: &[(Token, usize)], i: usize) -> Vec<String> {
     }
 }
 
+/// Where a file's reading is: the inline modules open (each with the brace depth inside it),
+/// the brace depth, a `#[path]` waiting for its `mod`, and whether a `use` is open.
+#[derive(Default)]
+struct Scope {
+    inline: Vec<(String, usize)>,
+    depth: usize,
+    pending_path: Option<String>,
+    in_use: bool,
+}
+
+impl Scope {
+    /// Follows braces, `;`, `#[path]`, `use` and `mod` at `i` (a `mod x;` is recorded as a child
+    /// of `current`); false for any other token.
+    fn track(
+        &mut self,
+        tokens: &[(Token, usize)],
+        i: usize,
+        current: &[String],
+        facts: &mut FileFacts,
+    ) -> bool {
+        match &tokens[i].0 {
+            Token::Punct('{') => self.depth += 1,
+            Token::Punct('}') => {
+                if self.inline.last().map(|(_, d)| *d) == Some(self.depth) {
+                    self.inline.pop();
+                }
+                self.depth -= 1;
+            }
+            Token::Punct(';') => {
+                self.in_use = false;
+                self.pending_path = None;
+            }
+            Token::Punct('#')
+                if is(tokens, i + 1, &Token::Punct('['))
+                    && ident(tokens, i + 2) == Some("path") =>
+            {
+                if let Some((Token::Str(path), _)) = tokens.get(i + 4) {
+                    self.pending_path = Some(path.clone());
+                }
+            }
+            Token::Ident(word) if word == "use" => self.in_use = true,
+            Token::Ident(word)
+                if word == "mod" && !is(tokens, i.wrapping_sub(1), &Token::PathSep) =>
+            {
+                match (ident(tokens, i + 1), tokens.get(i + 2).map(|(t, _)| t)) {
+                    (Some(name), Some(Token::Punct(';'))) => {
+                        let child = [current, &[name.to_owned()]].concat();
+                        facts
+                            .children
+                            .push((child, self.pending_path.take(), self.inline.len()));
+                    }
+                    (Some(name), Some(Token::Punct('{'))) => {
+                        self.inline.push((name.to_owned(), self.depth + 1));
+                    }
+                    _ => {}
+                }
+            }
+            _ => return false,
+        }
+        true
+    }
+}
+
 /// Reads one file: its `mod` declarations, inline modules, and references to modules.
 fn read_file(file: &SourceFile, top_level: &BTreeSet<String>) -> FileFacts {
     let source =
         fs::read_to_string(&file.path).unwrap_or_else(|e| panic!("{}: {e}", file.path.display()));
     let tokens = tokens(&source);
     let mut facts = FileFacts::default();
-    // Inline modules open in this file: (name, the brace depth inside them).
-    let mut inline: Vec<(String, usize)> = Vec::new();
-    let (mut depth, mut pending_path, mut in_use) = (0usize, None, false);
-    let at_root = |inline: &Vec<(String, usize)>| file.module.is_empty() && inline.is_empty();
+    let mut scope = Scope::default();
     let mut i = 0;
     while i < tokens.len() {
         let current: Vec<String> = file
             .module
             .iter()
+            .chain(scope.inline.iter().map(|(n, _)| n))
             .cloned()
-            .chain(inline.iter().map(|(n, _)| n.clone()))
             .collect();
+        if scope.track(&tokens, i, &current, &mut facts) {
+            i += 1;
+            continue;
+        }
         let from = current.first().cloned().unwrap_or_else(|| ROOT.to_owned());
+        let at_root = current.is_empty();
         let line = tokens[i].1;
+        let after_path_sep = is(&tokens, i.wrapping_sub(1), &Token::PathSep);
         match &tokens[i].0 {
-            Token::Punct('{') => depth += 1,
-            Token::Punct('}') => {
-                if inline.last().map(|(_, d)| *d) == Some(depth) {
-                    inline.pop();
-                }
-                depth -= 1;
-            }
-            Token::Punct(';') => {
-                in_use = false;
-                pending_path = None;
-            }
-            Token::Punct('#')
-                if is(&tokens, i + 1, &Token::Punct('['))
-                    && ident(&tokens, i + 2) == Some("path") =>
-            {
-                if let Some((Token::Str(path), _)) = tokens.get(i + 4) {
-                    pending_path = Some(path.clone());
-                }
-            }
-            Token::Ident(word) if word == "use" => in_use = true,
+            // `$crate::` in a macro is the macro's crate, not a module.
             Token::Ident(word)
-                if word == "mod" && !is(&tokens, i.wrapping_sub(1), &Token::PathSep) =>
-            {
-                if let Some(name) = ident(&tokens, i + 1) {
-                    if is(&tokens, i + 2, &Token::Punct(';')) {
-                        let mut child = current.clone();
-                        child.push(name.to_owned());
-                        facts
-                            .children
-                            .push((child, pending_path.take(), inline.len()));
-                    } else if is(&tokens, i + 2, &Token::Punct('{')) {
-                        inline.push((name.to_owned(), depth + 1));
-                    }
-                }
-            }
-            Token::Ident(word) if word == "crate" && is(&tokens, i + 1, &Token::PathSep) => {
-                let after_dollar = is(&tokens, i.wrapping_sub(1), &Token::Punct('$'));
-                if !after_dollar {
-                    for target in path_heads(&tokens, i + 2) {
-                        facts.references.push(Reference {
-                            target,
-                            from: from.clone(),
-                            line,
-                        });
-                    }
-                    if at_root(&inline) && in_use {
-                        record_reexports(&tokens, i + 2, &mut facts.reexports);
-                    }
-                }
-            }
-            Token::Ident(word)
-                if word == "super"
+                if word == "crate"
                     && is(&tokens, i + 1, &Token::PathSep)
-                    && !is(&tokens, i.wrapping_sub(1), &Token::PathSep) =>
+                    && !is(&tokens, i.wrapping_sub(1), &Token::Punct('$')) =>
             {
-                let mut ups = 0;
-                let mut k = i;
-                while ident(&tokens, k) == Some("super") && is(&tokens, k + 1, &Token::PathSep) {
-                    ups += 1;
-                    k += 2;
+                refer(&mut facts, path_heads(&tokens, i + 2), &from, line);
+                if at_root && scope.in_use {
+                    record_reexports(&tokens, i + 2, &mut facts.reexports);
                 }
-                let base = &current[..current.len().saturating_sub(ups)];
-                let targets = match base.first() {
-                    Some(top) => vec![top.clone()],
-                    None => path_heads(&tokens, k),
-                };
-                for target in targets {
-                    facts.references.push(Reference {
-                        target,
-                        from: from.clone(),
-                        line,
-                    });
-                }
-                i = k;
+            }
+            Token::Ident(word)
+                if word == "super" && is(&tokens, i + 1, &Token::PathSep) && !after_path_sep =>
+            {
+                let (targets, next) = super_targets(&tokens, i, &current);
+                refer(&mut facts, targets, &from, line);
+                i = next;
                 continue;
             }
+            // In the crate root, `app::x` is `crate::app::x`.
             Token::Ident(word)
-                if at_root(&inline)
+                if at_root
                     && top_level.contains(word)
                     && is(&tokens, i + 1, &Token::PathSep)
-                    && !is(&tokens, i.wrapping_sub(1), &Token::PathSep) =>
+                    && !after_path_sep =>
             {
-                facts.references.push(Reference {
-                    target: word.clone(),
-                    from: from.clone(),
-                    line,
-                });
-                if in_use {
+                refer(&mut facts, vec![word.clone()], &from, line);
+                if scope.in_use {
                     record_reexports(&tokens, i, &mut facts.reexports);
                 }
             }
@@ -360,6 +366,32 @@ fn read_file(file: &SourceFile, top_level: &BTreeSet<String>) -> FileFacts {
         i += 1;
     }
     facts
+}
+
+/// Records references from top-level module `from` to each of `targets`.
+fn refer(facts: &mut FileFacts, targets: Vec<String>, from: &str, line: usize) {
+    for target in targets {
+        let from = from.to_owned();
+        facts.references.push(Reference { target, from, line });
+    }
+}
+
+/// Where a `super::` chain at `i` leads from module `current`: the top-level module it stays
+/// in, or (when it climbs to the crate root) the heads of the path after it; and the index of
+/// the token after the chain.
+fn super_targets(tokens: &[(Token, usize)], i: usize, current: &[String]) -> (Vec<String>, usize) {
+    let mut ups = 0;
+    let mut k = i;
+    while ident(tokens, k) == Some("super") && is(tokens, k + 1, &Token::PathSep) {
+        ups += 1;
+        k += 2;
+    }
+    let base = &current[..current.len().saturating_sub(ups)];
+    let targets = match base.first() {
+        Some(top) => vec![top.clone()],
+        None => path_heads(tokens, k),
+    };
+    (targets, k)
 }
 
 /// For a `use` path at `i` in the crate root (`app::{router, AppState}`), records each last name
