@@ -10,7 +10,8 @@
 
 use std::collections::HashMap;
 
-use super::{by_partition, send_transactions, Applied, GoOn, RowFailure};
+use crate::writes::{by_partition, send_transactions};
+use crate::{Applied, GoOn, RowFailure};
 use tablescan_storage::table::batch::{Operation, MAX_BODY_BYTES, MAX_OPERATIONS};
 use tablescan_storage::table::entity::Entity;
 use tablescan_storage::table::filter::{Comparison, Filter};

@@ -1,7 +1,8 @@
 //! Delete: remove every row read, in transactions per partition, each on the etag it was read
 //! with. A row changed (or deleted) since it was read is kept and counted as skipped.
 
-use super::{partition_chunks, send_transactions, ActionCounts, Applied, GoOn};
+use crate::writes::{partition_chunks, send_transactions};
+use crate::{ActionCounts, Applied, GoOn};
 use tablescan_storage::table::batch::{IfMatch, Operation};
 use tablescan_storage::table::entity::Entity;
 use tablescan_storage::{ErrorKind, Reason, StorageError, TableClient};

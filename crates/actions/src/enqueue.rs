@@ -6,7 +6,8 @@
 //! a JSON array of up to that many rows in table order, cut short where the next row would
 //! take the message past the Queue service's 64 KiB (after base64, when messages are encoded).
 
-use super::{write_until, Applied, GoOn, RowFailure};
+use crate::writes::write_until;
+use crate::{Applied, GoOn, RowFailure};
 use tablescan_storage::queue::{
     MessageEncoding, PutOptions, TimeToLive, MAX_BASE64_PAYLOAD_BYTES, MAX_MESSAGE_TEXT_BYTES,
 };

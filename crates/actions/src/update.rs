@@ -6,7 +6,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{partition_chunks, send_transactions, Applied, GoOn, RowFailure};
+use crate::writes::{partition_chunks, send_transactions};
+use crate::{Applied, GoOn, RowFailure};
 use tablescan_storage::table::batch::{IfMatch, Operation};
 use tablescan_storage::table::entity::{Entity, Value};
 use tablescan_storage::{ErrorKind, Reason, StorageError, TableClient};

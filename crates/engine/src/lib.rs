@@ -16,7 +16,6 @@ pub mod item;
 pub mod keys;
 #[cfg(any(test, feature = "model"))]
 pub mod model;
-mod pending;
 pub mod reader;
 pub mod seek;
 pub mod step;

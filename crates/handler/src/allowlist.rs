@@ -27,8 +27,7 @@
 
 use std::collections::BTreeMap;
 
-use super::app::AppState;
-use super::names::STORAGE_CONNECTION;
+use crate::names::STORAGE_CONNECTION;
 use tablescan_api::connections::Access;
 use tablescan_api::{is_connection_name, ScanSpec, SpecError};
 use tablescan_storage::SettingLookup;
@@ -231,30 +230,6 @@ impl Refused {
                 refused.to_string(),
             ),
             Refused::Setting(why) => (StatusCode::INTERNAL_SERVER_ERROR, None, why),
-        }
-    }
-}
-
-/// A start's request, parsed and its connections checked under the app's list: without one,
-/// each must give an account and a refusal says why; with one, each must be allowed for what
-/// the scan does and give an account, and a refusal says only that it is not usable.
-pub fn parse_start(
-    state: &AppState,
-    text: &str,
-    default_cap: Option<u32>,
-) -> Result<ScanSpec, Refused> {
-    let now = time::OffsetDateTime::now_utc();
-    match state.allowlist().map_err(Refused::Setting)? {
-        None => {
-            ScanSpec::parse_at(text, &state.settings, default_cap, now).map_err(Refused::Request)
-        }
-        Some(allowlist) => {
-            let spec =
-                ScanSpec::parse_unresolved_at(text, default_cap, now).map_err(Refused::Request)?;
-            allowlist
-                .check(&spec, &state.settings)
-                .map_err(Refused::NotUsable)?;
-            Ok(spec)
         }
     }
 }

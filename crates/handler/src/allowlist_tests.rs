@@ -1,7 +1,6 @@
 //! The allowlist's syntax and its decisions.
 
 use super::*;
-use crate::Settings;
 
 const DEV: &str = "UseDevelopmentStorage=true";
 
@@ -60,19 +59,6 @@ fn values_that_cannot_be_read_say_where_and_never_echo_what_is_not_a_name() {
     let why = Allowlist::parse(pasted).unwrap_err().to_string();
     assert!(!why.contains("c2VjcmV0") && !why.contains("acct"), "{why}");
     assert!(why.contains("entry 1"), "{why}");
-    let named = crate::config::Config::parse(&|name: &str| {
-        (name == CONNECTIONS_SETTING).then(|| pasted.to_string())
-    })
-    .unwrap_err()
-    .to_string();
-    assert!(
-        named.starts_with("the app setting TABLESCAN_CONNECTIONS "),
-        "{named}"
-    );
-    assert!(
-        !named.contains("c2VjcmV0") && !named.contains("acct"),
-        "{named}"
-    );
 }
 
 #[test]
@@ -180,56 +166,4 @@ fn every_unusable_connection_gets_the_same_words() {
     // A listed connection that works passes.
     let fine = r#"{"table":"tab1","connection":"Orders","action":{"type":"copy","table":"tab2","connection":"Backup"}}"#;
     assert_eq!(allowlist.check(&spec(fine), &settings), Ok(()));
-}
-
-fn state(extra: &[(&str, &str)]) -> std::sync::Arc<AppState> {
-    let mut pairs = vec![
-        ("AzureWebJobsStorage".to_string(), DEV.to_string()),
-        ("Orders".to_string(), DEV.to_string()),
-    ];
-    pairs.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    AppState::new(Settings::from_pairs(pairs))
-}
-
-/// Parsed once, at start; a start and a step both go by it.
-#[test]
-fn starts_and_steps_go_by_the_list_read_at_start() {
-    let delete = r#"{"table":"tab1","connection":"Orders","action":{"type":"delete"}}"#;
-    let count = r#"{"table":"tab1","connection":"Orders","action":{"type":"count"}}"#;
-
-    // Unset: every configured connection, as before.
-    let open = state(&[]);
-    assert!(parse_start(&open, delete, None).is_ok());
-    assert!(super::super::plan::action_for(&open, &spec(delete)).is_ok());
-    assert!(matches!(
-        parse_start(&open, r#"{"table":"tab1","connection":"Nowhere","action":{"type":"count"}}"#, None),
-        Err(Refused::Request(SpecError { ref field, ref message })) if field == "connection" && message.contains("no app setting")
-    ));
-
-    let listed = state(&[(CONNECTIONS_SETTING, "Orders:ro")]);
-    assert!(parse_start(&listed, count, None).is_ok());
-    assert!(matches!(
-        parse_start(&listed, delete, None),
-        Err(Refused::NotUsable(NotUsable {
-            field: "connection",
-            access: Access::Write,
-            ..
-        }))
-    ));
-    // A delete recorded before the list was set is stopped at its steps.
-    let why = super::super::plan::action_for(&listed, &spec(delete))
-        .err()
-        .expect("refused");
-    assert!(why.contains(CONNECTIONS_SETTING), "{why}");
-
-    // A value that cannot be read refuses starts and steps, naming the setting.
-    let broken = state(&[(CONNECTIONS_SETTING, "Orders")]);
-    assert!(matches!(
-        parse_start(&broken, count, None),
-        Err(Refused::Setting(ref why)) if why.contains(CONNECTIONS_SETTING)
-    ));
-    let why = super::super::plan::action_for(&broken, &spec(count))
-        .err()
-        .expect("refused");
-    assert!(why.contains(CONNECTIONS_SETTING), "{why}");
 }

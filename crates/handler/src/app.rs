@@ -1,20 +1,16 @@
-//! The handler's shared state and its axum router: one route per function, plus `GET /`.
+//! The handler's shared state: its settings and config, the clients of its accounts, the
+//! ledger, the pacing and what a process knows of each scan. Every function uses it; it uses no
+//! function's module (the router is `routes`), only the settings, names and caches below it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, State};
-use axum::response::Response;
-use axum::routing::{get, post};
-use axum::Router;
-
-use super::config::{Config, ConfigError, LEDGER_CONNECTION_SETTING};
-use super::names::*;
-use super::record_reads::ScanReads;
-use super::{http, redrive, step};
-use tablescan_api::SettingLookup;
+use crate::allowlist::{Allowlist, Refused};
+use crate::config::{Config, ConfigError, LEDGER_CONNECTION_SETTING, STORAGE_DEADLINE_BUDGETS};
+use crate::names::*;
+use crate::record_reads::ScanReads;
+use tablescan_api::{ScanSpec, SettingLookup};
 use tablescan_engine::Budget;
 use tablescan_ledger::{Ledger, ScanRecord};
 use tablescan_storage::pacing::Governors;
@@ -23,10 +19,6 @@ use tablescan_storage::{
     BlobServiceClient, ClientOptions, QueueServiceClient, StorageAccount, StorageError,
     TableServiceClient,
 };
-
-/// The largest queue-trigger invocation the handler reads (work items are small); HTTP
-/// triggers read theirs through `functions::http_body`, which answers a larger one with a 413.
-const MAX_INVOCATION_BYTES: usize = super::http_body::MAX_INVOCATION_BYTES;
 
 /// App settings (the environment the host gives the handler), looked up by name.
 #[derive(Clone, Default)]
@@ -115,7 +107,7 @@ pub struct AppState {
     /// these are the defaults, and no function runs with them: see `bad_settings`.
     pub config: Config,
     /// The settings whose values cannot be used, and why: then every function answers with
-    /// this (`app::router`), and the ledger is not opened.
+    /// this (`routes::router`), and the ledger is not opened.
     pub bad_settings: Option<ConfigError>,
     /// The ledger, or why it is unavailable (then every function fails with that reason).
     pub ledger: Result<Ledger, String>,
@@ -128,7 +120,7 @@ pub struct AppState {
     /// How the host retries queue messages, from the app's host.json (see [`host_queues`]).
     pub host_queues: HostQueues,
     /// This process's share of each running scan's cap, and the slots of its steps.
-    pub pacing: super::pacing::Pacing,
+    pub pacing: crate::pacing::Pacing,
     /// The back-off of each storage target, given to every client this state builds: one
     /// per account's table service (or queue) for the whole process.
     governors: Governors,
@@ -264,7 +256,7 @@ fn parse_time_span(text: &str) -> Option<Duration> {
 /// its next page, its work ends at its storage deadline (`STORAGE_DEADLINE_BUDGETS` budgets
 /// after it started) at the latest, and its finish takes a few requests more.
 fn steps_stop_within(budget: Budget) -> time::Duration {
-    let work = budget.max_duration * super::step::STORAGE_DEADLINE_BUDGETS;
+    let work = budget.max_duration * STORAGE_DEADLINE_BUDGETS;
     time::Duration::try_from(work).unwrap_or(time::Duration::MINUTE) + time::Duration::seconds(15)
 }
 
@@ -279,7 +271,7 @@ impl AppState {
         };
         let here = std::env::current_dir().unwrap_or_default();
         let state = AppState {
-            pacing: super::pacing::Pacing::default(),
+            pacing: crate::pacing::Pacing::default(),
             governors: Governors::default(),
             tokens: TokenCredentials::default(),
             settings,
@@ -461,8 +453,8 @@ impl AppState {
     /// seconds is better reported than waited for (see `functions::reach`).
     pub fn probe_clients(&self, setting: &str) -> Result<Clients, String> {
         let options = ClientOptions {
-            retry: super::reach::check_retries(),
-            attempt_timeout: super::reach::ATTEMPT_TIMEOUT,
+            retry: crate::reach::check_retries(),
+            attempt_timeout: crate::reach::ATTEMPT_TIMEOUT,
             ..ClientOptions::default()
         };
         self.clients_with(setting, options, "#probe")
@@ -516,7 +508,7 @@ impl AppState {
 
     /// The connections scans may use: `None` for every one; an error naming the settings that
     /// cannot be used (this one or another: nothing runs then).
-    pub fn allowlist(&self) -> Result<Option<&super::allowlist::Allowlist>, String> {
+    pub fn allowlist(&self) -> Result<Option<&Allowlist>, String> {
         self.usable_config()
             .map(|config| config.connections.as_ref())
     }
@@ -534,175 +526,32 @@ impl AppState {
         }
     }
 
+    /// A start's request, parsed and its connections checked under the app's list: without
+    /// one, each must give an account and a refusal says why; with one, each must be allowed
+    /// for what the scan does and give an account, and a refusal says only that it is not
+    /// usable.
+    pub fn parse_start(&self, text: &str, default_cap: Option<u32>) -> Result<ScanSpec, Refused> {
+        let now = time::OffsetDateTime::now_utc();
+        match self.allowlist().map_err(Refused::Setting)? {
+            None => {
+                ScanSpec::parse_at(text, &self.settings, default_cap, now).map_err(Refused::Request)
+            }
+            Some(allowlist) => {
+                let spec = ScanSpec::parse_unresolved_at(text, default_cap, now)
+                    .map_err(Refused::Request)?;
+                allowlist
+                    .check(&spec, &self.settings)
+                    .map_err(Refused::NotUsable)?;
+                Ok(spec)
+            }
+        }
+    }
+
     pub fn ledger(&self) -> Result<&Ledger, String> {
         self.ledger
             .as_ref()
             .map_err(|why| format!("the scan ledger is unavailable: {why}"))
     }
-}
-
-/// The handler's routes.
-pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
-        .route("/", get(|| async { "tablescan handler" }))
-        .route(&format!("/{SCAN_RANGE}"), post(scan_range))
-        .route(&format!("/{SCAN_PARTITION}"), post(scan_partition))
-        .route(&format!("/{SCAN_EXPORT}"), post(scan_export))
-        .route(&format!("/{START_SCAN}"), post(start_scan))
-        .route(&format!("/{GET_SCAN}"), post(get_scan))
-        .route(&format!("/{LIST_SCANS}"), post(list_scans))
-        .route(&format!("/{CANCEL_SCAN}"), post(cancel_scan))
-        .route(&format!("/{RETRY_SCAN}"), post(retry_scan))
-        .route(&format!("/{PAUSE_SCAN}"), post(pause_scan))
-        .route(&format!("/{RESUME_SCAN}"), post(resume_scan))
-        .route(&format!("/{PUT_SCHEDULE}"), post(put_schedule))
-        .route(&format!("/{GET_SCHEDULE}"), post(get_schedule))
-        .route(&format!("/{LIST_SCHEDULES}"), post(list_schedules))
-        .route(&format!("/{DELETE_SCHEDULE}"), post(delete_schedule))
-        .route(&format!("/{SCHEDULE_ACTION}"), post(schedule_action))
-        .route(&format!("/{RUN_SCHEDULES}"), post(run_schedules))
-        .route(&format!("/{DELETE_SCAN}"), post(delete_scan))
-        .route(&format!("/{CLEAR_REJECTED}"), post(clear_rejected))
-        .route(&format!("/{REDRIVE_SCANS}"), post(redrive_scans))
-        .route(&format!("/{SCANS_PAGE}"), post(scans_page))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            refuse_while_settings_are_bad,
-        ))
-        .layer(DefaultBodyLimit::max(MAX_INVOCATION_BYTES))
-        .with_state(state)
-}
-
-/// Answers every function with the reason while some of the handler's settings cannot be
-/// used (`functions::config`): a 500 naming them, as a failed invocation (queue and timer
-/// triggers, which the host retries or logs) or as the HTTP answer. A step refused so is
-/// left pending in the ledger, and re-driven once the setting is mended. `GET /` and the
-/// page of scans need no setting.
-async fn refuse_while_settings_are_bad(
-    State(state): State<Arc<AppState>>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let Some(bad) = &state.bad_settings else {
-        return next.run(request).await;
-    };
-    let function = request.uri().path().trim_start_matches('/');
-    let why = format!("the app's settings need mending: {bad}");
-    let status = axum::http::StatusCode::INTERNAL_SERVER_ERROR;
-    match function {
-        "" | SCANS_PAGE => next.run(request).await,
-        SCAN_RANGE | SCAN_PARTITION | SCAN_EXPORT | RUN_SCHEDULES | REDRIVE_SCANS => {
-            axum::response::IntoResponse::into_response(super::protocol::Failure::new(status, why))
-        }
-        _ => http::error(status, None, why),
-    }
-}
-
-async fn scan_range(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    step::handle(&state, step::ItemKind::Range, &body).await
-}
-
-async fn scan_export(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    step::handle(&state, step::ItemKind::Export, &body).await
-}
-
-async fn scan_partition(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    step::handle(&state, step::ItemKind::Partition, &body).await
-}
-
-async fn start_scan(State(state): State<Arc<AppState>>, body: Body) -> Response {
-    match super::http_body::read(body).await {
-        Ok(body) => http::start_scan(&state, &body).await,
-        Err(refused) => refused,
-    }
-}
-
-async fn get_scan(State(state): State<Arc<AppState>>, body: Body) -> Response {
-    match super::http_body::read(body).await {
-        Ok(body) => http::get_scan(&state, &body).await,
-        Err(refused) => refused,
-    }
-}
-
-async fn scans_page(body: Body) -> Response {
-    match super::http_body::read(body).await {
-        Ok(body) => super::ui::page_answer(&body),
-        Err(refused) => refused,
-    }
-}
-
-async fn list_scans(State(state): State<Arc<AppState>>, body: Body) -> Response {
-    match super::http_body::read(body).await {
-        Ok(body) => http::list_scans(&state, &body).await,
-        Err(refused) => refused,
-    }
-}
-
-async fn cancel_scan(State(state): State<Arc<AppState>>, body: Body) -> Response {
-    match super::http_body::read(body).await {
-        Ok(body) => http::cancel_scan(&state, &body).await,
-        Err(refused) => refused,
-    }
-}
-
-async fn pause_scan(State(state): State<Arc<AppState>>, body: Body) -> Response {
-    match super::http_body::read(body).await {
-        Ok(body) => super::pause::pause_scan(&state, &body).await,
-        Err(refused) => refused,
-    }
-}
-
-async fn resume_scan(State(state): State<Arc<AppState>>, body: Body) -> Response {
-    match super::http_body::read(body).await {
-        Ok(body) => super::pause::resume_scan(&state, &body).await,
-        Err(refused) => refused,
-    }
-}
-
-async fn delete_scan(State(state): State<Arc<AppState>>, body: Body) -> Response {
-    match super::http_body::read(body).await {
-        Ok(body) => http::delete_scan(&state, &body).await,
-        Err(refused) => refused,
-    }
-}
-
-async fn clear_rejected(State(state): State<Arc<AppState>>, body: Body) -> Response {
-    match super::http_body::read(body).await {
-        Ok(body) => http::clear_rejected(&state, &body).await,
-        Err(refused) => refused,
-    }
-}
-
-async fn retry_scan(State(state): State<Arc<AppState>>, body: Body) -> Response {
-    match super::http_body::read(body).await {
-        Ok(body) => http::retry_scan(&state, &body).await,
-        Err(refused) => refused,
-    }
-}
-
-/// The schedules' HTTP functions: each reads its body, then `functions::schedules_http`.
-macro_rules! schedule_route {
-    ($name:ident) => {
-        async fn $name(State(state): State<Arc<AppState>>, body: Body) -> Response {
-            match super::http_body::read(body).await {
-                Ok(body) => super::schedules_http::$name(&state, &body).await,
-                Err(refused) => refused,
-            }
-        }
-    };
-}
-schedule_route!(put_schedule);
-schedule_route!(get_schedule);
-schedule_route!(list_schedules);
-schedule_route!(delete_schedule);
-schedule_route!(schedule_action);
-
-async fn run_schedules(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    super::schedules::tick_handler(&state, &body).await
-}
-
-async fn redrive_scans(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    redrive::sweep_handler(&state, &body).await
 }
 
 #[cfg(test)]
@@ -769,5 +618,36 @@ mod host_queue_tests {
             HostQueues::default(),
             "this project's host.json"
         );
+    }
+}
+
+#[cfg(test)]
+mod settings_tests {
+    use super::*;
+    use crate::config::Setting;
+
+    /// A handler whose settings are bad opens no ledger and refuses starts and steps with the
+    /// reason, naming the setting (the router answers every function so: `routes::router`).
+    #[test]
+    fn a_state_with_a_bad_setting_refuses_with_its_name() {
+        let state = AppState::new(Settings::from_pairs([
+            (
+                "AzureWebJobsStorage".to_string(),
+                "UseDevelopmentStorage=true".to_string(),
+            ),
+            ("TABLESCAN_STEP_MAX_SECONDS".to_string(), "15s".to_string()),
+        ]));
+        let bad = state.bad_settings.as_ref().expect("a bad setting");
+        assert_eq!(bad.0[0].setting, Setting::StepMaxSeconds);
+        for why in [
+            state.ledger().err().expect("no ledger"),
+            state.default_cap().expect_err("no start"),
+            state.allowlist().expect_err("no step"),
+        ] {
+            assert!(
+                why.contains("TABLESCAN_STEP_MAX_SECONDS") && why.contains("\"15s\""),
+                "{why}"
+            );
+        }
     }
 }

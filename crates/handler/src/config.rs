@@ -8,7 +8,7 @@
 //! string may stand instead of a name: the list of connections and the ledger's connection are
 //! never echoed) and saying what it must be. An empty value is no value: the default.
 //!
-//! What the handler does with them (`AppState::new`, `app::router`): it starts anyway, so that
+//! What the handler does with them (`AppState::new`, `routes::router`): it starts anyway, so that
 //! the host sees a healthy worker; it logs the reasons as an error; every function answers with
 //! them (500) until the setting is mended. `TABLESCAN_LOG` alone only logs: a bad filter
 //! leaves the handler logging at `info` (see [`log_filter`]).
@@ -16,8 +16,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::allowlist::{Allowlist, AllowlistError, CONNECTIONS_SETTING};
-use super::names::STORAGE_CONNECTION;
+use crate::allowlist::{Allowlist, AllowlistError, CONNECTIONS_SETTING};
+use crate::names::STORAGE_CONNECTION;
 use tablescan_api::{
     is_connection_name, DEFAULT_MAX_ROWS_PER_SECOND, MAX_RATE_CAP, MAX_ROWS_PER_SECOND_SETTING,
 };
@@ -30,6 +30,12 @@ use tablescan_storage::SettingLookup;
 /// The setting that names the connection (an app setting's name, like `AzureWebJobsStorage`)
 /// of the account that holds the ledger; the app's own account when absent.
 pub const LEDGER_CONNECTION_SETTING: &str = "TABLESCAN_LEDGER_CONNECTION";
+
+/// How many of its budgets (15 s by default) a step's storage requests may retry for: past the
+/// action's deadline (1.5 budgets) with room for the writes started before it. Here, beside
+/// the budget it multiplies, because the state opens the ledger with it (how long after a pause
+/// a step may still act) as well as the steps set their deadlines by it.
+pub const STORAGE_DEADLINE_BUDGETS: u32 = 3;
 
 /// The handler's settings, as the app gives them or their defaults.
 #[derive(Debug, Clone)]

@@ -4,7 +4,6 @@ use std::time::Duration;
 
 use super::*;
 use crate::allowlist::EntryProblem;
-use crate::{AppState, Settings};
 
 /// A self-signed certificate (no key kept): a file of it is a good `TABLESCAN_TRUSTED_CA_FILE`.
 const CERTIFICATE: &str = "-----BEGIN CERTIFICATE-----
@@ -185,6 +184,26 @@ fn the_list_of_connections_is_never_echoed() {
     );
 }
 
+/// The list's own refusal of a pasted connection string (`allowlist`), as the config reports
+/// it: named by its setting, without a word of the string.
+#[test]
+fn a_connection_string_pasted_into_the_list_is_named_by_its_setting_and_not_echoed() {
+    let pasted = "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=c2VjcmV0;\
+                  BlobEndpoint=https://acct.blob.core.windows.net/";
+    let named =
+        Config::parse(&|name: &str| (name == CONNECTIONS_SETTING).then(|| pasted.to_string()))
+            .unwrap_err()
+            .to_string();
+    assert!(
+        named.starts_with("the app setting TABLESCAN_CONNECTIONS "),
+        "{named}"
+    );
+    assert!(
+        !named.contains("c2VjcmV0") && !named.contains("acct"),
+        "{named}"
+    );
+}
+
 #[test]
 fn every_bad_setting_is_reported_at_once() {
     let settings = lookup(&[
@@ -278,29 +297,4 @@ fn good_values_are_read_as_given_at_the_edges_of_their_ranges() {
     }
     let settings = lookup(&[("TABLESCAN_LOG", "info,crate::pacing=debug")]);
     assert!(log_filter(&settings).is_ok());
-}
-
-/// A handler whose settings are bad opens no ledger and refuses starts and steps with the
-/// reason, naming the setting (the router answers every function so: `app::router`).
-#[test]
-fn a_state_with_a_bad_setting_refuses_with_its_name() {
-    let state = AppState::new(Settings::from_pairs([
-        (
-            "AzureWebJobsStorage".to_string(),
-            "UseDevelopmentStorage=true".to_string(),
-        ),
-        ("TABLESCAN_STEP_MAX_SECONDS".to_string(), "15s".to_string()),
-    ]));
-    let bad = state.bad_settings.as_ref().expect("a bad setting");
-    assert_eq!(bad.0[0].setting, Setting::StepMaxSeconds);
-    for why in [
-        state.ledger().err().expect("no ledger"),
-        state.default_cap().expect_err("no start"),
-        state.allowlist().expect_err("no step"),
-    ] {
-        assert!(
-            why.contains("TABLESCAN_STEP_MAX_SECONDS") && why.contains("\"15s\""),
-            "{why}"
-        );
-    }
 }

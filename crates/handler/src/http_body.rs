@@ -10,7 +10,8 @@ use axum::body::{Body, Bytes, HttpBody};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use super::http::{refusal, MAX_REQUEST_BYTES};
+use crate::answers::refusal;
+use crate::http::MAX_REQUEST_BYTES;
 
 /// The largest invocation the handler keeps: far above any request it takes (scan requests
 /// are refused above 1 MiB), so that such a request arrives and is refused by its own check.

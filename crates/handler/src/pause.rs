@@ -6,10 +6,10 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 use time::OffsetDateTime;
 
-use super::app::AppState;
-use super::http::{answer, error, scan_target};
-use super::names::HTTP_RESPONSE;
-use super::protocol::Outcome;
+use crate::answers::{answer, error, scan_target};
+use crate::app::AppState;
+use crate::names::HTTP_RESPONSE;
+use crate::protocol::Outcome;
 use tablescan_ledger::pause::RESUME_ROWS_PER_ROUND;
 use tablescan_ledger::{Ledger, ScanStatus, State};
 
@@ -161,7 +161,7 @@ pub async fn resume_scan(state: &AppState, body: &[u8]) -> Response {
     let now = state_now(ledger, id, State::Running).await;
     let body = json!({ "id": id, "state": named(now), "sent": sent, "more": round.more });
     let outcome = Outcome::default().http(HTTP_RESPONSE, StatusCode::ACCEPTED, &body, &[]);
-    super::step::with_items(outcome, round.messages).into_response()
+    crate::send::with_items(outcome, round.messages).into_response()
 }
 
 /// Before a retry: a scan paused while its last steps failed for good reads `failed`, and its
@@ -204,5 +204,5 @@ pub async fn resume_round_by_sweep(
         .map_err(|e| e.to_string())?;
     // A message that cannot be put now stays marked: the re-drive sends it once it is
     // stranded.
-    super::send::send_items(state, &round.messages).await
+    crate::send::send_items(state, &round.messages).await
 }

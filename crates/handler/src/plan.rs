@@ -202,3 +202,66 @@ fn target_queue(
         .queue(queue)
         .map_err(|e| e.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::allowlist::{NotUsable, Refused, CONNECTIONS_SETTING};
+    use crate::Settings;
+    use tablescan_api::connections::Access;
+    use tablescan_api::SpecError;
+
+    const DEV: &str = "UseDevelopmentStorage=true";
+
+    fn spec(body: &str) -> ScanSpec {
+        ScanSpec::parse_unresolved_at(body, None, time::OffsetDateTime::now_utc()).unwrap()
+    }
+
+    fn state(extra: &[(&str, &str)]) -> std::sync::Arc<AppState> {
+        let mut pairs = vec![
+            ("AzureWebJobsStorage".to_string(), DEV.to_string()),
+            ("Orders".to_string(), DEV.to_string()),
+        ];
+        pairs.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        AppState::new(Settings::from_pairs(pairs))
+    }
+
+    /// Parsed once, at start; a start and a step both go by it.
+    #[test]
+    fn starts_and_steps_go_by_the_list_read_at_start() {
+        let delete = r#"{"table":"tab1","connection":"Orders","action":{"type":"delete"}}"#;
+        let count = r#"{"table":"tab1","connection":"Orders","action":{"type":"count"}}"#;
+
+        // Unset: every configured connection, as before.
+        let open = state(&[]);
+        assert!(open.parse_start(delete, None).is_ok());
+        assert!(action_for(&open, &spec(delete)).is_ok());
+        assert!(matches!(
+            open.parse_start(r#"{"table":"tab1","connection":"Nowhere","action":{"type":"count"}}"#, None),
+            Err(Refused::Request(SpecError { ref field, ref message })) if field == "connection" && message.contains("no app setting")
+        ));
+
+        let listed = state(&[(CONNECTIONS_SETTING, "Orders:ro")]);
+        assert!(listed.parse_start(count, None).is_ok());
+        assert!(matches!(
+            listed.parse_start(delete, None),
+            Err(Refused::NotUsable(NotUsable {
+                field: "connection",
+                access: Access::Write,
+                ..
+            }))
+        ));
+        // A delete recorded before the list was set is stopped at its steps.
+        let why = action_for(&listed, &spec(delete)).err().expect("refused");
+        assert!(why.contains(CONNECTIONS_SETTING), "{why}");
+
+        // A value that cannot be read refuses starts and steps, naming the setting.
+        let broken = state(&[(CONNECTIONS_SETTING, "Orders")]);
+        assert!(matches!(
+            broken.parse_start(count, None),
+            Err(Refused::Setting(ref why)) if why.contains(CONNECTIONS_SETTING)
+        ));
+        let why = action_for(&broken, &spec(count)).err().expect("refused");
+        assert!(why.contains(CONNECTIONS_SETTING), "{why}");
+    }
+}

@@ -6,8 +6,8 @@
 use axum::http::StatusCode;
 use serde_json::{json, Map, Value};
 
-use super::http::{refusal, HttpError};
-use super::protocol::HttpRequest;
+use crate::answers::{refusal, HttpError};
+use crate::protocol::HttpRequest;
 use tablescan_api::ActionSpec;
 use tablescan_ledger::status::spec_as_requested;
 use tablescan_ledger::{ScanStatus, State};

@@ -12,9 +12,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use time::{Duration, OffsetDateTime};
 
-use super::app::AppState;
-use super::http::start_request;
-use super::protocol::{Failure, Invocation, Outcome};
+use crate::app::AppState;
+use crate::http::start_request;
+use crate::protocol::{Failure, Invocation, Outcome};
 use tablescan_ledger::schedules::{Run, Schedule};
 use tablescan_ledger::{Ledger, State};
 use tablescan_storage::table::entity::EdmDateTime;
@@ -96,7 +96,7 @@ pub async fn run_occurrence(
                 Ok(started) => {
                     // The scan is recorded: a first message that cannot be put now is sent
                     // by the re-drive once it is stranded.
-                    if let Err(why) = super::send::send_items(state, &started.roots).await {
+                    if let Err(why) = crate::send::send_items(state, &started.roots).await {
                         tracing::warn!(
                             schedule = %schedule.name,
                             scan = %started.id,

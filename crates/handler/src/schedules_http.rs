@@ -8,9 +8,10 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
 use time::OffsetDateTime;
 
-use super::app::AppState;
-use super::http::{answer, error, request, start_request};
-use super::schedules::{overlap, run_occurrence};
+use crate::answers::{answer, error, request};
+use crate::app::AppState;
+use crate::http::start_request;
+use crate::schedules::{overlap, run_occurrence};
 use tablescan_ledger::schedules::{is_schedule_name, Schedule, MOST_SCHEDULES};
 use tablescan_ledger::timetable::Timetable;
 use tablescan_ledger::{Ledger, State};
@@ -185,7 +186,7 @@ fn parse_put(
         }
     };
     let default_cap = state.default_cap().map_err(|why| (None, why))?;
-    if let Err(refused) = super::allowlist::parse_start(state, &scan, default_cap) {
+    if let Err(refused) = state.parse_start(&scan, default_cap) {
         let (_, field, message) = refused.answer();
         return Err((Some(format!("scan.{}", field.unwrap_or_default())), message));
     }
@@ -383,7 +384,7 @@ async fn preview(state: &AppState, name: &str, schedule: &Schedule) -> Response 
     request["dryRun"] = Value::Bool(true);
     match start_request(state, &request.to_string(), None).await {
         Ok(started) => {
-            if let Err(why) = super::send::send_items(state, &started.roots).await {
+            if let Err(why) = crate::send::send_items(state, &started.roots).await {
                 return error(StatusCode::SERVICE_UNAVAILABLE, None, why);
             }
             answer(

@@ -1,9 +1,12 @@
-//! Sending work items' messages straight to their queues, as the host writes a function's
-//! queue output bindings: for work that starts outside an HTTP answer or a step (a schedule's
-//! occurrence, a resume round the sweep sends).
+//! Sending work items' messages: in an answer's queue output bindings, each to its kind's queue
+//! ([`with_items`], for a step's follow-ups and the items an HTTP function starts), or straight
+//! to their queues as the host writes those bindings ([`send_items`], for work that starts
+//! outside an answer: a schedule's occurrence, a resume round the sweep sends).
 
-use super::app::AppState;
-use super::names::STORAGE_CONNECTION;
+use crate::app::AppState;
+use crate::names::{EXPORT_OUTPUT, PARTITION_OUTPUT, RANGE_OUTPUT, STORAGE_CONNECTION};
+use crate::protocol::Outcome;
+use tablescan_engine::item::ReadRange;
 use tablescan_engine::WorkItem;
 use tablescan_storage::queue::{MessageEncoding, PutOptions};
 
@@ -43,4 +46,20 @@ pub async fn send_items(state: &AppState, messages: &[String]) -> Result<u64, St
         sent += 1;
     }
     Ok(sent)
+}
+
+/// `outcome` with encoded work items, each in the output binding of its kind's queue.
+pub(crate) fn with_items(outcome: Outcome, messages: Vec<String>) -> Outcome {
+    let (mut ranges, mut partitions, mut exports) = (Vec::new(), Vec::new(), Vec::new());
+    for message in messages {
+        match WorkItem::decode(&message).map(|item| item.task) {
+            Ok(ReadRange::Partition { .. }) => partitions.push(message),
+            Ok(task) if task.is_import() => exports.push(message),
+            _ => ranges.push(message),
+        }
+    }
+    outcome
+        .messages(RANGE_OUTPUT, ranges)
+        .messages(PARTITION_OUTPUT, partitions)
+        .messages(EXPORT_OUTPUT, exports)
 }

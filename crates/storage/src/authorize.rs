@@ -9,9 +9,26 @@
 use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 
 use super::credential::{AccountKey, Credential};
-use super::pipeline::{Service, TableAuthScheme};
 use super::signing::{self, QueueRequestParts, TableRequestParts};
 use super::token::AccessToken;
+
+/// Which service a pipeline talks to; the signature layout depends on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Service {
+    Table,
+    Queue,
+    Blob,
+}
+
+/// Which Shared Key scheme signs Table requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TableAuthScheme {
+    /// Shared Key: verb, content headers, date and resource.
+    #[default]
+    SharedKey,
+    /// Shared Key Lite: date and resource only.
+    SharedKeyLite,
+}
 
 /// `value` as a header value, if it can be sent and read back as the same text: visible ASCII,
 /// spaces and tabs. (The HTTP library takes other bytes too, but a signature is computed over

@@ -24,11 +24,12 @@ pub mod table;
 pub mod throttled;
 pub mod token;
 
+pub use authorize::TableAuthScheme;
 pub use blob::{BlobServiceClient, ContainerClient};
 pub use connection::{ConnectionError, SettingLookup};
 pub use connection_string::{ConnectionStringError, StorageAccount};
 pub use error::{ErrorKind, ServiceError, StorageError};
-pub use pipeline::{ClientOptions, TableAuthScheme, SERVICE_VERSION};
+pub use pipeline::{ClientOptions, SERVICE_VERSION};
 pub use queue::{QueueClient, QueueServiceClient};
 pub use reason::{Missing, Reason};
 pub use table::{TableClient, TableServiceClient};

@@ -6,12 +6,12 @@
 use super::cut::{
     advance, seen_kinds, split_at_position, subdivide, with_cursor, within_one_child,
 };
+use super::pending::PendingPage;
 use super::{
     ReadMode, RowSink, ScanOptions, SplitPolicy, StepError, StepReport, StopReason, Strategy,
 };
 use crate::budget::Clock;
 use crate::item::{ReadRange, WorkItem};
-use crate::pending::PendingPage;
 use crate::reader::{PageRequest, ReadScope, TableReader};
 use crate::seek::{query_cost, KeysPace};
 use std::time::Duration;

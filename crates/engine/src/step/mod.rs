@@ -24,6 +24,7 @@
 
 mod chain;
 mod cut;
+mod pending;
 mod side_by_side;
 
 use super::budget::{Budget, Clock};

@@ -5,7 +5,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 use time::OffsetDateTime;
 
-use super::answers::{answer, error, scan_target};
+use crate::answers::{answer, error, scan_target};
 use crate::app::AppState;
 use crate::names::HTTP_RESPONSE;
 use crate::protocol::Outcome;
@@ -119,7 +119,7 @@ pub async fn retry_scan(state: &AppState, body: &[u8]) -> Response {
         &json!({ "id": id, "state": State::Running, "retried": retried, "more": more }),
         &[],
     );
-    crate::step::with_items(answer, messages).into_response()
+    crate::send::with_items(answer, messages).into_response()
 }
 
 /// How many of scan `id`'s items failed for good, when a retry has work in it (see

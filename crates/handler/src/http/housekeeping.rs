@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 use time::OffsetDateTime;
 
-use super::answers::{answer, error, request, scan_target};
+use crate::answers::{answer, error, request, scan_target};
 use crate::app::AppState;
 use crate::scans_list::ListQuery;
 use tablescan_ledger::State;

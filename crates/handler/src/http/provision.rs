@@ -5,7 +5,7 @@
 
 use axum::http::StatusCode;
 
-use super::answers::{refusal, HttpError};
+use crate::answers::{refusal, HttpError};
 use crate::app::AppState;
 use crate::guard::{self, Place, Protected, Touches};
 use crate::names;
@@ -108,7 +108,7 @@ pub(super) async fn prepare(
     let account = |setting: &str, field: &str| account_for(state, setting, field);
     let probe = |setting: &str, field: &str| probe_for(state, setting, field);
     if spec.import.is_some() {
-        let source = crate::export_checks::prepare_import(state, spec).await?;
+        let source = super::export_checks::prepare_import(state, spec).await?;
         guard(state, spec, source, ledger_tables, ledger.table().name())?;
         return prepare_target(state, spec, id).await;
     }
@@ -155,7 +155,7 @@ async fn prepare_target(state: &AppState, spec: &ScanSpec, id: &str) -> Result<(
         ActionSpec::Enqueue { connection, .. } | ActionSpec::PartitionKeys { connection, .. } => {
             prepare_target_queues(state, spec, connection).await
         }
-        ActionSpec::Export { .. } => crate::export_checks::prepare_export(state, spec, id).await,
+        ActionSpec::Export { .. } => super::export_checks::prepare_export(state, spec, id).await,
         ActionSpec::Count | ActionSpec::Delete | ActionSpec::Update { .. } => Ok(()),
     }
 }

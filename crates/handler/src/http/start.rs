@@ -6,8 +6,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use time::OffsetDateTime;
 
-use super::answers::{refuse, request, HttpError};
 use super::provision::prepare;
+use crate::answers::{refuse, request, HttpError};
 use crate::app::AppState;
 use crate::names::HTTP_RESPONSE;
 use crate::plan::scope_range;
@@ -68,7 +68,7 @@ async fn try_start_scan(state: &AppState, body: &[u8]) -> Result<Response, HttpE
         &json!({ "id": started.id, "state": State::Pending, "status": location }),
         &[("Location", location.clone())],
     );
-    Ok(crate::step::with_items(answer, started.roots).into_response())
+    Ok(crate::send::with_items(answer, started.roots).into_response())
 }
 
 /// A scan started (or found started by the same idempotency key), and the messages of its
@@ -139,7 +139,7 @@ fn checked_request(
     text: &str,
     default_cap: Option<u32>,
 ) -> Result<ScanSpec, HttpError> {
-    let checked = crate::allowlist::parse_start(state, text, default_cap).and_then(|spec| {
+    let checked = state.parse_start(text, default_cap).and_then(|spec| {
         tablescan_ledger::stored_size::check_stored_size(&spec)
             .map(|()| spec)
             .map_err(crate::allowlist::Refused::Request)

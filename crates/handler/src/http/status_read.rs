@@ -7,7 +7,7 @@ use serde_json::Value;
 use time::OffsetDateTime;
 
 use super::activity::activity;
-use super::answers::{answer, error, scan_target};
+use crate::answers::{answer, error, scan_target};
 use crate::app::AppState;
 use tablescan_ledger::read_budget::{ReadBudget, ReadCost, STATUS_READ};
 use tablescan_ledger::{State, StatusRead};

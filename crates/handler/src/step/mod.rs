@@ -9,6 +9,7 @@
 
 mod admission;
 mod failure;
+mod import;
 mod run;
 mod sink;
 
@@ -17,10 +18,11 @@ use axum::response::{IntoResponse, Response};
 use time::OffsetDateTime;
 use tracing::Instrument;
 
-use super::app::AppState;
-use super::names::{EXPORT_OUTPUT, ITEM_BINDING, PARTITION_OUTPUT, RANGE_OUTPUT};
-use super::pacing::StepPace;
-use super::protocol::{Failure, Invocation, Outcome};
+use crate::app::AppState;
+use crate::names::ITEM_BINDING;
+use crate::pacing::StepPace;
+use crate::protocol::{Failure, Invocation, Outcome};
+use crate::send::with_items;
 use admission::{admit_before_claim, begin_when_free, give_back, Admission};
 use failure::on_failure;
 pub(super) use failure::{FailureKind, StepFailure};
@@ -30,10 +32,6 @@ pub(super) use sink::ActionSink;
 use tablescan_api::ActionSpec;
 use tablescan_engine::item::{ReadRange, WorkItem};
 use tablescan_ledger::{Begin, Claim, Finish, StepCounts};
-
-/// How many of its budgets (15 s by default) a step's storage requests may retry for: past the
-/// action's deadline (1.5 budgets) with room for the writes started before it.
-pub(super) const STORAGE_DEADLINE_BUDGETS: u32 = 3;
 
 /// The kind of work item a queue-triggered function serves: each kind has a queue of its own
 /// (`AppState::item_queues`), and an item that arrives on another kind's queue is rejected.
@@ -275,7 +273,7 @@ async fn answer_recorded(
     );
     if follow_ups.is_empty() && matches!(claim.scan.spec.action, ActionSpec::Export { .. }) {
         // Perhaps the export's last step: then its manifest is written now.
-        super::manifest::seal_record_if_done(state, ledger, &claim.scan).await;
+        crate::manifest::seal_record_if_done(state, ledger, &claim.scan).await;
     }
     with_items(
         Outcome::default(),
@@ -306,7 +304,7 @@ async fn send_unstarted(
         }
     };
     tracing::info!("{} unstarted children sent again", unstarted.len());
-    super::manifest::seal_if_done(state, ledger, &item.scan).await;
+    crate::manifest::seal_if_done(state, ledger, &item.scan).await;
     with_items(Outcome::default(), unstarted).into_response()
 }
 
@@ -342,20 +340,4 @@ fn decode(text: &str, kind: ItemKind) -> Result<WorkItem, String> {
         }
         _ => Err("the work item arrived on the wrong queue for its kind".into()),
     }
-}
-
-/// `outcome` with encoded work items, each in the output binding of its kind's queue.
-pub(crate) fn with_items(outcome: Outcome, messages: Vec<String>) -> Outcome {
-    let (mut ranges, mut partitions, mut exports) = (Vec::new(), Vec::new(), Vec::new());
-    for message in messages {
-        match WorkItem::decode(&message).map(|item| item.task) {
-            Ok(ReadRange::Partition { .. }) => partitions.push(message),
-            Ok(task) if task.is_import() => exports.push(message),
-            _ => ranges.push(message),
-        }
-    }
-    outcome
-        .messages(RANGE_OUTPUT, ranges)
-        .messages(PARTITION_OUTPUT, partitions)
-        .messages(EXPORT_OUTPUT, exports)
 }

@@ -7,8 +7,8 @@ use time::OffsetDateTime;
 use super::admission::pace_source;
 use super::failure::{FailureKind, StepFailure};
 use super::sink::{ActionSink, PacedReader};
-use super::STORAGE_DEADLINE_BUDGETS;
 use crate::app::AppState;
+use crate::config::STORAGE_DEADLINE_BUDGETS;
 use crate::pacing::{StepPace, ADMIT_WAIT};
 use crate::plan::{action_for, scan_options};
 use tablescan_actions::{Action, ExportRows};
@@ -102,7 +102,7 @@ async fn run(
     let spec = &scan.spec;
     let pace = admit_now(state, ledger, item, scan, admitted).await?;
     if item.task.is_import() {
-        return crate::import::run(state, item, scan, lost, &pace).await;
+        return super::import::run(state, item, scan, lost, &pace).await;
     }
     let source = state
         .scan_source(&spec.connection, &spec.table)

@@ -9,11 +9,12 @@ use std::sync::Arc;
 use base64::Engine;
 use reqwest::Method;
 
+use crate::authorize::Service;
 use crate::connection_string::StorageAccount;
 use crate::encoding::encode_component;
 use crate::error::{describe, StorageError};
 use crate::names::{validate_blob_name, validate_container_name};
-use crate::pipeline::{ClientOptions, Pipeline, Request, Service};
+use crate::pipeline::{ClientOptions, Pipeline, Request};
 
 pub use xml::BlobItem;
 

@@ -8,11 +8,12 @@ use std::time::Duration;
 use base64::Engine;
 use reqwest::Method;
 
+use super::authorize::Service;
 use super::connection_string::StorageAccount;
 use super::encoding::encode_component;
 use super::error::{describe, StorageError};
 use super::names::validate_queue_name;
-use super::pipeline::{ClientOptions, Pipeline, Request, Service};
+use super::pipeline::{ClientOptions, Pipeline, Request};
 
 /// The service refuses message text (after XML decoding) longer than 64 KiB.
 pub const MAX_MESSAGE_TEXT_BYTES: usize = 64 * 1024;

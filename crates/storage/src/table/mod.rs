@@ -7,6 +7,8 @@ pub mod filter_text;
 pub mod in_memory;
 mod matching;
 pub mod query;
+#[cfg(test)]
+mod unreachable_tests;
 
 use std::sync::Arc;
 
@@ -16,11 +18,12 @@ use self::batch::{IfMatch, Operation};
 use self::entity::Entity;
 use self::filter::MAX_COMPARISONS;
 use self::query::{Continuation, Page, Query, MAX_PAGE_SIZE};
+use super::authorize::Service;
 use super::connection_string::StorageAccount;
 use super::encoding::{encode_component, entity_path};
 use super::error::{describe, describe_entity, ErrorKind, ServiceError, StorageError};
 use super::names::{validate_key, validate_table_name, KeyKind};
-use super::pipeline::{ClientOptions, Pipeline, Request, Response, Service};
+use super::pipeline::{ClientOptions, Pipeline, Request, Response};
 use super::reason::{Missing, Reason};
 
 const ACCEPT_MINIMAL: &str = "application/json;odata=minimalmetadata";

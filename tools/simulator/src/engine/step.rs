@@ -114,7 +114,6 @@ pub async fn invoke(engine: Arc<Engine>, instance: usize, queue: usize, message:
                     item,
                     deliveries: 0,
                     failing_since: Some(since),
-                    ..message
                 };
                 engine.enqueue(message, visible);
             } else {

@@ -5,10 +5,11 @@
 
 use axum::http::StatusCode;
 
-use super::app::AppState;
-use super::guard::Place;
-use super::http::{account_for, probe_for, refusal, refused, within, HttpError};
-use super::reach::{Check, Service};
+use super::provision::{account_for, probe_for, refused, within};
+use crate::answers::{refusal, HttpError};
+use crate::app::AppState;
+use crate::guard::Place;
+use crate::reach::{Check, Service};
 use tablescan_api::ManifestSummary;
 use tablescan_api::{ActionSpec, ScanSpec};
 use tablescan_ledger::exports::{Layout, Manifest};

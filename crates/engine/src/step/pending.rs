@@ -3,9 +3,9 @@
 //! then either all of it counts, with the follow-ups that cover what lies after it, or only
 //! the finished rows count and the rest of the page's task is handed on from the last of them.
 
-use super::item::ReadRange;
-use super::keys::{KeyRange, Lower};
-use super::step::ReadMode;
+use super::ReadMode;
+use crate::item::ReadRange;
+use crate::keys::{KeyRange, Lower};
 use tablescan_storage::table::entity::Entity;
 
 /// A page waiting for the sink.

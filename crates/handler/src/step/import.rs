@@ -8,10 +8,11 @@
 //! a chunk's first byte with a range read. A blob that is missing, damaged or not the one the
 //! export wrote fails its item alone, for good, naming the blob; the rest of the import goes on.
 
-use super::app::AppState;
-use super::pacing::StepPace;
-use super::plan::action_for;
-use super::step::{ActionSink, FailureKind, StepDone, StepFailure};
+use super::{ActionSink, FailureKind, StepDone, StepFailure};
+use crate::app::AppState;
+use crate::config::STORAGE_DEADLINE_BUDGETS;
+use crate::pacing::StepPace;
+use crate::plan::action_for;
 use tablescan_actions::export::format::{next_chunk, parse_line, sha256_base64, Compression};
 use tablescan_actions::{ActionCounts, RowFailure};
 use tablescan_api::{ImportSource, ManifestSummary};
@@ -39,7 +40,7 @@ pub(super) async fn run(
         ));
     };
     // Before the import's container is read (its blob steps check again in `action_for`).
-    super::plan::permitted(state, &scan.spec).map_err(StepFailure::permanent)?;
+    crate::plan::permitted(state, &scan.spec).map_err(StepFailure::permanent)?;
     let Some(manifest) = &import.manifest else {
         return Err(StepFailure::permanent(
             "the import's manifest was not read when it started".into(),
@@ -67,7 +68,7 @@ pub(super) async fn run(
                 lost,
                 pace,
                 container: &container,
-                compression: super::plan::compression(manifest.compression),
+                compression: crate::plan::compression(manifest.compression),
             };
             read.run().await?
         }
@@ -322,8 +323,8 @@ impl BlobRead<'_> {
     ) -> Result<(u64, Option<(usize, usize)>), StepFailure> {
         let budget = self.state.config.budget;
         let deadline = budget.action_deadline();
-        let storage_deadline = tokio::time::Instant::now()
-            + budget.max_duration * super::step::STORAGE_DEADLINE_BUDGETS;
+        let storage_deadline =
+            tokio::time::Instant::now() + budget.max_duration * STORAGE_DEADLINE_BUDGETS;
         let mut rows_read = 0u64;
         let mut at = 0usize;
         loop {
