@@ -12,9 +12,13 @@
 //! request, with `fields` (field-by-field reading and the refusal), `scope`, `action`, `rate`
 //! (the cap) and `age` (`olderThan`) for its parts; `conditions` joins the row conditions into
 //! the filter the service applies, and `summary` says what a scan does in one line.
+//!
+//! `answers` holds the typed answers of the API (a status, the scans list, a start's and the
+//! control routes' answers, a refusal), which the handler writes and the CLI reads.
 
 mod action;
 mod age;
+pub mod answers;
 mod conditions;
 pub mod connections;
 mod duplicate_keys;

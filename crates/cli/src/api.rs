@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
 use serde_json::Value;
+use tablescan_api::answers::{ErrorAnswer, Retried, ScansPage, Started, StateAnswer, StatusAnswer};
 
 /// A client of one app.
 pub struct Api {
@@ -28,6 +31,14 @@ pub enum ApiError {
         /// The answer as the app gave it, for `--json`.
         body: Value,
     },
+    /// A 2xx whose JSON is not the answer the route gives (`what`): an app that is not
+    /// tablescan's, or one whose answers changed in a way this command cannot read.
+    Unreadable {
+        what: &'static str,
+        why: String,
+        /// The answer as the app gave it, for `--json`.
+        body: Value,
+    },
     /// A 5xx, or an answer that is not the API's JSON: the app's words, if it gave any.
     Unexpected {
         status: u16,
@@ -41,7 +52,9 @@ impl ApiError {
     /// The exit code for it: 3 refused, 4 not reachable or unexpected.
     pub fn exit_code(&self) -> i32 {
         match self {
-            ApiError::NotRunning { .. } | ApiError::Unexpected { .. } => 4,
+            ApiError::NotRunning { .. }
+            | ApiError::Unexpected { .. }
+            | ApiError::Unreadable { .. } => 4,
             ApiError::Unauthorized { .. }
             | ApiError::NotFound { .. }
             | ApiError::Refused { .. } => 3,
@@ -51,7 +64,9 @@ impl ApiError {
     /// The answer's JSON as the app gave it, if it gave JSON (what `--json` prints).
     pub fn json(&self) -> Option<Value> {
         match self {
-            ApiError::Refused { body, .. } => Some(body.clone()),
+            ApiError::Refused { body, .. } | ApiError::Unreadable { body, .. } => {
+                Some(body.clone())
+            }
             ApiError::Unexpected { body, .. } => serde_json::from_str(body).ok(),
             _ => None,
         }
@@ -111,6 +126,11 @@ impl std::fmt::Display for ApiError {
                  (az functionapp keys list -g <group> -n <app> --query functionKeys.default)"
             ),
             ApiError::NotFound { what } => write!(f, "{what} (404)"),
+            ApiError::Unreadable { what, why, .. } => write!(
+                f,
+                "the app's answer is not {what} this command can read ({why}); is the URL a \
+                 tablescan app's?"
+            ),
             ApiError::Refused {
                 status,
                 field,
@@ -164,7 +184,11 @@ impl Api {
     /// whose answer was lost (the connection dropped, a timeout, a 5xx from a host that was
     /// restarting) is sent again with the same key, which the app answers with the scan the
     /// first one started, if it did: one scan, never two.
-    pub async fn start(&self, body: &Value, idempotency_key: &str) -> Result<Value, ApiError> {
+    pub async fn start(
+        &self,
+        body: &Value,
+        idempotency_key: &str,
+    ) -> Result<Answer<Started<String>>, ApiError> {
         let mut tries = 0;
         loop {
             let request = self
@@ -182,22 +206,24 @@ impl Api {
                     );
                     tokio::time::sleep(Duration::from_secs(1 << tries.min(3))).await;
                 }
-                answer => return answer,
+                answer => return answer.and_then(|json| Answer::read(json, "a started scan")),
             }
         }
     }
 
     /// `GET /api/scans/{id}`.
-    pub async fn status(&self, id: &str) -> Result<Value, ApiError> {
-        self.send(
-            self.http.get(self.url(&format!("scans/{}", encode(id)))),
-            id,
-        )
-        .await
+    pub async fn status(&self, id: &str) -> Result<Answer<StatusAnswer>, ApiError> {
+        let json = self
+            .send(
+                self.http.get(self.url(&format!("scans/{}", encode(id)))),
+                id,
+            )
+            .await?;
+        Answer::read(json, "a scan's status")
     }
 
     /// `GET /api/scans`, one page of `limit` scans read (fewer when filters drop some).
-    pub async fn list(&self, query: &ListQuery<'_>) -> Result<Value, ApiError> {
+    pub async fn list(&self, query: &ListQuery<'_>) -> Result<Answer<ScansPage<String>>, ApiError> {
         let mut pairs: Vec<(&str, String)> = vec![("limit", query.limit.to_string())];
         for (name, value) in [
             ("state", query.state),
@@ -209,8 +235,10 @@ impl Api {
                 pairs.push((name, value.to_string()));
             }
         }
-        self.send(self.http.get(self.url("scans")).query(&pairs), "")
-            .await
+        let json = self
+            .send(self.http.get(self.url("scans")).query(&pairs), "")
+            .await?;
+        Answer::read(json, "a page of the scans list")
     }
 
     /// `DELETE /api/scans/{id}`: one round of a removal (`removedRows`, `more`).
@@ -223,23 +251,27 @@ impl Api {
     }
 
     /// `POST /api/scans/{id}/cancel`.
-    pub async fn cancel(&self, id: &str) -> Result<Value, ApiError> {
-        self.send(
-            self.http
-                .post(self.url(&format!("scans/{}/cancel", encode(id)))),
-            id,
-        )
-        .await
+    pub async fn cancel(&self, id: &str) -> Result<Answer<StateAnswer<String>>, ApiError> {
+        let json = self
+            .send(
+                self.http
+                    .post(self.url(&format!("scans/{}/cancel", encode(id)))),
+                id,
+            )
+            .await?;
+        Answer::read(json, "a cancel's answer")
     }
 
     /// `POST /api/scans/{id}/pause`.
-    pub async fn pause(&self, id: &str) -> Result<Value, ApiError> {
-        self.send(
-            self.http
-                .post(self.url(&format!("scans/{}/pause", encode(id)))),
-            id,
-        )
-        .await
+    pub async fn pause(&self, id: &str) -> Result<Answer<StateAnswer<String>>, ApiError> {
+        let json = self
+            .send(
+                self.http
+                    .post(self.url(&format!("scans/{}/pause", encode(id)))),
+                id,
+            )
+            .await?;
+        Answer::read(json, "a pause's answer")
     }
 
     /// `POST /api/scans/{id}/resume`: one round of the paused items' messages.
@@ -273,13 +305,15 @@ impl Api {
     }
 
     /// `POST /api/scans/{id}/retry`.
-    pub async fn retry(&self, id: &str) -> Result<Value, ApiError> {
-        self.send(
-            self.http
-                .post(self.url(&format!("scans/{}/retry", encode(id)))),
-            id,
-        )
-        .await
+    pub async fn retry(&self, id: &str) -> Result<Answer<Retried<String>>, ApiError> {
+        let json = self
+            .send(
+                self.http
+                    .post(self.url(&format!("scans/{}/retry", encode(id)))),
+                id,
+            )
+            .await?;
+        Answer::read(json, "a retry's answer")
     }
 
     /// The address of the app's page (`GET /api/ui`), with the key in the fragment when
@@ -340,15 +374,20 @@ impl Api {
         let status = response.status().as_u16();
         let text = response.text().await.map_err(lost)?;
         let json: Option<Value> = serde_json::from_str(&text).ok();
-        match (status, json) {
-            (200..=299, Some(json)) => Ok(json),
-            (401, _) => Err(ApiError::Unauthorized {
+        // The API's refusal, when the answer is one.
+        let refusal = json
+            .as_ref()
+            .and_then(|j| ErrorAnswer::deserialize(j).ok())
+            .map(|answer| answer.error);
+        match (status, json, refusal) {
+            (200..=299, Some(json), _) => Ok(json),
+            (401, _, _) => Err(ApiError::Unauthorized {
                 had_key: self.key.is_some(),
             }),
-            (404, json) => Err(ApiError::NotFound {
-                what: json
-                    .as_ref()
-                    .and_then(|j| j["error"]["message"].as_str().map(str::to_string))
+            (404, _, refusal) => Err(ApiError::NotFound {
+                what: refusal
+                    .map(|error| error.message)
+                    .filter(|message| !message.is_empty())
                     .unwrap_or_else(|| {
                         if id.is_empty() {
                             format!("no tablescan API at {}", self.base)
@@ -357,24 +396,43 @@ impl Api {
                         }
                     }),
             }),
-            (400..=499, Some(json)) if json["error"].is_object() => Err(ApiError::Refused {
+            (400..=499, Some(json), Some(error)) => Err(ApiError::Refused {
                 status,
-                field: json["error"]["field"].as_str().map(str::to_string),
-                message: json["error"]["message"]
-                    .as_str()
-                    .unwrap_or("(no message)")
-                    .to_string(),
+                field: error.field,
+                message: match error.message {
+                    message if message.is_empty() => "(no message)".to_string(),
+                    message => message,
+                },
                 body: json,
             }),
-            (_, json) => Err(ApiError::Unexpected {
+            (_, _, refusal) => Err(ApiError::Unexpected {
                 status,
-                message: json.as_ref().and_then(|j| {
-                    let error = &j["error"];
-                    error["message"]
-                        .as_str()
-                        .map(|m| field_line(error["field"].as_str(), m))
-                }),
+                message: refusal
+                    .filter(|error| !error.message.is_empty())
+                    .map(|error| field_line(error.field.as_deref(), &error.message)),
                 body: text.chars().take(500).collect(),
+            }),
+        }
+    }
+}
+
+/// An answer of the app read into the API's type (`read`), and its JSON as the app gave it
+/// (`json`): what `--json` prints, a newer app's fields included, never this command's
+/// rewriting of it.
+pub struct Answer<T> {
+    pub read: T,
+    pub json: Value,
+}
+
+impl<T: DeserializeOwned> Answer<T> {
+    /// `json` read as the answer `what` names.
+    pub fn read(json: Value, what: &'static str) -> Result<Answer<T>, ApiError> {
+        match T::deserialize(&json) {
+            Ok(read) => Ok(Answer { read, json }),
+            Err(why) => Err(ApiError::Unreadable {
+                what,
+                why: why.to_string(),
+                body: json,
             }),
         }
     }

@@ -2,10 +2,10 @@
 //! logsbackup in BackupStorage`, `delete logs (dry run)`), the same for a status's spec and a
 //! list's entry, so that the list and the summary never disagree.
 
-use serde_json::Value;
+use tablescan_api::answers::{ActionShown, ImportShown, ListEntry, SpecShown, StatusAnswer};
 
 /// The connection a request names when it names none: not worth repeating.
-const DEFAULT_CONNECTION: &str = "AzureWebJobsStorage";
+const DEFAULT_CONNECTION: &str = tablescan_api::DEFAULT_CONNECTION;
 
 /// What a scan reads and what its action touches, from a status or a list entry.
 pub struct Scan<'a> {
@@ -14,70 +14,76 @@ pub struct Scan<'a> {
     pub connection: &'a str,
     pub dry_run: bool,
     /// An import's export (`container`, `prefix`, `connection`); `None` for a table.
-    pub import: Option<&'a Value>,
+    pub import: Option<&'a ImportShown>,
     /// The action's fields as a request names them (`table`, `queues`, `container`, ...).
-    pub action: &'a Value,
+    pub action: &'a ActionShown,
 }
 
 impl<'a> Scan<'a> {
     /// From a status: its `spec`.
-    pub fn of_status(status: &'a Value) -> Scan<'a> {
-        let spec = &status["spec"];
+    pub fn of_status(status: &'a StatusAnswer) -> Scan<'a> {
+        Scan::of_spec(&status.spec)
+    }
+
+    /// From a status's `spec`.
+    pub fn of_spec(spec: &'a SpecShown) -> Scan<'a> {
         Scan {
-            kind: spec["action"]["type"].as_str().unwrap_or("?"),
-            table: spec["table"].as_str().unwrap_or("?"),
-            connection: spec["connection"].as_str().unwrap_or(DEFAULT_CONNECTION),
-            dry_run: spec["dryRun"] == true,
-            import: spec.get("import").filter(|i| i.is_object()),
-            action: &spec["action"],
+            kind: spec.kind(),
+            table: spec.table.as_deref().unwrap_or("?"),
+            connection: spec.connection.as_deref().unwrap_or(DEFAULT_CONNECTION),
+            dry_run: spec.dry_run,
+            import: spec.import.as_ref(),
+            action: &spec.action,
         }
     }
 
     /// From an entry of the scans list.
-    pub fn of_entry(entry: &'a Value) -> Scan<'a> {
+    pub fn of_entry(entry: &'a ListEntry<String>) -> Scan<'a> {
+        let or = |text: &'a str, otherwise: &'a str| match text {
+            "" => otherwise,
+            text => text,
+        };
         Scan {
-            kind: entry["action"].as_str().unwrap_or("?"),
-            table: entry["table"].as_str().unwrap_or("?"),
-            connection: entry["connection"].as_str().unwrap_or(DEFAULT_CONNECTION),
-            dry_run: entry["dryRun"] == true,
-            import: entry.get("import").filter(|i| i.is_object()),
-            action: &entry["target"],
+            kind: or(&entry.action, "?"),
+            table: or(&entry.table, "?"),
+            connection: or(&entry.connection, DEFAULT_CONNECTION),
+            dry_run: entry.dry_run,
+            import: entry.import.as_ref(),
+            action: &entry.target,
         }
     }
 
     /// Whether it wants one row per partition: its progress is counted in partitions.
     pub fn per_partition(&self) -> bool {
         self.kind == "partition-keys"
-            || (self.kind == "enqueue" && self.action["per"] == "partition")
+            || (self.kind == "enqueue" && self.action.per.as_deref() == Some("partition"))
     }
 
     /// Every queue an enqueue or partition-keys scan writes to.
     pub fn queues(&self) -> Vec<&'a str> {
-        match self.action["queues"].as_array() {
-            Some(queues) => queues.iter().filter_map(Value::as_str).collect(),
-            None => self.action["queue"].as_str().into_iter().collect(),
+        match &self.action.queues {
+            Some(queues) => queues.iter().map(String::as_str).collect(),
+            None => self.action.queue.as_deref().into_iter().collect(),
         }
     }
 
     /// The names of the properties an update sets (its `set` as an object in a status, as
     /// names in a list entry), annotations left out.
     pub fn set_names(&self) -> Vec<&'a str> {
-        match &self.action["set"] {
-            Value::Object(set) => set
-                .keys()
-                .map(String::as_str)
-                .filter(|k| !k.contains('@'))
-                .collect(),
-            Value::Array(names) => names.iter().filter_map(Value::as_str).collect(),
-            _ => Vec::new(),
-        }
+        self.action
+            .set
+            .as_ref()
+            .map(|set| set.names())
+            .unwrap_or_default()
     }
 
     pub fn remove_names(&self) -> Vec<&'a str> {
-        self.action["remove"]
-            .as_array()
-            .map(|names| names.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default()
+        self.action
+            .remove
+            .iter()
+            .flatten()
+            .map(String::as_str)
+            .collect()
     }
 }
 
@@ -90,11 +96,11 @@ pub fn in_connection(connection: Option<&str>) -> String {
 }
 
 /// `container/prefix`, as an export or an import names its blobs.
-pub fn place(value: &Value) -> String {
+pub fn place(container: Option<&str>, prefix: Option<&str>) -> String {
     format!(
         "{}/{}",
-        value["container"].as_str().unwrap_or("?"),
-        value["prefix"].as_str().unwrap_or_default()
+        container.filter(|c| !c.is_empty()).unwrap_or("?"),
+        prefix.unwrap_or_default()
     )
 }
 
@@ -117,14 +123,14 @@ pub fn queues(list: &[&str]) -> String {
 /// The scan in a few words: `copy logs -> logsbackup in BackupStorage (merge)`.
 pub fn what(scan: &Scan) -> String {
     let action = scan.action;
-    let target_in = in_connection(action["connection"].as_str());
+    let target_in = in_connection(action.connection.as_deref());
     let (verb, target) = match scan.kind {
         "copy" => {
-            let mode = match action["mode"].as_str() {
+            let mode = match action.mode.as_deref() {
                 Some(mode) if mode != "replace" => format!(" ({mode})"),
                 _ => String::new(),
             };
-            let table = action["table"].as_str().unwrap_or("?");
+            let table = action.table.as_deref().unwrap_or("?");
             ("copy", format!(" -> {table}{target_in}{mode}"))
         }
         "enqueue" => {
@@ -132,7 +138,7 @@ pub fn what(scan: &Scan) -> String {
             if scan.per_partition() {
                 how.push("one message per partition".to_string());
             }
-            if let Some(rows) = action["rowsPerMessage"].as_u64().filter(|r| *r > 1) {
+            if let Some(rows) = action.rows_per_message.filter(|r| *r > 1) {
                 how.push(format!("up to {rows} rows a message"));
             }
             let how = if how.is_empty() {
@@ -149,7 +155,10 @@ pub fn what(scan: &Scan) -> String {
             "partition-keys",
             format!(" -> {}{target_in}", queues(&scan.queues())),
         ),
-        "export" => ("export", format!(" -> {}{target_in}", place(action))),
+        "export" => {
+            let to = place(action.container.as_deref(), action.prefix.as_deref());
+            ("export", format!(" -> {to}{target_in}"))
+        }
         "update" => {
             let mut changes = Vec::new();
             let set = scan.set_names();
@@ -169,8 +178,8 @@ pub fn what(scan: &Scan) -> String {
         Some(import) => {
             let from = format!(
                 "{}{}",
-                place(import),
-                in_connection(import["connection"].as_str())
+                place(Some(&import.container), Some(&import.prefix)),
+                in_connection(Some(&import.connection))
             );
             match scan.kind {
                 "count" => format!("import {from}: count{dry}"),
@@ -188,10 +197,10 @@ pub fn what(scan: &Scan) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     fn described(spec: Value) -> String {
-        let status = json!({ "spec": spec });
+        let status: StatusAnswer = serde_json::from_value(json!({ "spec": spec })).unwrap();
         what(&Scan::of_status(&status))
     }
 
@@ -263,6 +272,7 @@ mod tests {
     fn a_list_entry_reads_the_same() {
         let entry = json!({"action": "update", "table": "t", "connection": "AzureWebJobsStorage",
             "dryRun": true, "target": {"set": ["N", "S"], "remove": ["Old"]}});
+        let entry: ListEntry<String> = serde_json::from_value(entry).unwrap();
         assert_eq!(
             what(&Scan::of_entry(&entry)),
             "update t (set N, S; remove Old) (dry run)"

@@ -4,6 +4,7 @@
 //! pages until it has the scans asked for, at most [`MOST_PAGES`] of them.
 
 use serde_json::Value;
+use tablescan_api::answers::{ListEntry, UnreadableScan};
 
 use crate::api::{Api, ApiError, ListQuery};
 use crate::args::{value_name, ListArgs};
@@ -16,10 +17,20 @@ const MOST_PAGES: u32 = 10;
 /// What `list` found: the scans, where the next page starts, the API's last page (for its
 /// refused messages), and the query as flags (for the "more" line).
 pub struct Listing {
-    pub scans: Vec<Value>,
+    pub scans: Vec<ListEntry<String>>,
     pub next: Option<String>,
     pub rejected: Vec<Value>,
-    /// Scans of the pages read whose ledger rows could not be read (`{"id", "error"}`).
+    /// Scans of the pages read whose ledger rows could not be read.
+    pub unreadable: Vec<UnreadableScan>,
+    /// The pages' `scans` and `unreadableScans` as the app gave them, for `--json` (a newer
+    /// app's fields included).
+    pub json: PagesJson,
+}
+
+/// What `--json` prints of the pages read: their arrays as the app gave them.
+#[derive(Default)]
+pub struct PagesJson {
+    pub scans: Vec<Value>,
     pub unreadable: Vec<Value>,
 }
 
@@ -32,6 +43,7 @@ pub async fn read(api: &Api, args: &ListArgs) -> Result<Listing, ApiError> {
         next: args.after.clone(),
         rejected: Vec::new(),
         unreadable: Vec::new(),
+        json: PagesJson::default(),
     };
     for _ in 0..MOST_PAGES {
         let wanted = args.limit - listing.scans.len() as u32;
@@ -43,20 +55,14 @@ pub async fn read(api: &Api, args: &ListArgs) -> Result<Listing, ApiError> {
             after: listing.next.as_deref(),
         };
         let page = api.list(&query).await?;
-        listing
-            .scans
-            .extend(page["scans"].as_array().cloned().unwrap_or_default());
-        listing.unreadable.extend(
-            page["unreadableScans"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default(),
-        );
-        listing.rejected = page["rejectedMessages"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        listing.next = page["next"].as_str().map(str::to_string);
+        let raw = |field: &str| page.json[field].as_array().cloned().unwrap_or_default();
+        listing.json.scans.extend(raw("scans"));
+        listing.json.unreadable.extend(raw("unreadableScans"));
+        let page = page.read;
+        listing.scans.extend(page.scans);
+        listing.unreadable.extend(page.unreadable_scans);
+        listing.rejected = page.rejected_messages;
+        listing.next = page.next;
         if listing.next.is_none() || listing.scans.len() as u32 >= args.limit {
             break;
         }
@@ -82,18 +88,18 @@ pub fn text(listing: &Listing, args: &ListArgs, now: f64) -> String {
     for scan in &listing.scans {
         out.push_str(&format!(
             "{:<32}  {:<10}  {:>12}  {:>4}  {}\n",
-            scan["id"].as_str().unwrap_or("?"),
-            scan["state"].as_str().unwrap_or("?"),
-            thousands(scan["progress"]["rowsRead"].as_u64().unwrap_or(0)),
-            age(scan["createdAt"].as_str().unwrap_or(""), now),
+            or_unknown(&scan.id),
+            or_unknown(&scan.state),
+            thousands(scan.progress.rows_read),
+            age(&scan.created_at, now),
             describe::what(&Scan::of_entry(scan)),
         ));
     }
     for scan in &listing.unreadable {
         out.push_str(&format!(
             "{}  could not be read: {}\n",
-            scan["id"].as_str().unwrap_or("?"),
-            scan["error"].as_str().unwrap_or("?"),
+            or_unknown(&scan.id),
+            or_unknown(&scan.error),
         ));
     }
     if let Some(next) = &listing.next {
@@ -109,6 +115,14 @@ pub fn text(listing: &Listing, args: &ListArgs, now: f64) -> String {
         ));
     }
     out
+}
+
+/// `text`, or `?` when the app gave none.
+fn or_unknown(text: &str) -> &str {
+    match text {
+        "" => "?",
+        text => text,
+    }
 }
 
 /// The flags of `args` that the next page needs again.
@@ -132,9 +146,9 @@ fn same_filters(args: &ListArgs) -> String {
 /// The listing as the API's JSON: its scans, `next`, and the refused messages.
 pub fn json(listing: &Listing) -> Value {
     serde_json::json!({
-        "scans": listing.scans,
+        "scans": listing.json.scans,
         "next": listing.next,
-        "unreadableScans": listing.unreadable,
+        "unreadableScans": listing.json.unreadable,
         "rejectedMessages": listing.rejected,
     })
 }
@@ -145,6 +159,11 @@ mod tests {
     use crate::args::{Cli, Command};
     use clap::Parser;
     use serde_json::json;
+
+    /// An entry (or an unreadable scan) given as JSON, read as the command reads the app's.
+    fn read<T: serde::de::DeserializeOwned>(json: Value) -> T {
+        serde_json::from_value(json).unwrap()
+    }
 
     fn args(flags: &[&str]) -> ListArgs {
         let mut all = vec!["tablescan", "list"];
@@ -159,17 +178,24 @@ mod tests {
     fn a_list_has_a_header_a_line_per_scan_and_says_how_to_see_more() {
         let listing = Listing {
             scans: vec![
-                json!({"id": "a".repeat(32), "state": "running", "action": "copy", "table": "t",
+                read(
+                    json!({"id": "a".repeat(32), "state": "running", "action": "copy", "table": "t",
                     "connection": "AzureWebJobsStorage", "createdAt": "2026-11-21T23:59:00Z",
                     "target": {"table": "u", "connection": "BackupStorage"},
                     "progress": {"rowsRead": 12345}}),
-                json!({"id": "b".repeat(32), "state": "succeeded", "action": "delete",
+                ),
+                read(
+                    json!({"id": "b".repeat(32), "state": "succeeded", "action": "delete",
                     "table": "t", "dryRun": true, "createdAt": "2026-11-21T20:00:00Z",
                     "target": {}, "progress": {"rowsRead": 5}}),
+                ),
             ],
             next: Some("9223-abc".into()),
             rejected: Vec::new(),
-            unreadable: vec![json!({"id": "c".repeat(32), "error": "15 counter shards"})],
+            unreadable: vec![read(
+                json!({"id": "c".repeat(32), "error": "15 counter shards"}),
+            )],
+            json: PagesJson::default(),
         };
         let now = crate::show::unix_seconds("2026-11-22T00:00:00Z").unwrap();
         let text = text(&listing, &args(&["--state=running", "--limit=2"]), now);
@@ -191,6 +217,7 @@ mod tests {
             next: None,
             rejected: Vec::new(),
             unreadable: Vec::new(),
+            json: PagesJson::default(),
         };
         assert_eq!(super::text(&empty, &args(&[]), now), "no scans\n");
         assert_eq!(

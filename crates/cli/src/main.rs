@@ -53,6 +53,11 @@ async fn run(cli: Cli) -> i32 {
         },
         _ => None,
     };
+    // And the request they make, as the app would check it.
+    if let Some(Err(refused)) = body.as_ref().map(request::check) {
+        report(&refused, cli.json);
+        return refused.exit_code();
+    }
     let api = match connect(&cli).await {
         Ok(api) => api,
         Err(why) => {
@@ -74,11 +79,12 @@ async fn run(cli: Cli) -> i32 {
             0
         }),
         Command::Cancel { id } => api.cancel(id).await.map(|answer| {
-            print_json_or(json, &answer, || {
-                format!(
-                    "scan {id}: {} (running steps stop at their next page)\n",
-                    answer["state"].as_str().unwrap_or("cancelling")
-                )
+            print_json_or(json, &answer.json, || {
+                let state = match answer.read.state.as_str() {
+                    "" => "cancelling",
+                    state => state,
+                };
+                format!("scan {id}: {state} (running steps stop at their next page)\n")
             });
             0
         }),
@@ -141,18 +147,19 @@ async fn start(api: &Api, args: &StartArgs, body: Value, json: bool) -> Result<i
         }
         Err(error) => return Err(error),
     };
-    let id = answer["id"].as_str().unwrap_or_default().to_string();
+    let id = answer.read.id.clone();
     if !json {
         // What the scan was started with, as the app recorded it (its defaults filled in).
         if let Ok(status) = api.status(&id).await {
-            let earlier = watch::earlier_count(api, &status["spec"])
+            let spec = &status.read.spec;
+            let earlier = watch::earlier_count(api, spec)
                 .await
                 .map(|e| (e.rows, e.seconds));
-            eprintln!("{}", show::pace_line(&status["spec"], earlier));
+            eprintln!("{}", show::pace_line(spec, earlier));
         }
     }
     if !args.wait {
-        print_json_or(json, &answer, || format!("{id}\n"));
+        print_json_or(json, &answer.json, || format!("{id}\n"));
         if json {
             // The answer on stdout is the API's; the key, for a script that wants it, here.
             eprintln!("started scan {id} (idempotency key {key})");
@@ -173,9 +180,10 @@ async fn status(api: &Api, id: &str, watch: bool, json: bool) -> Result<i32, Api
         return follow_to_end(api, id, json).await;
     }
     let status = api.status(id).await?;
-    print_json_or(json, &status, || summary::summary(&status));
-    Ok(if watch::has_ended(&status) {
-        watch::exit_code(&status)
+    print_json_or(json, &status.json, || summary::summary(&status.read));
+    let state = &status.read.state;
+    Ok(if watch::has_ended(state) {
+        watch::exit_code(state)
     } else {
         0
     })
@@ -183,18 +191,18 @@ async fn status(api: &Api, id: &str, watch: bool, json: bool) -> Result<i32, Api
 
 /// Follows scan `id` to its end and prints its summary (or its status as JSON).
 async fn follow_to_end(api: &Api, id: &str, json: bool) -> Result<i32, ApiError> {
-    let first = api.status(id).await?;
-    let total = if watch::has_ended(&first) {
+    let first = api.status(id).await?.read;
+    let total = if watch::has_ended(&first.state) {
         None
     } else {
-        watch::earlier_count(api, &first["spec"])
+        watch::earlier_count(api, &first.spec)
             .await
             .and_then(|earlier| earlier.total_for(&first))
     };
     match watch::follow(api, id, total).await? {
         Followed::Ended(status) => {
-            print_json_or(json, &status, || summary::summary(&status));
-            Ok(watch::exit_code(&status))
+            print_json_or(json, &status.json, || summary::summary(&status.read));
+            Ok(watch::exit_code(&status.read.state))
         }
         Followed::Interrupted => {
             eprintln!(
@@ -228,8 +236,11 @@ async fn resume(api: &Api, id: &str, json: bool) -> Result<i32, ApiError> {
 /// `tablescan pause`: the scan's state, and how to go on.
 async fn pause(api: &Api, id: &str, json: bool) -> Result<i32, ApiError> {
     let answer = api.pause(id).await?;
-    print_json_or(json, &answer, || {
-        let state = answer["state"].as_str().unwrap_or("pausing");
+    print_json_or(json, &answer.json, || {
+        let state = match answer.read.state.as_str() {
+            "" => "pausing",
+            state => state,
+        };
         let how = if state == "paused" {
             "no step runs"
         } else {
@@ -243,15 +254,15 @@ async fn pause(api: &Api, id: &str, json: bool) -> Result<i32, ApiError> {
 /// `tablescan retry`: how many failed work items were sent again, and whether more remain.
 async fn retry(api: &Api, id: &str, json: bool) -> Result<i32, ApiError> {
     let answer = api.retry(id).await?;
-    print_json_or(json, &answer, || {
-        let more = if answer["more"] == true {
+    print_json_or(json, &answer.json, || {
+        let more = if answer.read.more {
             format!("; more remain: run `tablescan retry {id}` again")
         } else {
             String::new()
         };
         format!(
             "scan {id}: {} failed work items sent again{more}\n",
-            answer["retried"].as_u64().unwrap_or(0)
+            answer.read.retried
         )
     });
     Ok(0)

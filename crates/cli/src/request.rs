@@ -5,7 +5,9 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::api::ApiError;
 use crate::args::{value_name, StartArgs};
+use tablescan_api::answers::{ErrorAnswer, ErrorDetail};
 
 /// The start request, or why a flag's value cannot make one (naming the flag).
 pub fn start_request(args: &StartArgs) -> Result<Value, String> {
@@ -136,8 +138,48 @@ fn put(object: &mut Map<String, Value>, name: &str, value: Option<&str>) {
     }
 }
 
+/// Checks `body` with the API's own parser (`tablescan_api`, which the app reads requests
+/// with) before it is sent: a request the app would refuse is refused here, with the refusal
+/// the app would give (400, the field and why), and nothing is asked of the app. The checks
+/// that need the app (its settings, the accounts, the allow-list) are left to it.
+pub fn check(body: &Value) -> Result<(), ApiError> {
+    let now = time::OffsetDateTime::now_utc();
+    match tablescan_api::ScanSpec::parse_unresolved_at(&body.to_string(), None, now) {
+        Ok(_) => Ok(()),
+        Err(tablescan_api::SpecError { field, message }) => {
+            let answer = ErrorAnswer {
+                error: ErrorDetail {
+                    message: message.clone(),
+                    field: Some(field.clone()),
+                },
+            };
+            Err(ApiError::Refused {
+                status: 400,
+                field: Some(field),
+                message,
+                body: serde_json::to_value(answer).unwrap_or_default(),
+            })
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+
+    /// A request the app would refuse is refused before it is sent, as the app refuses it.
+    #[test]
+    fn a_bad_request_is_refused_here_as_the_app_refuses_it() {
+        let body =
+            serde_json::json!({"table": "things", "pageSize": 5000, "action": {"type": "count"}});
+        let refused = check(&body).unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "refused (400)\n  pageSize: must be a whole number from 1 to 1000, not 5000"
+        );
+        assert_eq!(refused.json().unwrap()["error"]["field"], "pageSize");
+        let good = serde_json::json!({"table": "things", "action": {"type": "count"}});
+        assert!(check(&good).is_ok());
+    }
     use super::*;
     use crate::args::{Cli, Command};
     use clap::Parser;

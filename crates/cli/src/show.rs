@@ -3,7 +3,7 @@
 //! API's status as they are; nothing here is estimated except the time left, and that only
 //! from an earlier count of the same scope.
 
-use serde_json::Value;
+use tablescan_api::answers::{SpecShown, StatusAnswer};
 
 use crate::describe::Scan;
 
@@ -20,10 +20,6 @@ pub fn thousands(n: u64) -> String {
     out
 }
 
-fn number(value: &Value) -> u64 {
-    value.as_u64().unwrap_or(0)
-}
-
 /// `3725` seconds as `1h02m05s`, `125` as `2m05s`, `9` as `9s`.
 pub fn duration(seconds: u64) -> String {
     match seconds {
@@ -36,12 +32,12 @@ pub fn duration(seconds: u64) -> String {
 /// What a scan's progress is counted in: rows, or for a scan that wants one row per
 /// partition (partition-keys, an enqueue per partition), partitions found, which is what it
 /// works through (it reads about one row per partition where partitions are large).
-pub fn progress_unit(status: &Value) -> (&'static str, u64) {
-    let p = &status["progress"];
+pub fn progress_unit(status: &StatusAnswer) -> (&'static str, u64) {
+    let p = &status.progress;
     if Scan::of_status(status).per_partition() {
-        ("partitions", number(&p["partitions"]))
+        ("partitions", p.partitions)
     } else {
-        ("rows", number(&p["rowsRead"]))
+        ("rows", p.rows_read)
     }
 }
 
@@ -50,11 +46,11 @@ pub fn progress_unit(status: &Value) -> (&'static str, u64) {
 /// unit), and the stall explanation when there is one. `recent_rate` is the rate the watcher
 /// saw over the last seconds; without it, the status's average since the start (which
 /// understates a scan that is still ramping up).
-pub fn live_line(status: &Value, total: Option<u64>, recent_rate: Option<f64>) -> String {
-    let p = &status["progress"];
+pub fn live_line(status: &StatusAnswer, total: Option<u64>, recent_rate: Option<f64>) -> String {
+    let p = &status.progress;
     let (unit, done) = progress_unit(status);
-    let rate = recent_rate.unwrap_or_else(|| match unit {
-        "rows" => p["rowsPerSecond"].as_f64().unwrap_or(0.0),
+    let rate = recent_rate.unwrap_or(match unit {
+        "rows" => p.rows_per_second,
         _ => 0.0,
     });
     let share = match total.filter(|t| *t > 0) {
@@ -64,52 +60,52 @@ pub fn live_line(status: &Value, total: Option<u64>, recent_rate: Option<f64>) -
         }
         None => format!(" {unit}"),
     };
-    let mut line = format!(
-        "{}  {}{share}",
-        status["state"].as_str().unwrap_or("?"),
-        thousands(done)
-    );
+    let mut line = format!("{}  {}{share}", state_name(status), thousands(done));
     if unit == "partitions" {
-        line.push_str(&format!(
-            " ({} rows read)",
-            thousands(number(&p["rowsRead"]))
-        ));
+        line.push_str(&format!(" ({} rows read)", thousands(p.rows_read)));
     }
     line.push_str(&format!(
         "  {}/s  steps {} done, {} pending",
         thousands(rate.round() as u64),
-        thousands(number(&p["stepsDone"])),
-        thousands(number(&p["stepsPending"]))
+        thousands(p.steps_done),
+        thousands(p.steps_pending)
     ));
-    let failed = number(&p["stepsFailed"]) + number(&p["rowsFailed"]);
+    let failed = p.steps_failed + p.rows_failed;
     if failed > 0 {
         line.push_str(&format!(
             "  failed {} steps, {} rows",
-            number(&p["stepsFailed"]),
-            number(&p["rowsFailed"])
+            p.steps_failed, p.rows_failed
         ));
     }
-    let throttled = number(&p["requestsThrottled"]);
+    let throttled = p.requests_throttled;
     if throttled > 0 {
         line.push_str(&format!("  throttled {}", thousands(throttled)));
     }
     if let Some(total) = total {
-        if rate > 0.0 && done < total && !super::watch::has_ended(status) {
+        if rate > 0.0 && done < total && !super::watch::has_ended(&status.state) {
             let left = ((total - done) as f64 / rate).ceil() as u64;
             line.push_str(&format!("  ETA {}", duration(left)));
         }
     }
-    if let Some(note) = status["activity"]["note"].as_str() {
+    if let Some(note) = status.activity.as_ref().and_then(|a| a.note.as_deref()) {
         line.push_str(&format!("  — {note}"));
     }
     line
 }
 
+/// The scan's state as the app names it (`?` when it names none).
+pub fn state_name(status: &StatusAnswer) -> &str {
+    match status.state.as_str() {
+        "" => "?",
+        state => state,
+    }
+}
+
 /// Entities per row the action costs the account: a row read, and for a copy, delete or
 /// update a row written too.
-fn entities_per_row(spec: &Value) -> u64 {
-    match spec["action"]["type"].as_str() {
-        Some("copy" | "delete" | "update") if spec["dryRun"] != true => 2,
+fn entities_per_row(spec: &SpecShown) -> u64 {
+    match spec.action.kind.as_deref() {
+        Some("copy" | "delete" | "update") if !spec.dry_run => 2,
         _ => 1,
     }
 }
@@ -117,14 +113,14 @@ fn entities_per_row(spec: &Value) -> u64 {
 /// What `tablescan start` says of the scan's pace: its cap, or that it goes as fast as the
 /// account takes; and how long it should take, where an earlier count of the same scope says
 /// how many rows it holds (and how long reading them took).
-pub fn pace_line(spec: &Value, earlier: Option<(u64, Option<f64>)>) -> String {
+pub fn pace_line(spec: &SpecShown, earlier: Option<(u64, Option<f64>)>) -> String {
     let per_row = entities_per_row(spec);
     let what = if per_row == 2 {
         "entities (rows read plus rows written)"
     } else {
         "entities (rows read)"
     };
-    let cap = spec["maxRowsPerSecond"].as_u64();
+    let cap = spec.max_rows_per_second;
     let mut line = match cap {
         Some(cap) => format!("pace: at most {} {what} a second, as asked", thousands(cap)),
         None => format!(
@@ -137,8 +133,7 @@ pub fn pace_line(spec: &Value, earlier: Option<(u64, Option<f64>)>) -> String {
     };
     // A scan that wants one row per partition seeks past the rest: the rows of the scope say
     // nothing of its time.
-    let status = serde_json::json!({ "spec": spec });
-    if Scan::of_status(&status).per_partition() {
+    if Scan::of_spec(spec).per_partition() {
         return line;
     }
     let entities = rows.saturating_mul(per_row);
@@ -162,14 +157,12 @@ pub fn pace_line(spec: &Value, earlier: Option<(u64, Option<f64>)>) -> String {
 }
 
 /// Seconds from start (or creation) to finish, when both are known.
-pub fn elapsed_seconds(status: &Value) -> Option<f64> {
-    let parse = |field: &str| {
-        status[field]
-            .as_str()
-            .and_then(|t| time_of(t).map(|(days, seconds)| days as f64 * 86_400.0 + seconds))
+pub fn elapsed_seconds(status: &StatusAnswer) -> Option<f64> {
+    let parse = |time: Option<&str>| {
+        time.and_then(|t| time_of(t).map(|(days, seconds)| days as f64 * 86_400.0 + seconds))
     };
-    let start = parse("startedAt").or_else(|| parse("createdAt"))?;
-    let end = parse("finishedAt")?;
+    let start = parse(status.started_at.as_deref()).or_else(|| parse(Some(&status.created_at)))?;
+    let end = parse(status.finished_at.as_deref())?;
     (end >= start).then_some(end - start)
 }
 
@@ -213,8 +206,12 @@ fn time_of(text: &str) -> Option<(i64, f64)> {
 
 #[cfg(test)]
 mod pace_tests {
-    use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
+
+    /// The spec of a status, as the command reads it.
+    fn pace_line(spec: &Value, earlier: Option<(u64, Option<f64>)>) -> String {
+        super::pace_line(&serde_json::from_value(spec.clone()).unwrap(), earlier)
+    }
 
     #[test]
     fn the_start_line_says_the_pace_and_the_time_an_earlier_count_implies() {
@@ -245,7 +242,16 @@ mod pace_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
+
+    /// The status, as the command reads it.
+    fn live_line(status: &Value, total: Option<u64>, recent: Option<f64>) -> String {
+        super::live_line(
+            &serde_json::from_value(status.clone()).unwrap(),
+            total,
+            recent,
+        )
+    }
 
     #[test]
     fn numbers_durations_and_ages_read_easily() {

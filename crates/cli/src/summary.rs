@@ -3,14 +3,10 @@
 //! sent, partitions found, blobs written, rows deleted or that a dry run would delete), then
 //! its reads, steps, time, and why it failed, with the command that helps next.
 
-use serde_json::Value;
+use tablescan_api::answers::{NotedRow, StatusAnswer};
 
 use crate::describe::{self, Scan};
-use crate::show::{elapsed_seconds, thousands};
-
-fn number(value: &Value) -> u64 {
-    value.as_u64().unwrap_or(0)
-}
+use crate::show::{elapsed_seconds, state_name, thousands};
 
 /// `1 row`, `2 rows`.
 fn count(n: u64, one: &str, many: &str) -> String {
@@ -28,25 +24,25 @@ impl Lines {
 }
 
 /// The summary of a scan, from its status.
-pub fn summary(status: &Value) -> String {
+pub fn summary(status: &StatusAnswer) -> String {
     let scan = Scan::of_status(status);
-    let id = status["id"].as_str().unwrap_or("?");
-    let state = status["state"].as_str().unwrap_or("?");
+    let id = match status.id.as_str() {
+        "" => "?",
+        id => id,
+    };
+    let state = state_name(status);
     let mut out = Lines(format!("scan {id}: {} — {state}\n", describe::what(&scan)));
     outcome(&mut out, status, &scan);
-    let p = &status["progress"];
-    if number(&p["rowsFailed"]) > 0 {
+    let p = &status.progress;
+    if p.rows_failed > 0 {
         out.row(
             "rows failed",
-            format!(
-                "{} the action could not act on",
-                thousands(number(&p["rowsFailed"]))
-            ),
+            format!("{} the action could not act on", thousands(p.rows_failed)),
         );
     }
-    out.row("rows read", thousands(number(&p["rowsRead"])));
+    out.row("rows read", thousands(p.rows_read));
     if scan.per_partition() {
-        if let Some(per) = p["rowsReadPerPartition"].as_f64() {
+        if let Some(per) = p.rows_read_per_partition {
             out.row("read/partition", format!("{per:.2} rows"));
         }
     }
@@ -54,25 +50,25 @@ pub fn summary(status: &Value) -> String {
         "steps",
         format!(
             "{} done, {} pending, {} failed",
-            thousands(number(&p["stepsDone"])),
-            thousands(number(&p["stepsPending"])),
-            thousands(number(&p["stepsFailed"]))
+            thousands(p.steps_done),
+            thousands(p.steps_pending),
+            thousands(p.steps_failed)
         ),
     );
     if scan.import.is_none() {
-        out.row("queries", thousands(number(&p["queries"])));
+        out.row("queries", thousands(p.queries));
     }
-    if number(&p["requestsThrottled"]) > 0 {
+    if p.requests_throttled > 0 {
         out.row(
             "throttled",
             format!(
                 "{} requests answered \"too busy\"",
-                thousands(number(&p["requestsThrottled"]))
+                thousands(p.requests_throttled)
             ),
         );
     }
     if let Some(seconds) = elapsed_seconds(status) {
-        let rate = number(&p["rowsRead"]) as f64 / seconds.max(0.001);
+        let rate = p.rows_read as f64 / seconds.max(0.001);
         out.row(
             "took",
             format!("{seconds:.1} s ({} rows/s)", thousands(rate.round() as u64)),
@@ -84,11 +80,11 @@ pub fn summary(status: &Value) -> String {
 
 /// Why the scan failed, its note, its errors, a few rows it could not act on (or would act
 /// on, in a dry run), and what to do next.
-fn reasons(out: &mut Lines, status: &Value, id: &str) {
-    if let Some(why) = status["failedBecause"].as_str() {
+fn reasons(out: &mut Lines, status: &StatusAnswer, id: &str) {
+    if let Some(why) = status.failed_because.as_deref() {
         out.row("failed because", cli_words(why, id));
     }
-    if let Some(note) = status["activity"]["note"].as_str() {
+    if let Some(note) = status.activity.as_ref().and_then(|a| a.note.as_deref()) {
         out.row("note", cli_words(note, id));
     }
     for (text, steps) in errors(status) {
@@ -97,20 +93,10 @@ fn reasons(out: &mut Lines, status: &Value, id: &str) {
             n => out.row("error", format!("{text} ({n} steps)")),
         }
     }
-    for failure in status["rowFailures"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .take(5)
-    {
+    for failure in status.row_failures.iter().take(5) {
         out.row("row failed", noted_row(failure));
     }
-    for row in status["dryRunRows"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .take(3)
-    {
+    for row in status.dry_run_rows.iter().take(3) {
         out.row("e.g.", noted_row(row));
     }
     if let Some(next) = next_step(status, id) {
@@ -120,14 +106,10 @@ fn reasons(out: &mut Lines, status: &Value, id: &str) {
 
 /// The errors of the steps that failed for good, each text once with how many of the listed
 /// steps met it (their storage request ids, which differ, left to --json), at most five.
-fn errors(status: &Value) -> Vec<(String, usize)> {
+fn errors(status: &StatusAnswer) -> Vec<(String, usize)> {
     let mut seen: Vec<(String, usize)> = Vec::new();
-    for error in status["errors"].as_array().into_iter().flatten() {
-        let text = error["error"]
-            .as_str()
-            .or_else(|| error["message"].as_str())
-            .map(str::to_string)
-            .unwrap_or_else(|| error.to_string());
+    for error in &status.errors {
+        let text = error.error.clone();
         let text = match text.rfind(" (request id ") {
             Some(at) if text.ends_with(')') => text[..at].to_string(),
             _ => text,
@@ -142,26 +124,23 @@ fn errors(status: &Value) -> Vec<(String, usize)> {
 }
 
 /// `PartitionKey / RowKey: why`.
-fn noted_row(row: &Value) -> String {
-    let keys = format!(
-        "{:?} / {:?}",
-        row["partitionKey"].as_str().unwrap_or("?"),
-        row["rowKey"].as_str().unwrap_or("?")
-    );
-    match row["reason"].as_str() {
+fn noted_row(row: &NotedRow) -> String {
+    let keys = format!("{:?} / {:?}", row.partition_key, row.row_key);
+    match row.reason.as_deref() {
         Some(why) => format!("{keys}: {why}"),
         None => keys,
     }
 }
 
 /// What the action did (or, in a dry run, would do), in its own words.
-fn outcome(out: &mut Lines, status: &Value, scan: &Scan) {
-    let p = &status["progress"];
-    let acted = number(&p["rowsActed"]);
-    let skipped = number(&p["rowsSkipped"]);
-    let partitions = number(&p["partitions"]);
-    let target_in = describe::in_connection(scan.action["connection"].as_str());
-    let manifest_rows = status["spec"]["import"]["manifest"]["rows"].as_u64();
+fn outcome(out: &mut Lines, status: &StatusAnswer, scan: &Scan) {
+    let p = &status.progress;
+    let (acted, skipped, partitions) = (p.rows_acted, p.rows_skipped, p.partitions);
+    let target_in = describe::in_connection(scan.action.connection.as_deref());
+    let manifest_rows = scan
+        .import
+        .and_then(|import| import.manifest.as_ref())
+        .and_then(|manifest| manifest.rows);
     let of_manifest = manifest_rows
         .map(|rows| format!(" (the export's manifest lists {})", thousands(rows)))
         .unwrap_or_default();
@@ -226,9 +205,9 @@ fn outcome(out: &mut Lines, status: &Value, scan: &Scan) {
 }
 
 /// What a count counted: its result once the scan is done, else what it counted so far.
-fn counted(out: &mut Lines, status: &Value, acted: u64, partitions: u64) {
-    let (rows, partitions, all) = match status["result"].as_object() {
-        Some(result) => (number(&result["rows"]), number(&result["partitions"]), ""),
+fn counted(out: &mut Lines, status: &StatusAnswer, acted: u64, partitions: u64) {
+    let (rows, partitions, all) = match &status.result {
+        Some(result) => (result.rows, result.partitions, ""),
         None => (acted, partitions, " so far, not the whole scope"),
     };
     out.row(
@@ -252,7 +231,7 @@ fn copied(
 ) {
     let into = format!(
         "into {}{target_in}",
-        scan.action["table"].as_str().unwrap_or("?")
+        scan.action.table.as_deref().unwrap_or("?")
     );
     let verb = match (scan.dry_run, scan.import.is_some()) {
         (true, _) => "would copy",
@@ -280,27 +259,31 @@ fn copied(
 }
 
 /// What an export wrote, and its manifest (or why there is none).
-fn exported(out: &mut Lines, status: &Value, dry: bool, acted: u64, target_in: &str) {
-    let export = &status["export"];
+fn exported(out: &mut Lines, status: &StatusAnswer, dry: bool, acted: u64, target_in: &str) {
+    let export = status.export.as_ref();
     let verb = if dry { "would export" } else { "exported" };
-    let blobs = match export.as_object() {
-        Some(_) if !dry => format!(
+    let blobs = match export {
+        Some(export) if !dry => format!(
             " into {} ({} bytes)",
-            count(number(&export["blobs"]), "blob", "blobs"),
-            thousands(number(&export["bytes"]))
+            count(export.blobs, "blob", "blobs"),
+            thousands(export.bytes)
         ),
         _ => String::new(),
     };
     out.row(verb, format!("{}{blobs}", count(acted, "row", "rows")));
-    match export["manifest"].as_str() {
-        Some(manifest) => out.row(
+    let in_flight = matches!(status.state.as_str(), "running" | "pending");
+    match export.and_then(|e| Some((e.manifest.as_deref()?, e.container.as_str()))) {
+        Some((manifest, container)) => out.row(
             "manifest",
             format!(
                 "{}/{manifest}{target_in} (restore with --import)",
-                export["container"].as_str().unwrap_or("?")
+                match container {
+                    "" => "?",
+                    container => container,
+                }
             ),
         ),
-        None if !dry && status["state"] != "running" && status["state"] != "pending" => out.row(
+        None if !dry && !in_flight => out.row(
             "manifest",
             "none: the export is not whole, and an import refuses it",
         ),
@@ -315,7 +298,7 @@ fn enqueued(out: &mut Lines, scan: &Scan, acted: u64, partitions: u64) {
     let verb = if dry { "would send" } else { "sent" };
     let queues = scan.queues();
     let to = describe::queues(&queues);
-    let rows_per_message = scan.action["rowsPerMessage"].as_u64().unwrap_or(1);
+    let rows_per_message = scan.action.rows_per_message.unwrap_or(1);
     if scan.kind == "partition-keys" {
         out.row("partitions", format!("{} found", thousands(partitions)));
     }
@@ -363,14 +346,15 @@ fn cli_words(text: &str, id: &str) -> String {
 }
 
 /// The command that helps next, if any.
-fn next_step(status: &Value, id: &str) -> Option<String> {
-    let p = &status["progress"];
-    match status["state"].as_str()? {
+fn next_step(status: &StatusAnswer, id: &str) -> Option<String> {
+    let p = &status.progress;
+    match status.state.as_str() {
         // Unless the app's own reason says so already (in the command's words, `cli_words`).
         "failed"
-            if number(&p["stepsFailed"]) > 0
-                && !status["failedBecause"]
-                    .as_str()
+            if p.steps_failed > 0
+                && !status
+                    .failed_because
+                    .as_deref()
                     .is_some_and(|why| why.contains("/retry")) =>
         {
             Some(format!(

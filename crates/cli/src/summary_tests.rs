@@ -1,5 +1,9 @@
-use super::*;
-use serde_json::json;
+use serde_json::{json, Value};
+
+/// The summary of a status given as JSON, read as the command reads the app's answer.
+fn summary(status: &Value) -> String {
+    super::summary(&serde_json::from_value(status.clone()).unwrap())
+}
 
 fn status(spec: Value, progress: Value) -> Value {
     json!({

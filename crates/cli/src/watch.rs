@@ -5,9 +5,9 @@
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use tablescan_api::answers::{SpecShown, StatusAnswer};
 
-use crate::api::{Api, ApiError, ListQuery};
+use crate::api::{Answer, Api, ApiError, ListQuery};
 use crate::show;
 
 /// How often the status is read while watching: once a second, so the live line's rate and
@@ -21,8 +21,8 @@ const PLAIN_EVERY: Duration = Duration::from_secs(5);
 
 /// How following a scan ended.
 pub enum Followed {
-    /// The scan ended; its last status.
-    Ended(Value),
+    /// The scan ended; its last status (boxed: a status is large beside the other variant).
+    Ended(Box<Answer<StatusAnswer>>),
     /// The user pressed Ctrl-C; the scan goes on.
     Interrupted,
 }
@@ -46,8 +46,8 @@ pub async fn follow(api: &Api, id: &str, total: Option<u64>) -> Result<Followed,
         ended = async {
             loop {
                 let status = read_status(api, id).await?;
-                let recent = rate.observe(show::progress_unit(&status).1);
-                let line = show::live_line(&status, total, recent);
+                let recent = rate.observe(show::progress_unit(&status.read).1);
+                let line = show::live_line(&status.read, total, recent);
                 match &bar {
                     Some(bar) => bar.set_message(line),
                     None => {
@@ -57,8 +57,8 @@ pub async fn follow(api: &Api, id: &str, total: Option<u64>) -> Result<Followed,
                         }
                     }
                 }
-                if has_ended(&status) {
-                    return Ok::<_, ApiError>(Followed::Ended(status));
+                if has_ended(&status.read.state) {
+                    return Ok::<_, ApiError>(Followed::Ended(Box::new(status)));
                 }
                 tokio::time::sleep(POLL).await;
             }
@@ -101,7 +101,7 @@ impl RecentRate {
 
 /// The status, read again for a few seconds when the app is briefly unavailable (a handler
 /// restarting answers 500 once; a host scaling in drops a connection).
-async fn read_status(api: &Api, id: &str) -> Result<Value, ApiError> {
+async fn read_status(api: &Api, id: &str) -> Result<Answer<StatusAnswer>, ApiError> {
     let mut tries = 0;
     loop {
         match api.status(id).await {
@@ -120,20 +120,17 @@ async fn read_status(api: &Api, id: &str) -> Result<Value, ApiError> {
 
 /// Whether watching is over: the scan succeeded, failed or was cancelled, or is paused
 /// (nothing moves until someone resumes it).
-pub fn has_ended(status: &Value) -> bool {
-    matches!(
-        status["state"].as_str(),
-        Some("succeeded" | "failed" | "cancelled" | "paused")
-    )
+pub fn has_ended(state: &str) -> bool {
+    matches!(state, "succeeded" | "failed" | "cancelled" | "paused")
 }
 
 /// The exit code a scan's state at the end of a watch gives: 0 succeeded, 1 failed, 2
 /// cancelled, 5 paused (3 and 4 are the command's own: refused, unreachable).
-pub fn exit_code(status: &Value) -> i32 {
-    match status["state"].as_str() {
-        Some("succeeded") => 0,
-        Some("cancelled" | "cancelling") => 2,
-        Some("paused" | "pausing") => 5,
+pub fn exit_code(state: &str) -> i32 {
+    match state {
+        "succeeded" => 0,
+        "cancelled" | "cancelling" => 2,
+        "paused" | "pausing" => 5,
         _ => 1,
     }
 }
@@ -150,7 +147,7 @@ pub struct Earlier {
 
 impl Earlier {
     /// The scope's size in the unit of `status`'s progress (`show::progress_unit`).
-    pub fn total_for(&self, status: &Value) -> Option<u64> {
+    pub fn total_for(&self, status: &StatusAnswer) -> Option<u64> {
         match show::progress_unit(status).0 {
             "partitions" => self.partitions,
             _ => Some(self.rows),
@@ -161,8 +158,9 @@ impl Earlier {
 /// What an earlier count of the same scope as `spec` found, if one succeeded: the time left can
 /// then be told. An import knows its size from the export's manifest. Looks at the 50 newest
 /// succeeded counts of the table and reads at most five.
-pub async fn earlier_count(api: &Api, spec: &Value) -> Option<Earlier> {
-    if let Some(rows) = spec["import"]["manifest"]["rows"].as_u64() {
+pub async fn earlier_count(api: &Api, spec: &SpecShown) -> Option<Earlier> {
+    let import = spec.import.as_ref();
+    if let Some(rows) = import.and_then(|i| i.manifest.as_ref()?.rows) {
         return Some(Earlier {
             rows,
             partitions: None,
@@ -170,44 +168,46 @@ pub async fn earlier_count(api: &Api, spec: &Value) -> Option<Earlier> {
         });
     }
     // A count of rows older than a moving moment is not the same scope twice.
-    if !spec["olderThan"].is_null() {
+    if spec.older_than.is_some() {
         return None;
     }
     let query = ListQuery {
         limit: 50,
         state: Some("succeeded"),
         action: Some("count"),
-        table: spec["table"].as_str(),
+        table: spec.table.as_deref(),
         after: None,
     };
     let page = api.list(&query).await.ok()?;
-    let candidates = page["scans"]
-        .as_array()?
+    let candidates = page
+        .read
+        .scans
         .iter()
         // An import's count read an export, not the table.
-        .filter(|s| s["action"] == "count" && s["table"] == spec["table"] && s["import"].is_null())
-        .filter_map(|s| s["id"].as_str().map(str::to_string))
+        .filter(|s| {
+            s.action == "count" && spec.table.as_ref() == Some(&s.table) && s.import.is_none()
+        })
+        .map(|s| s.id.clone())
         .take(5)
         .collect::<Vec<_>>();
     for id in candidates {
         let Ok(earlier) = api.status(&id).await else {
             continue;
         };
-        let same = ["connection", "scope", "filter"]
-            .iter()
-            .all(|field| earlier["spec"][field] == spec[field])
-            && earlier["spec"]["olderThan"].is_null()
-            && earlier["spec"]["import"].is_null()
-            && earlier["spec"]["dryRun"] != true;
-        if same {
-            let result = &earlier["result"];
-            if let Some(rows) = result["rows"].as_u64() {
-                return Some(Earlier {
-                    rows,
-                    partitions: result["partitions"].as_u64(),
-                    seconds: show::elapsed_seconds(&earlier),
-                });
-            }
+        let earlier = earlier.read;
+        let (was, is) = (&earlier.spec, spec);
+        let same = was.connection == is.connection
+            && was.scope == is.scope
+            && was.filter == is.filter
+            && was.older_than.is_none()
+            && was.import.is_none()
+            && !was.dry_run;
+        if let (true, Some(result)) = (same, &earlier.result) {
+            return Some(Earlier {
+                rows: result.rows,
+                partitions: Some(result.partitions),
+                seconds: show::elapsed_seconds(&earlier),
+            });
         }
     }
     None
@@ -216,15 +216,14 @@ pub async fn earlier_count(api: &Api, spec: &Value) -> Option<Earlier> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn final_states_give_exit_codes() {
-        assert_eq!(exit_code(&json!({"state": "succeeded"})), 0);
-        assert_eq!(exit_code(&json!({"state": "failed"})), 1);
-        assert_eq!(exit_code(&json!({"state": "cancelled"})), 2);
-        assert!(has_ended(&json!({"state": "cancelled"})));
-        assert!(!has_ended(&json!({"state": "cancelling"})));
-        assert!(!has_ended(&json!({"state": "running"})));
+        assert_eq!(exit_code("succeeded"), 0);
+        assert_eq!(exit_code("failed"), 1);
+        assert_eq!(exit_code("cancelled"), 2);
+        assert!(has_ended("cancelled"));
+        assert!(!has_ended("cancelling"));
+        assert!(!has_ended("running"));
     }
 }

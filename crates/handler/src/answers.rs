@@ -3,16 +3,23 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::app::AppState;
 use crate::names::{HTTP_REQUEST, HTTP_RESPONSE};
 use crate::protocol::{Failure, HttpRequest, Invocation, Outcome};
+use tablescan_api::answers::{ErrorAnswer, ErrorDetail};
 use tablescan_ledger::ledger::is_scan_id;
 
 /// The answer to the caller, as the `res` output.
 pub(crate) fn answer(status: StatusCode, body: Value) -> Outcome {
     Outcome::default().http(HTTP_RESPONSE, status, &body, &[])
+}
+
+/// One of the API's typed answers (`tablescan_api::answers`) as JSON, written through a
+/// `Value` as every answer is (so its keys are in order, as they always were).
+pub(crate) fn json_of<T: serde::Serialize>(body: &T) -> Value {
+    serde_json::to_value(body).unwrap_or(Value::Null)
 }
 
 /// A refusal to the caller: status, the request field at fault (if any), and why.
@@ -38,11 +45,13 @@ impl HttpError {
 
 impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
-        let mut detail = json!({ "message": self.message });
-        if let Some(field) = self.field {
-            detail["field"] = Value::String(field);
-        }
-        answer(self.status, json!({ "error": detail })).into_response()
+        let refusal = ErrorAnswer {
+            error: ErrorDetail {
+                message: self.message,
+                field: self.field,
+            },
+        };
+        answer(self.status, json_of(&refusal)).into_response()
     }
 }
 

@@ -4,11 +4,13 @@
 //! scans (even none) while `next` says there are more to look at.
 
 use axum::http::StatusCode;
-use serde_json::{json, Map, Value};
+use serde::Deserialize;
+use serde_json::Value;
 
 use crate::answers::{refusal, HttpError};
 use crate::protocol::HttpRequest;
-use tablescan_api::ActionSpec;
+use tablescan_api::answers::{ActionShown, ImportShown, ListEntry, ListProgress, SetShown};
+use tablescan_api::{ActionSpec, ScanSpec};
 use tablescan_ledger::status::spec_as_requested;
 use tablescan_ledger::{ScanStatus, State};
 use tablescan_storage::names::validate_table_name;
@@ -130,64 +132,63 @@ fn action_type(action: &ActionSpec) -> &'static str {
 /// What the list shows of a scan: its state, what it reads and what its action touches (the
 /// action's fields as a request names them, an update's properties by name only), whether it
 /// is a dry run, and its main counts.
-pub(super) fn entry(status: &ScanStatus) -> Value {
+pub(super) fn entry(status: &ScanStatus) -> ListEntry {
     let spec = &status.spec;
-    let requested = spec_as_requested(spec);
-    let mut target = requested["action"].as_object().cloned().unwrap_or_default();
-    target.remove("type");
-    if let Some(Value::Object(set)) = target.get("set") {
-        let names: Vec<&String> = set.keys().filter(|k| !k.contains('@')).collect();
-        target.insert("set".into(), json!(names));
+    ListEntry {
+        id: status.id.clone(),
+        state: status.state,
+        table: spec.table.clone(),
+        connection: spec.connection.clone(),
+        action: action_type(&spec.action).to_string(),
+        target: target(spec),
+        created_at: status.created_at.clone(),
+        started_at: status.started_at.clone(),
+        finished_at: status.finished_at.clone(),
+        progress: ListProgress::from(&status.progress),
+        status: format!("/api/scans/{}", status.id),
+        dry_run: spec.dry_run,
+        recent_rows_per_second: recent_rows_per_second(status),
+        // What the scan reads, so that an earlier count of the same scope can be found from
+        // the list alone (its size gives the time left; see docs/ui.md).
+        scope: Some(spec.scope.clone()),
+        filter: spec.filter.clone(),
+        older_than: spec.older_than.clone(),
+        import: spec.import.as_ref().map(|import| ImportShown {
+            container: import.container.clone(),
+            prefix: import.prefix.clone(),
+            connection: import.connection.clone(),
+            rows: import.manifest.as_ref().map(|manifest| manifest.rows),
+            manifest: None,
+        }),
     }
-    let p = &status.progress;
-    let mut entry = json!({
-        "id": status.id,
-        "state": status.state,
-        "table": spec.table,
-        "connection": spec.connection,
-        "action": action_type(&spec.action),
-        "target": Value::Object(target),
-        "createdAt": status.created_at,
-        "startedAt": status.started_at,
-        "finishedAt": status.finished_at,
-        "progress": {
-            "rowsRead": p.rows_read, "rowsActed": p.rows_acted, "rowsSkipped": p.rows_skipped,
-            "rowsFailed": p.rows_failed, "partitions": p.partitions,
-            "stepsDone": p.steps_done, "stepsPending": p.steps_pending, "stepsFailed": p.steps_failed,
-            "requestsThrottled": p.requests_throttled, "rowsPerSecond": p.rows_per_second,
-        },
-        "status": format!("/api/scans/{}", status.id),
-    });
-    if spec.dry_run {
-        entry["dryRun"] = json!(true);
-    }
-    // In flight: rows read per second over the last 20 seconds or so (steps record their rows
-    // when they finish, up to 15 s apart), from the history the status read has already
-    // (`job::history`).
-    if let (Some(history), true) = (&status.history, status.finished_at.is_none()) {
-        let began = status.started_at.as_deref().unwrap_or(&status.created_at);
-        if let Some(began) = tablescan_storage::table::entity::EdmDateTime::parse(began) {
-            let elapsed = (time::OffsetDateTime::now_utc() - began.time()).as_seconds_f64();
-            let recent = history.recent_rows_per_second(elapsed, 20.0);
-            entry["recentRowsPerSecond"] = json!(recent.unwrap_or(0.0));
-        }
-    }
-    // What the scan reads, so that an earlier count of the same scope can be found from the
-    // list alone (its size gives the time left; see docs/ui.md).
-    for field in ["scope", "filter", "olderThan"] {
-        if let Some(value) = requested.get(field).filter(|v| !v.is_null()) {
-            entry[field] = value.clone();
-        }
-    }
-    if let Some(import) = &spec.import {
-        let mut from = Map::new();
-        from.insert("container".into(), json!(import.container));
-        from.insert("prefix".into(), json!(import.prefix));
-        from.insert("connection".into(), json!(import.connection));
-        if let Some(rows) = requested["import"]["manifest"]["rows"].as_u64() {
-            from.insert("rows".into(), json!(rows));
-        }
-        entry["import"] = Value::Object(from);
-    }
-    entry
 }
+
+/// The action's fields as a request names them (`spec_as_requested`), without its type, an
+/// update's `set` by the properties' names.
+fn target(spec: &ScanSpec) -> ActionShown {
+    let requested = spec_as_requested(spec);
+    let mut target = ActionShown::deserialize(&requested["action"]).unwrap_or_default();
+    target.kind = None;
+    if let Some(set) = &target.set {
+        let names = set.names().into_iter().map(str::to_string).collect();
+        target.set = Some(SetShown::Names(names));
+    }
+    target
+}
+
+/// In flight: rows read per second over the last 20 seconds or so (steps record their rows
+/// when they finish, up to 15 s apart), from the history the status read has already
+/// (`ledger::history`).
+fn recent_rows_per_second(status: &ScanStatus) -> Option<f64> {
+    let (Some(history), true) = (&status.history, status.finished_at.is_none()) else {
+        return None;
+    };
+    let began = status.started_at.as_deref().unwrap_or(&status.created_at);
+    let began = tablescan_storage::table::entity::EdmDateTime::parse(began)?;
+    let elapsed = (time::OffsetDateTime::now_utc() - began.time()).as_seconds_f64();
+    Some(history.recent_rows_per_second(elapsed, 20.0).unwrap_or(0.0))
+}
+
+#[cfg(test)]
+#[path = "scans_list_tests.rs"]
+mod tests;

@@ -17,8 +17,6 @@
 //! by a later version, or damaged) counts as empty: the chart is informational, and a finish
 //! never fails on it.
 
-use serde::Serialize;
-
 use tablescan_storage::table::entity::{Entity, Value};
 
 /// The most intervals a history holds.
@@ -224,62 +222,30 @@ impl History {
 
 /// The history as the status shows it (`history`): per interval of `bucketSeconds`, from
 /// `offsetSeconds` after the scan started, the rows read, the entities (rows read plus table
-/// rows written, as a cap counts them) and the throttled requests.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct RateHistory {
-    pub bucket_seconds: u64,
-    pub offset_seconds: i64,
-    pub rows_read: Vec<u64>,
-    pub entities: Vec<u64>,
-    pub requests_throttled: Vec<u64>,
-}
+/// rows written, as a cap counts them) and the throttled requests. The API's type, which the
+/// CLI reads too.
+pub use tablescan_api::answers::RateHistory;
 
-impl RateHistory {
-    /// `history` as shown for a scan that started at `began_s` (seconds since the epoch)
-    /// and writes a table row per row acted on when `writes` is true.
-    pub fn of(history: &History, began_s: i64, writes: bool) -> Option<RateHistory> {
-        if history.samples.is_empty() {
-            return None;
-        }
-        let samples = history.samples();
-        Some(RateHistory {
-            bucket_seconds: history.seconds(),
-            offset_seconds: history.start_seconds() as i64 - began_s,
-            rows_read: samples.iter().map(|s| s.rows_read).collect(),
-            entities: samples
-                .iter()
-                .map(|s| {
-                    s.rows_read
-                        .saturating_add(if writes { s.rows_acted } else { 0 })
-                })
-                .collect(),
-            requests_throttled: samples.iter().map(|s| s.throttled).collect(),
-        })
+/// `history` as shown for a scan that started at `began_s` (seconds since the epoch) and
+/// writes a table row per row acted on when `writes` is true.
+pub fn rate_history(history: &History, began_s: i64, writes: bool) -> Option<RateHistory> {
+    if history.samples.is_empty() {
+        return None;
     }
-}
-
-impl RateHistory {
-    /// Rows read per second over the last `window` seconds (at least an interval) of a scan
-    /// `elapsed` seconds after its start: the rows of the intervals that end in the window,
-    /// over the time from the window's start (or the earliest of those intervals' starts,
-    /// never before the scan's) to now. `None` before the scan has run for any time.
-    pub fn recent_rows_per_second(&self, elapsed: f64, window: f64) -> Option<f64> {
-        let width = self.bucket_seconds as f64;
-        let since = (elapsed - window.max(width)).max(0.0);
-        let mut rows = 0u64;
-        let mut from = since;
-        for (i, read) in self.rows_read.iter().enumerate().rev() {
-            let start = self.offset_seconds as f64 + i as f64 * width;
-            if start + width <= since {
-                break;
-            }
-            rows += read;
-            from = from.min(start.max(0.0));
-        }
-        let span = elapsed - from;
-        (span > 0.0).then(|| (rows as f64 / span * 10.0).round() / 10.0)
-    }
+    let samples = history.samples();
+    Some(RateHistory {
+        bucket_seconds: history.seconds(),
+        offset_seconds: history.start_seconds() as i64 - began_s,
+        rows_read: samples.iter().map(|s| s.rows_read).collect(),
+        entities: samples
+            .iter()
+            .map(|s| {
+                s.rows_read
+                    .saturating_add(if writes { s.rows_acted } else { 0 })
+            })
+            .collect(),
+        requests_throttled: samples.iter().map(|s| s.throttled).collect(),
+    })
 }
 
 #[cfg(test)]

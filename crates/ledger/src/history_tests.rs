@@ -104,7 +104,7 @@ fn a_history_out_of_any_time_reads_as_empty_and_sums_without_a_panic() {
         assert_eq!(sum, sane, "{far}");
     }
     let big = shard(&format!("h1;0;{};{}/{}", T0 / 1000, u64::MAX, u64::MAX));
-    let shown = RateHistory::of(&big, (T0 / 1000) as i64, true).unwrap();
+    let shown = rate_history(&big, (T0 / 1000) as i64, true).unwrap();
     assert_eq!(shown.entities, vec![u64::MAX]);
 }
 
@@ -112,12 +112,12 @@ fn a_history_out_of_any_time_reads_as_empty_and_sums_without_a_panic() {
 fn the_status_form_counts_writes_for_actions_that_write() {
     let mut h = History::default();
     h.record(T0 + 2000, rows(10));
-    let shown = RateHistory::of(&h, (T0 / 1000) as i64, true).unwrap();
+    let shown = rate_history(&h, (T0 / 1000) as i64, true).unwrap();
     assert_eq!(shown.offset_seconds, 2);
     assert_eq!(shown.entities, vec![20]);
-    let shown = RateHistory::of(&h, (T0 / 1000) as i64, false).unwrap();
+    let shown = rate_history(&h, (T0 / 1000) as i64, false).unwrap();
     assert_eq!(shown.entities, vec![10]);
-    assert!(RateHistory::of(&History::default(), 0, true).is_none());
+    assert!(rate_history(&History::default(), 0, true).is_none());
 }
 
 /// The property stays small: 4 KB with every number at its largest, under 1 KB at the counts

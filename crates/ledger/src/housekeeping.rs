@@ -24,12 +24,8 @@ pub struct ScanPage {
     pub unreadable: Vec<Unreadable>,
 }
 
-/// A scan the list could not read.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Unreadable {
-    pub id: String,
-    pub error: String,
-}
+/// A scan the list could not read: the API's type (`unreadableScans`).
+pub use tablescan_api::answers::UnreadableScan as Unreadable;
 
 /// How far a bounded removal got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

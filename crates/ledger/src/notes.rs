@@ -4,8 +4,6 @@
 //! crash notes its rows once), and read a few at a time by the status: the counts are exact in
 //! the counter shards, these are samples.
 
-use serde::Serialize;
-
 use super::ledger::{Ledger, LedgerError};
 use super::rows::{self, rows_key, text};
 use tablescan_storage::table::entity::{Entity, Value};
@@ -19,15 +17,9 @@ pub(crate) const STEPS_READ: u16 = 4;
 /// 64 KiB, that is 32,768 of them.
 const MAX_STORED_UNITS: usize = 30_000;
 
-/// One noted row: its keys, and why it failed (`None` in a dry run's sample).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct NotedRow {
-    pub partition_key: String,
-    pub row_key: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-}
+/// One noted row: its keys, and why it failed (`None` in a dry run's sample). The API's type:
+/// a status shows noted rows as they are stored.
+pub use tablescan_api::answers::NotedRow;
 
 /// What one step noted.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

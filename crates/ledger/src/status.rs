@@ -1,17 +1,23 @@
 //! A scan's status, read from its counter shards every time it is asked for: a few entities
 //! whatever the scan's size, never stale, and never disagreeing with the ledger.
 
-use serde::Serialize;
 use time::OffsetDateTime;
 
 use super::activity::CLAIMS_WINDOW;
-use super::history::{History, RateHistory};
+use super::history::{rate_history, History};
 use super::ledger::{format_time, Ledger, LedgerError, ScanRecord};
-use super::notes::{NotedRow, RowNotes, STEPS_READ as NOTED_STEPS_READ};
+use super::notes::{RowNotes, STEPS_READ as NOTED_STEPS_READ};
 use super::read_budget::ReadCost;
 use super::redrive::Stranded;
 use super::rows::{Tallies, SHARDS};
 use tablescan_api::{ActionSpec, ScanSpec};
+
+/// The status document and its parts: the API's types (`tablescan_api::answers`), which the
+/// CLI reads too; the ledger fills them.
+pub use tablescan_api::answers::{
+    spec_as_requested, Activity, CountResult, ExportProgress, Pace, Progress, ScanStatus, State,
+    StepFailure,
+};
 
 /// How many items that failed for good a status lists (the count is always exact).
 pub const ERRORS_LISTED: u16 = 20;
@@ -23,83 +29,6 @@ const CONSISTENT_READ_TRIES: u32 = 3;
 /// and the read stays within its allowance (`job::read_budget`).
 const STATUS_SHARD_READS: u32 = 2;
 
-/// Where a scan stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum State {
-    /// Created; no step has started.
-    Pending,
-    Running,
-    /// Every work item done.
-    Succeeded,
-    /// No work left, but some work items failed for good.
-    Failed,
-    /// Cancelled, and some step still holds a claim: it stops at its next page.
-    Cancelling,
-    /// Cancelled, and no step runs any more: the counts are final.
-    Cancelled,
-    /// Paused, and some step still holds a claim: it stops at its next page.
-    Pausing,
-    /// Paused, and no step runs: nothing is read or written until it is resumed.
-    Paused,
-}
-
-/// The status document of `GET /api/scans/{id}`.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ScanStatus {
-    pub id: String,
-    pub state: State,
-    /// The request as the app normalised it, in the form a request takes (`as_requested`).
-    #[serde(serialize_with = "as_requested")]
-    pub spec: ScanSpec,
-    /// The cap the scan learned from its accounts' refusals (entities per second), which it is
-    /// paced at when lower than its own (see `job::learning`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub learned_max_rows_per_second: Option<u32>,
-    pub progress: Progress,
-    pub errors: Vec<StepFailure>,
-    /// Why a failed scan failed, in a sentence.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub failed_because: Option<String>,
-    /// Some of the rows the action could not act on, with their keys and why (the count is
-    /// `progress.rowsFailed`).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub row_failures: Vec<NotedRow>,
-    /// In a dry run, some of the rows the action would have acted on.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub dry_run_rows: Vec<NotedRow>,
-    pub created_at: String,
-    pub started_at: Option<String>,
-    pub finished_at: Option<String>,
-    /// For count scans that succeeded.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub result: Option<CountResult>,
-    /// For scans in flight, read by `GET /api/scans/{id}`: why the scan is or is not moving.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub activity: Option<Activity>,
-    /// For scans in flight, read by `GET /api/scans/{id}`: how fast it goes now, against its
-    /// cap (see `job::slices`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pace: Option<Pace>,
-    /// For exports: where the blobs are, how many are written, and the manifest once it is.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub export: Option<ExportProgress>,
-    /// The scan's rate since its start, in at most `job::history::SAMPLES` intervals, read
-    /// with the counter shards at no cost of its own; none before a step finished.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub history: Option<RateHistory>,
-    /// When the scan was paused (while it is), or resumed (after a pause).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub paused_at: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub resumed_at: Option<String>,
-    /// A resume is still sending the messages of the items the pause left pending (the next
-    /// resume call or the re-drive sweep goes on; see `job::pause`).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub resuming: bool,
-}
-
 /// Whether the scan writes a table row per row it acts on (a copy, a delete, an update, not
 /// in a dry run): a cap counts those writes beside the rows read.
 pub fn writes_rows(spec: &ScanSpec) -> bool {
@@ -108,143 +37,6 @@ pub fn writes_rows(spec: &ScanSpec) -> bool {
             spec.action,
             ActionSpec::Copy { .. } | ActionSpec::Delete | ActionSpec::Update { .. }
         )
-}
-
-/// `spec` in the form of a request: an enqueue over several queues names them in `queues`
-/// alone. The ledger keeps its own form (with `queue`, the first of them, too), which the
-/// API would refuse in a request ("name either queue or queues, not both").
-fn as_requested<S: serde::Serializer>(spec: &ScanSpec, serializer: S) -> Result<S::Ok, S::Error> {
-    serde::Serialize::serialize(&spec_as_requested(spec), serializer)
-}
-
-/// `spec` as JSON in the form of a request (see [`as_requested`]).
-pub fn spec_as_requested(spec: &ScanSpec) -> serde_json::Value {
-    let mut value = serde_json::to_value(spec).unwrap_or(serde_json::Value::Null);
-    if let ActionSpec::Enqueue { queues, .. } = &spec.action {
-        if !queues.is_empty() {
-            if let Some(action) = value.get_mut("action").and_then(|a| a.as_object_mut()) {
-                action.remove("queue");
-            }
-        }
-    }
-    value
-}
-
-/// Where an export stands.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ExportProgress {
-    pub container: String,
-    pub prefix: String,
-    /// Data blobs written by the steps counted so far, and their bytes.
-    pub blobs: u64,
-    pub bytes: u64,
-    /// The manifest's name once it is written (the scan has succeeded then); `null` before.
-    pub manifest: Option<String>,
-    pub manifest_written_at: Option<String>,
-    /// Why the manifest could not be written yet (the last attempt's error), while it cannot;
-    /// absent otherwise.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub manifest_error: Option<String>,
-}
-
-/// How fast a scan in flight goes now.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Pace {
-    /// The scan's cap in entities per second (rows read plus rows written), `null` for none.
-    pub max_rows_per_second: Option<u32>,
-    /// Entities per second the scan moved over the last second or so, summed over the
-    /// processes running it.
-    pub entities_per_second: f64,
-    /// Handler processes running or waiting to run steps of the scan.
-    pub instances: u64,
-}
-
-/// Why a scan in flight is or is not moving (see `job::activity`).
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Activity {
-    /// Items a step is working on now.
-    pub steps_running: u64,
-    /// Items whose step stopped without finishing: their messages come back when the host's
-    /// hold on them ends.
-    pub steps_abandoned: u64,
-    /// Whether the two figures above are estimates: exact up to 25 pending items, scaled up
-    /// from 25 of them (chosen by their hashed ids) above that (`job::activity`).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub estimated: bool,
-    /// How long the oldest pending item has waited since it was written or last sent (of 25 of
-    /// them when the scan has more pending items): a large figure with nothing running means its
-    /// message is stuck or lost.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub oldest_pending_seconds: Option<u64>,
-    /// When, at the latest, the messages of abandoned steps come back (the host's hold on a
-    /// delivered message ends at most 10 minutes after the delivery).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub abandoned_return_by: Option<String>,
-    /// Messages in the queues this scan's work items travel on (of every scan using them,
-    /// visible or not: the service's approximate counts). Read only when they could explain a
-    /// stall (no step running, none abandoned, none finished for a minute); `None` otherwise,
-    /// or when they could not be read.
-    pub queued_messages: Option<u64>,
-    /// Seconds since a step last finished, or since the scan was created if none has.
-    pub seconds_since_last_step: u64,
-    /// A sentence explaining a stall, when the figures show one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-}
-
-/// Exact progress counts.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Progress {
-    pub rows_read: u64,
-    pub rows_acted: u64,
-    pub rows_skipped: u64,
-    /// Rows the action could not act on (each reported, never retried).
-    pub rows_failed: u64,
-    pub partitions: u64,
-    pub steps_done: u64,
-    pub steps_pending: u64,
-    pub steps_failed: u64,
-    /// Attempts that failed and were tried again (a count of attempts, not of items).
-    pub attempts_failed: u64,
-    /// Storage requests of the scan's steps that the service answered "too busy" (503, or 500
-    /// Operation Timed Out), retried or not: how hard the accounts pushed back.
-    pub requests_throttled: u64,
-    /// Items that had failed for good and were run again by `POST /api/scans/{id}/retry`.
-    pub steps_retried: u64,
-    pub queries: u64,
-    pub rows_per_second: f64,
-    /// The longest single step, in seconds.
-    pub longest_step_seconds: f64,
-    /// When a step last finished (or failed for good).
-    pub last_step_at: Option<String>,
-    /// Work items whose messages were sent again because nobody had touched them for a long
-    /// time (a lost message); see `job::redrive`.
-    pub steps_redriven: u64,
-    /// For scans that want one row per partition (partition-keys, enqueue per partition): rows
-    /// the service returned per partition found, what the account was charged for each
-    /// (`scan::seek` keeps it near 1 where partitions are large).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rows_read_per_partition: Option<f64>,
-}
-
-/// A work item that failed for good.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StepFailure {
-    pub step: String,
-    pub error: String,
-    pub attempts: u64,
-}
-
-/// The answer of a count scan.
-#[derive(Debug, Clone, Serialize)]
-pub struct CountResult {
-    pub rows: u64,
-    pub partitions: u64,
 }
 
 /// A status as one read saw it: what the read cost, and what the status read's re-drive look
@@ -328,7 +120,7 @@ impl Ledger {
         let began = status.started_at.as_deref().unwrap_or(&status.created_at);
         let began_s = tablescan_storage::table::entity::EdmDateTime::parse(began)
             .map_or(0, |t| t.time().unix_timestamp());
-        status.history = RateHistory::of(&history, began_s, writes_rows(&status.spec));
+        status.history = rate_history(&history, began_s, writes_rows(&status.spec));
         status.row_failures = notes.failed;
         status.dry_run_rows = notes.sample;
         let resume_from = resume_from.filter(|_| status.resuming);

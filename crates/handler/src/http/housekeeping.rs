@@ -6,9 +6,10 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 use time::OffsetDateTime;
 
-use crate::answers::{answer, error, request, scan_target};
+use crate::answers::{answer, error, json_of, request, scan_target};
 use crate::app::AppState;
 use crate::scans_list::ListQuery;
+use tablescan_api::answers::ScansPage;
 use tablescan_ledger::State;
 
 /// `GET /api/scans`: the most recent scans (those the query's filters keep; see
@@ -64,11 +65,13 @@ pub async fn list_scans(state: &AppState, body: &[u8]) -> Response {
             scans.push(crate::scans_list::entry(&status));
         }
     }
-    answer(
-        StatusCode::OK,
-        json!({ "scans": scans, "next": page.next, "unreadableScans": unreadable, "rejectedMessages": rejected }),
-    )
-    .into_response()
+    let page = ScansPage {
+        scans,
+        next: page.next,
+        unreadable_scans: unreadable,
+        rejected_messages: rejected.iter().map(json_of).collect(),
+    };
+    answer(StatusCode::OK, json_of(&page)).into_response()
 }
 
 /// `DELETE /api/scans/{id}`: removes a finished scan's ledger rows, in rounds of at most 20 s.

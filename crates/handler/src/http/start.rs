@@ -3,15 +3,15 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 use time::OffsetDateTime;
 
 use super::provision::prepare;
-use crate::answers::{refuse, request, HttpError};
+use crate::answers::{json_of, refuse, request, HttpError};
 use crate::app::AppState;
 use crate::names::HTTP_RESPONSE;
 use crate::plan::scope_range;
 use crate::protocol::Outcome;
+use tablescan_api::answers::Started as StartAnswer;
 use tablescan_api::ScanSpec;
 use tablescan_engine::item::WorkItem;
 use tablescan_ledger::ledger::new_scan_id;
@@ -65,7 +65,11 @@ async fn try_start_scan(state: &AppState, body: &[u8]) -> Result<Response, HttpE
     let answer = Outcome::default().http(
         HTTP_RESPONSE,
         StatusCode::ACCEPTED,
-        &json!({ "id": started.id, "state": State::Pending, "status": location }),
+        &json_of(&StartAnswer {
+            id: started.id.clone(),
+            state: State::Pending,
+            status: location.clone(),
+        }),
         &[("Location", location.clone())],
     );
     Ok(crate::send::with_items(answer, started.roots).into_response())
