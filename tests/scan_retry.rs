@@ -101,3 +101,23 @@ async fn a_cancelled_scan_is_not_retried() {
     assert_eq!(code, 409, "{body}");
     assert_eq!(sent, 0);
 }
+
+/// An item given back by the pace a few times and then failed for good is retried as it was
+/// first sent: the give-backs before its failure are over, and its message stays one that a
+/// handler without the count can read.
+#[tokio::test]
+async fn a_failed_item_is_retried_without_the_give_backs_it_had() {
+    let (_state, ledger) = memory_state(&[]).await;
+    let root = new_scan(&ledger).await;
+    let kids = children(&root, 1);
+    finish(&ledger, &root, &kids).await;
+    let given_back = WorkItem {
+        given_back: 3,
+        ..kids[0].clone()
+    };
+    fail_for_good(&ledger, &given_back).await;
+    let retried = ledger.retry_failed(&root.scan, 10).await.unwrap();
+    assert_eq!(retried.len(), 1);
+    assert!(!retried[0].contains("back"), "{}", retried[0]);
+    assert_eq!(WorkItem::decode(&retried[0]).unwrap(), kids[0]);
+}

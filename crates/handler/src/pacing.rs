@@ -56,7 +56,12 @@ pub const GIVE_BACK_MAX: Duration = Duration::from_secs(16);
 /// instances; it keeps those instances from spending their time on returns.
 pub fn give_back_delay(times_given_back: u32, unit: f64) -> Duration {
     let ceiling = Duration::from_secs(2u64 << times_given_back.min(5)).min(GIVE_BACK_MAX);
-    ceiling.mul_f64(0.5 + 0.5 * unit.clamp(0.0, 1.0))
+    let unit = if unit.is_finite() {
+        unit.clamp(0.0, 1.0)
+    } else {
+        0.5
+    };
+    ceiling.mul_f64(0.5 + 0.5 * unit)
 }
 
 /// The rate one step of a paced scan is given at least (entities per second).

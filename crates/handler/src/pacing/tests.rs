@@ -302,6 +302,7 @@ fn each_give_back_in_a_row_waits_about_twice_as_long_up_to_16_seconds() {
     for n in [3, 4, 5, 6, 40, u32::MAX] {
         assert_eq!(bounds(n), (GIVE_BACK_MAX / 2, GIVE_BACK_MAX), "after {n}");
     }
+    assert_eq!(give_back_delay(2, f64::NAN), give_back_delay(2, 0.5));
     let middle = give_back_delay(2, 0.5);
     assert!(middle > bounds(2).0 && middle < bounds(2).1);
 }

@@ -79,7 +79,12 @@ impl Ledger {
                 let failed = FailedRow {
                     error,
                     attempts: u64::from(claim.attempt),
-                    message: item.encode(),
+                    // As first sent: a retry starts the item's give-backs afresh.
+                    message: WorkItem {
+                        given_back: 0,
+                        ..item.clone()
+                    }
+                    .encode(),
                     finished_at: now,
                 };
                 let operations = vec![

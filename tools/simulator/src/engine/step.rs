@@ -39,95 +39,112 @@ pub async fn invoke(engine: Arc<Engine>, instance: usize, queue: usize, message:
     let started = engine.now();
     let outcome = run(&engine, instance, &message).await;
     let end = engine.now();
-    let p = engine.params.clone();
     match outcome {
-        Outcome::Done(follow_ups) => {
-            let mut world = engine.world();
-            world.stats.executions_done_ok += 1;
-            world.stats.longest_execution = world.stats.longest_execution.max(end - started);
-            let mut queued = Vec::new();
-            for item in follow_ups {
-                world.stats.queue_operations += 1;
-                let q = if matches!(item.task, tablescan::scan::item::ReadRange::Range { .. }) {
-                    0
-                } else {
-                    1
-                };
-                queued.push((world.storage.put_message(end, q), item));
-            }
-            drop(world);
-            for (at, item) in queued {
-                let message = Message {
-                    item,
-                    deliveries: 0,
-                    failing_since: None,
-                };
-                engine.enqueue(message, at + p.poll_ms / 1000.0);
-            }
-        }
-        Outcome::GivenBack => {
-            // As the handler's `step::admission::give_back` does: out of sight for longer each
-            // time in a row, in a fresh message.
-            let spread = engine.world().storage.unit();
-            let delay = give_back_delay(message.item.given_back, spread).as_secs_f64();
-            let at = engine.world().storage.put_message(end, queue);
-            engine.world().stats.given_back += 1;
-            engine.world().stats.queue_operations += 1;
-            let item = WorkItem {
-                given_back: message.item.given_back.saturating_add(1),
-                ..message.item
-            };
-            let message = Message {
-                item,
-                deliveries: 0,
-                ..message
-            };
-            engine.enqueue(message, at + delay);
-        }
-        Outcome::Failed { recorded } => {
-            let since = message.failing_since.unwrap_or(started);
-            let deliveries = message.deliveries + 1;
-            let mut world = engine.world();
-            world.stats.longest_execution = world.stats.longest_execution.max(end - started);
-            if end - since >= p.outage_window_s {
-                world.stats.failed_for_good += 1;
-            } else if deliveries >= p.max_dequeue_count {
-                let visible = if recorded {
-                    // Handed on in a fresh message, invisible for twice the host's pause.
-                    world.stats.handed_on += 1;
-                    world.storage.put_message(end, queue) + 2.0 * p.visibility_timeout_s
-                } else {
-                    // The failure could not be recorded: the host's answer fails, the message
-                    // goes to the poison queue, and the re-drive sends the item again at its
-                    // next look.
-                    world.stats.redriven += 1;
-                    (end / p.sweep_s).ceil() * p.sweep_s + p.poll_ms / 1000.0
-                };
-                drop(world);
-                // A fresh message (handed on), or the one the ledger keeps (re-driven): the
-                // give-backs before it are over either way.
-                let item = WorkItem {
-                    given_back: 0,
-                    ..message.item
-                };
-                let message = Message {
-                    item,
-                    deliveries: 0,
-                    failing_since: Some(since),
-                };
-                engine.enqueue(message, visible);
-            } else {
-                drop(world);
-                let message = Message {
-                    deliveries,
-                    failing_since: Some(since),
-                    ..message
-                };
-                engine.enqueue(message, end + p.visibility_timeout_s);
-            }
-        }
+        Outcome::Done(follow_ups) => send_follow_ups(&engine, started, end, follow_ups),
+        Outcome::GivenBack => give_back(&engine, end, queue, message),
+        Outcome::Failed { recorded } => failed(&engine, started, end, queue, message, recorded),
     }
     engine.invocation_ended(instance, queue);
+}
+
+/// A step done: its follow-ups go to their queues.
+fn send_follow_ups(engine: &Arc<Engine>, started: f64, end: f64, follow_ups: Vec<WorkItem>) {
+    let mut world = engine.world();
+    world.stats.executions_done_ok += 1;
+    world.stats.longest_execution = world.stats.longest_execution.max(end - started);
+    let mut queued = Vec::new();
+    for item in follow_ups {
+        world.stats.queue_operations += 1;
+        let q = if matches!(item.task, tablescan::scan::item::ReadRange::Range { .. }) {
+            0
+        } else {
+            1
+        };
+        queued.push((world.storage.put_message(end, q), item));
+    }
+    drop(world);
+    for (at, item) in queued {
+        let message = Message {
+            item,
+            deliveries: 0,
+            failing_since: None,
+        };
+        engine.enqueue(message, at + engine.params.poll_ms / 1000.0);
+    }
+}
+
+/// As the handler's `step::admission::give_back` does: out of sight for longer each time in a
+/// row, in a fresh message.
+fn give_back(engine: &Arc<Engine>, end: f64, queue: usize, message: Message) {
+    let spread = engine.world().storage.unit();
+    let delay = give_back_delay(message.item.given_back, spread).as_secs_f64();
+    let at = engine.world().storage.put_message(end, queue);
+    engine.world().stats.given_back += 1;
+    engine.world().stats.queue_operations += 1;
+    let item = WorkItem {
+        given_back: message.item.given_back.saturating_add(1),
+        ..message.item
+    };
+    let message = Message {
+        item,
+        deliveries: 0,
+        failing_since: message.failing_since,
+    };
+    engine.enqueue(message, at + delay);
+}
+
+/// A step failed transiently: the host's retry, a hand-on in a fresh message, the re-drive, or
+/// (past the outage window) failed for good.
+fn failed(
+    engine: &Arc<Engine>,
+    started: f64,
+    end: f64,
+    queue: usize,
+    message: Message,
+    recorded: bool,
+) {
+    let p = &engine.params;
+    let since = message.failing_since.unwrap_or(started);
+    let deliveries = message.deliveries + 1;
+    let mut world = engine.world();
+    world.stats.longest_execution = world.stats.longest_execution.max(end - started);
+    if end - since >= p.outage_window_s {
+        world.stats.failed_for_good += 1;
+        return;
+    }
+    if deliveries < p.max_dequeue_count {
+        drop(world);
+        let message = Message {
+            deliveries,
+            failing_since: Some(since),
+            ..message
+        };
+        engine.enqueue(message, end + p.visibility_timeout_s);
+        return;
+    }
+    let visible = if recorded {
+        // Handed on in a fresh message, invisible for twice the host's pause.
+        world.stats.handed_on += 1;
+        world.storage.put_message(end, queue) + 2.0 * p.visibility_timeout_s
+    } else {
+        // The failure could not be recorded: the host's answer fails, the message goes to the
+        // poison queue, and the re-drive sends the item again at its next look.
+        world.stats.redriven += 1;
+        (end / p.sweep_s).ceil() * p.sweep_s + p.poll_ms / 1000.0
+    };
+    drop(world);
+    // A fresh message (handed on), or the one the ledger keeps (re-driven): the give-backs
+    // before it are over either way.
+    let item = WorkItem {
+        given_back: 0,
+        ..message.item
+    };
+    let message = Message {
+        item,
+        deliveries: 0,
+        failing_since: Some(since),
+    };
+    engine.enqueue(message, visible);
 }
 
 async fn run(engine: &Arc<Engine>, instance: usize, message: &Message) -> Outcome {
