@@ -361,97 +361,114 @@ async fn tick(engine: Arc<Engine>, pace: Arc<InstancePace>) {
             break;
         }
         let now = engine.now();
-        let moved = pace.moved.load(Ordering::Relaxed);
-        let idle = {
-            let mut state = lock(&pace.state);
-            state.moved_log.push_back((now, moved));
-            while state
-                .moved_log
-                .front()
-                .is_some_and(|(t, _)| now - t > RATE_SPAN)
-            {
-                state.moved_log.pop_front();
-            }
-            state.running + state.waiting == 0 && now - state.last_step_end > GRACE
-        };
-        if idle {
-            let share = lock(&pace.slices).take();
-            *lock(&pace.cap_in_use) = None;
-            pace.share.set_rate(None);
-            if let Some(share) = share {
-                share.leave().await;
-            }
-            lock(&pace.state).ticking = false;
+        if note_moved_and_idle(&pace, now) {
+            leave(&pace).await;
             return;
         }
-        // Learning from the back-off's cuts.
-        let cuts = pace.source.cuts();
-        let cut = {
-            let mut state = lock(&pace.state);
-            let cut = cuts > state.cuts_seen;
-            state.cuts_seen = cuts;
-            if cut && state.report_at.is_none() {
-                state.report_at = Some(now + REPORT_DELAY);
-            }
-            cut
-        };
-        let rate = pace.rate_moved(now);
-        if cut && scan.learned().is_some() {
-            let granted = pace.share.rate().unwrap_or(f64::INFINITY);
-            if rate >= granted * PRESSING {
-                scan.refused_pressing(&engine, now);
-            }
-        }
-        let report_due = {
-            let mut state = lock(&pace.state);
-            match state.report_at {
-                Some(at) if now >= at => {
-                    state.report_at = None;
-                    true
-                }
-                _ => false,
-            }
-        };
-        if report_due {
-            scan.report(&engine, pace.instance, rate, now, true);
-        } else {
-            // Others report what they move into an open round.
-            scan.report(&engine, pace.instance, rate, now, false);
-        }
-        scan.settle(&engine, now);
+        let rate = learn(&engine, &pace, now);
         // A capped scan: the instance's share.
         let Some(cap) = scan.cap() else {
             continue;
         };
-        let share = {
-            let mut slices = lock(&pace.slices);
-            let share = slices.get_or_insert_with(|| {
-                pace.share.set_rate(Some(0.0));
-                Arc::new(ScanShare::new(
-                    scan.store.clone(),
-                    TokioClock,
-                    "scan",
-                    &format!("instance-{}", pace.instance),
-                    cap,
-                ))
-            });
-            if (share.cap() - cap).abs() > 1e-9 {
-                share.set_cap(cap);
-            }
-            share.clone()
-        };
-        *lock(&pace.cap_in_use) = Some(cap);
-        let waiting = lock(&pace.state).waiting > 0;
-        let held_back = pace.share.held_since(
-            tokio::time::Instant::now()
-                .checked_sub(Duration::from_secs(1))
-                .unwrap_or_else(tokio::time::Instant::now),
-        );
-        let demand = Demand {
-            wants_more: held_back || waiting || share.granted() <= 0.0,
-            used: rate,
-        };
-        share.tick(demand).await;
-        pace.share.set_rate(Some(share.granted()));
+        keep_share(&engine, &pace, cap, rate).await;
     }
+}
+
+/// Logs what the instance moved by `now`; `true` when it has run no step for `GRACE`.
+fn note_moved_and_idle(pace: &InstancePace, now: f64) -> bool {
+    let moved = pace.moved.load(Ordering::Relaxed);
+    let mut state = lock(&pace.state);
+    state.moved_log.push_back((now, moved));
+    while state
+        .moved_log
+        .front()
+        .is_some_and(|(t, _)| now - t > RATE_SPAN)
+    {
+        state.moved_log.pop_front();
+    }
+    state.running + state.waiting == 0 && now - state.last_step_end > GRACE
+}
+
+/// The instance leaves the scan: its slices given back, its share cleared.
+async fn leave(pace: &InstancePace) {
+    let share = lock(&pace.slices).take();
+    *lock(&pace.cap_in_use) = None;
+    pace.share.set_rate(None);
+    if let Some(share) = share {
+        share.leave().await;
+    }
+    lock(&pace.state).ticking = false;
+}
+
+/// Learning from the back-off's cuts: reports into the scan's round, settles it; the rate the
+/// instance moved over the last `RATE_SPAN`.
+fn learn(engine: &Arc<Engine>, pace: &InstancePace, now: f64) -> f64 {
+    let scan = &engine.pacing;
+    let cuts = pace.source.cuts();
+    let cut = {
+        let mut state = lock(&pace.state);
+        let cut = cuts > state.cuts_seen;
+        state.cuts_seen = cuts;
+        if cut && state.report_at.is_none() {
+            state.report_at = Some(now + REPORT_DELAY);
+        }
+        cut
+    };
+    let rate = pace.rate_moved(now);
+    if cut && scan.learned().is_some() {
+        let granted = pace.share.rate().unwrap_or(f64::INFINITY);
+        if rate >= granted * PRESSING {
+            scan.refused_pressing(engine, now);
+        }
+    }
+    let report_due = {
+        let mut state = lock(&pace.state);
+        match state.report_at {
+            Some(at) if now >= at => {
+                state.report_at = None;
+                true
+            }
+            _ => false,
+        }
+    };
+    // Without a cut of its own, the instance reports what it moves into an open round.
+    scan.report(engine, pace.instance, rate, now, report_due);
+    scan.settle(engine, now);
+    rate
+}
+
+/// Keeps the instance's share of a capped scan: its slices ticked with its demand, its rate
+/// set to what they grant.
+async fn keep_share(engine: &Arc<Engine>, pace: &InstancePace, cap: f64, rate: f64) {
+    let scan = &engine.pacing;
+    let share = {
+        let mut slices = lock(&pace.slices);
+        let share = slices.get_or_insert_with(|| {
+            pace.share.set_rate(Some(0.0));
+            Arc::new(ScanShare::new(
+                scan.store.clone(),
+                TokioClock,
+                "scan",
+                &format!("instance-{}", pace.instance),
+                cap,
+            ))
+        });
+        if (share.cap() - cap).abs() > 1e-9 {
+            share.set_cap(cap);
+        }
+        share.clone()
+    };
+    *lock(&pace.cap_in_use) = Some(cap);
+    let waiting = lock(&pace.state).waiting > 0;
+    let held_back = pace.share.held_since(
+        tokio::time::Instant::now()
+            .checked_sub(Duration::from_secs(1))
+            .unwrap_or_else(tokio::time::Instant::now),
+    );
+    let demand = Demand {
+        wants_more: held_back || waiting || share.granted() <= 0.0,
+        used: rate,
+    };
+    share.tick(demand).await;
+    pace.share.set_rate(Some(share.granted()));
 }
