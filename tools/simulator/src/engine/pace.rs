@@ -22,7 +22,7 @@ use std::time::Duration;
 use tablescan::functions::pacing::{cap_of, ADMIT_WAIT, SHARE_WAIT, STEP_RATE};
 use tablescan::job::learning::{next_cap, BETWEEN_ROUNDS, LOWER, LOWER_EVERY, QUIET, RAISE, ROUND};
 use tablescan::storage::pacing::{Governor, TokenBucket};
-use tablescan_pace::{Demand, InMemorySlices, ScanShare, TokioClock};
+use tablescan_pace::{Clock, Demand, InMemorySlices, ScanShare};
 
 use super::{lock, Engine};
 use crate::ledger_costs::Cost;
@@ -72,7 +72,27 @@ pub struct ScanPacing {
     set: Option<f64>,
     learning: Mutex<Learning>,
     store: InMemorySlices,
+    /// The slices' clock: this case's own, so that a case's leases do not depend on the cases
+    /// run before it in the same process.
+    clock: CaseClock,
     instances: Mutex<HashMap<usize, Arc<InstancePace>>>,
+}
+
+/// Milliseconds since the case's first reading of the clock, on tokio's (paused) clock, from a
+/// fixed start. `tablescan_pace::TokioClock` anchors once per process to the wall clock: a
+/// second case in the same process began at an offset that included real time, and its leases
+/// ran out at other moments from one run to the next.
+#[derive(Clone, Default)]
+struct CaseClock(Arc<std::sync::OnceLock<tokio::time::Instant>>);
+
+/// Where a case's clock starts: 2023-11-14, any fixed epoch time would do.
+const CASE_EPOCH_MS: u64 = 1_700_000_000_000;
+
+impl Clock for CaseClock {
+    fn now_ms(&self) -> u64 {
+        let start = *self.0.get_or_init(tokio::time::Instant::now);
+        CASE_EPOCH_MS + start.elapsed().as_millis() as u64
+    }
 }
 
 #[derive(Default)]
@@ -93,7 +113,7 @@ pub struct InstancePace {
     pub source: Arc<Governor>,
     pub target: Arc<Governor>,
     share: TokenBucket,
-    slices: Mutex<Option<Arc<ScanShare<InMemorySlices, TokioClock>>>>,
+    slices: Mutex<Option<Arc<ScanShare<InMemorySlices, CaseClock>>>>,
     cap_in_use: Mutex<Option<f64>>,
     state: Mutex<PaceState>,
     /// Entities this instance moved for the scan (rows read, rows written).
@@ -106,6 +126,7 @@ impl ScanPacing {
             set: (params.cap > 0.0).then_some(params.cap),
             learning: Mutex::default(),
             store: InMemorySlices::default(),
+            clock: CaseClock::default(),
             instances: Mutex::default(),
         }
     }
@@ -447,7 +468,7 @@ async fn keep_share(engine: &Arc<Engine>, pace: &InstancePace, cap: f64, rate: f
             pace.share.set_rate(Some(0.0));
             Arc::new(ScanShare::new(
                 scan.store.clone(),
-                TokioClock,
+                scan.clock.clone(),
                 "scan",
                 &format!("instance-{}", pace.instance),
                 cap,
