@@ -164,6 +164,15 @@ impl WorkItem {
         }
     }
 
+    /// This item as it was first sent: the give-backs before a hand-on, a retry or a re-drive
+    /// are over, and the message stays one a handler without the count can read.
+    pub fn as_first_sent(&self) -> Self {
+        WorkItem {
+            given_back: 0,
+            ..self.clone()
+        }
+    }
+
     /// The deterministic id: a hash of the scan id and the exact task (range and cursor).
     /// The depth is not part of it: the same range is the same work, however it was reached.
     ///

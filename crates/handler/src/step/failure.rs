@@ -138,11 +138,7 @@ pub(super) async fn on_failure(
 async fn send_again_later(state: &AppState, kind: ItemKind, item: &WorkItem) -> Result<(), String> {
     let delay = state.host_queues.visibility_timeout * 2;
     // It ran: the give-backs before it are over.
-    let again = WorkItem {
-        given_back: 0,
-        ..item.clone()
-    };
-    send_later(state, kind, &again, delay).await
+    send_later(state, kind, &item.as_first_sent(), delay).await
 }
 
 /// Puts `item`'s message in its queue again, invisible for `delay` (1 s to 10 min).

@@ -80,11 +80,7 @@ impl Ledger {
                     error,
                     attempts: u64::from(claim.attempt),
                     // As first sent: a retry starts the item's give-backs afresh.
-                    message: WorkItem {
-                        given_back: 0,
-                        ..item.clone()
-                    }
-                    .encode(),
+                    message: item.as_first_sent().encode(),
                     finished_at: now,
                 };
                 let operations = vec![

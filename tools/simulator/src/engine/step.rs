@@ -135,12 +135,8 @@ fn failed(
     drop(world);
     // A fresh message (handed on), or the one the ledger keeps (re-driven): the give-backs
     // before it are over either way.
-    let item = WorkItem {
-        given_back: 0,
-        ..message.item
-    };
     let message = Message {
-        item,
+        item: message.item.as_first_sent(),
         deliveries: 0,
         failing_since: Some(since),
     };
