@@ -235,85 +235,115 @@ pub async fn sweep_handler(state: &AppState, body: &[u8]) -> Response {
 pub async fn sweep(state: &AppState, ledger: &Ledger) -> Result<Sweep, String> {
     let deadline = Instant::now() + state.config.budget.max_duration;
     let listings = ledger.listings().await.map_err(|e| e.to_string())?;
-    let after = redrive_after(state);
-    let lease = time::Duration::try_from(state.config.lease).unwrap_or(time::Duration::MINUTE);
     let mut done = Sweep {
         scans: listings.len(),
         ..Sweep::default()
     };
     for listing in &listings {
-        let id = &listing.id;
         if Instant::now() >= deadline {
             done.left += 1;
             continue;
         }
-        let looked = ledger
-            .status_and_stranded(id, OffsetDateTime::now_utc(), after, lease)
-            .await
-            .map_err(|e| e.to_string());
-        let result = match looked {
-            Ok(Some((status, stranded))) if wants_redrive(status.state) => {
-                if status.resuming {
-                    // A resume nobody went on with: this sweep sends its next round.
-                    match super::pause::resume_round_by_sweep(state, ledger, id).await {
-                        Ok(sent) => done.sent += sent,
-                        Err(why) => tracing::warn!(scan = id.as_str(), "resume round: {why}"),
-                    }
-                }
-                if status.export.is_some() && status.progress.steps_pending == 0 {
-                    // Every step is done and the manifest is not written: the step that
-                    // finished last stopped before writing it.
-                    super::manifest::seal_if_done(state, ledger, id).await;
-                }
-                redrive_stranded(state, ledger, id, stranded, deadline)
-                    .await
-                    .map(|sent| done.sent += sent)
-            }
-            Ok(Some((status, _))) if wants_drops(&status) => {
-                match ledger
-                    .drop_unclaimed(
-                        id,
-                        OffsetDateTime::now_utc(),
-                        DROP_LOOKS_PER_SWEEP,
-                        deadline,
-                    )
-                    .await
-                {
-                    Ok(dropped) => {
-                        done.dropped += dropped.dropped;
-                        if dropped.dropped > 0 {
-                            tracing::info!(
-                                scan = id.as_str(),
-                                dropped = dropped.dropped,
-                                "dropped pending items of a cancelled scan"
-                            );
-                        }
-                        if dropped.complete && dropped.dropped == 0 && dropped.left == 0 {
-                            // No pending row is left (its counters may lag behind a drop
-                            // made meanwhile): nothing for the sweep to wait for.
-                            settle(ledger, listing, &mut done).await
-                        } else {
-                            Ok(())
-                        }
-                    }
-                    Err(e) => Err(e.to_string()),
-                }
-            }
-            // A paused scan stays listed, untouched: its items wait for the resume.
-            Ok(Some((status, _))) if matches!(status.state, State::Paused | State::Pausing) => {
-                Ok(())
-            }
-            // No such scan: one being created (its entry is written first) is left alone.
-            Ok(None) if !listing.orphaned_at(OffsetDateTime::now_utc()) => Ok(()),
-            Ok(_) => settle(ledger, listing, &mut done).await,
-            Err(why) => Err(why),
-        };
-        if let Err(why) = result {
-            tracing::warn!(scan = id.as_str(), "re-drive sweep: {why}");
+        if let Err(why) = sweep_scan(state, ledger, listing, deadline, &mut done).await {
+            tracing::warn!(scan = listing.id.as_str(), "re-drive sweep: {why}");
             done.left += 1;
         }
     }
     Ok(done)
+}
+
+/// One scan of the sweep, by what its status says: in flight, its stranded items sent again;
+/// cancelled, its unclaimed items dropped; paused, left alone; settled or gone, taken off the
+/// list.
+async fn sweep_scan(
+    state: &AppState,
+    ledger: &Ledger,
+    listing: &Listing,
+    deadline: Instant,
+    done: &mut Sweep,
+) -> Result<(), String> {
+    let id = &listing.id;
+    let after = redrive_after(state);
+    let lease = time::Duration::try_from(state.config.lease).unwrap_or(time::Duration::MINUTE);
+    let looked = ledger
+        .status_and_stranded(id, OffsetDateTime::now_utc(), after, lease)
+        .await
+        .map_err(|e| e.to_string())?;
+    match looked {
+        Some((status, stranded)) if wants_redrive(status.state) => {
+            go_on_with(state, ledger, id, &status, stranded, deadline, done).await
+        }
+        Some((status, _)) if wants_drops(&status) => {
+            drop_cancelled(ledger, listing, deadline, done).await
+        }
+        // A paused scan stays listed, untouched: its items wait for the resume.
+        Some((status, _)) if matches!(status.state, State::Paused | State::Pausing) => Ok(()),
+        // No such scan: one being created (its entry is written first) is left alone.
+        None if !listing.orphaned_at(OffsetDateTime::now_utc()) => Ok(()),
+        _ => settle(ledger, listing, done).await,
+    }
+}
+
+/// Keeps scan `id`, in flight, going where nobody else does: the next round of a resume
+/// nobody went on with, the manifest the last step did not write, and its `stranded` items.
+async fn go_on_with(
+    state: &AppState,
+    ledger: &Ledger,
+    id: &str,
+    status: &ScanStatus,
+    stranded: Vec<Stranded>,
+    deadline: Instant,
+    done: &mut Sweep,
+) -> Result<(), String> {
+    if status.resuming {
+        // A resume nobody went on with: this sweep sends its next round.
+        match super::pause::resume_round_by_sweep(state, ledger, id).await {
+            Ok(sent) => done.sent += sent,
+            Err(why) => tracing::warn!(scan = id, "resume round: {why}"),
+        }
+    }
+    if status.export.is_some() && status.progress.steps_pending == 0 {
+        // Every step is done and the manifest is not written: the step that finished last
+        // stopped before writing it.
+        super::manifest::seal_if_done(state, ledger, id).await;
+    }
+    done.sent += redrive_stranded(state, ledger, id, stranded, deadline).await?;
+    Ok(())
+}
+
+/// Drops the unclaimed pending items of cancelled scan `listing` (see `job::cancel_drop`), and
+/// takes it off the list once none is left.
+async fn drop_cancelled(
+    ledger: &Ledger,
+    listing: &Listing,
+    deadline: Instant,
+    done: &mut Sweep,
+) -> Result<(), String> {
+    let id = listing.id.as_str();
+    let dropped = ledger
+        .drop_unclaimed(
+            id,
+            OffsetDateTime::now_utc(),
+            DROP_LOOKS_PER_SWEEP,
+            deadline,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    done.dropped += dropped.dropped;
+    if dropped.dropped > 0 {
+        tracing::info!(
+            scan = id,
+            dropped = dropped.dropped,
+            "dropped pending items of a cancelled scan"
+        );
+    }
+    if dropped.complete && dropped.dropped == 0 && dropped.left == 0 {
+        // No pending row is left (its counters may lag behind a drop made meanwhile): nothing
+        // for the sweep to wait for.
+        settle(ledger, listing, done).await
+    } else {
+        Ok(())
+    }
 }
 
 /// Takes a scan off the list as its entry was read (see [`Ledger::settle`]), counting it.

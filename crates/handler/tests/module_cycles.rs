@@ -21,13 +21,6 @@ use std::path::{Path, PathBuf};
 const KNOWN_CYCLES: &[(&str, &[&str])] = &[
     ("cli", &["applies", "args", "request", "schedule"]),
     ("cli", &["show", "watch"]),
-    (
-        "ledger",
-        &[
-            "activity", "exports", "history", "ledger", "notes", "pause", "rows",
-        ],
-    ),
-    ("ledger", &["redrive", "status"]),
 ];
 
 /// The root module of a crate, as a node of the graph (its re-exports and items of its own).

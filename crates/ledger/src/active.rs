@@ -2,33 +2,22 @@
 //! left to notice it: no step runs, and perhaps nobody reads its status. The timer function
 //! (`RedriveScans`) looks at every scan listed here, sends its stranded work items again, and
 //! takes the scan off the list once it has settled, so the list stays as short as the number
-//! of scans in flight however long the ledger's history grows.
+//! of scans in flight however long the ledger's history grows. (A scan is listed by the ledger's
+//! own writes, `Ledger::list_active` in `ledger::scans`: its creation, a cancel, a retry.)
 
 use time::{Duration, OffsetDateTime};
 
-use super::ledger::{Ledger, LedgerError};
+use super::ledger::{Ledger, LedgerError, ACTIVE_PARTITION};
 use tablescan_storage::table::batch::IfMatch;
-use tablescan_storage::table::entity::{EdmDateTime, Entity};
+use tablescan_storage::table::entity::EdmDateTime;
 use tablescan_storage::table::filter::{Comparison, Filter};
 use tablescan_storage::table::query::Query;
-use tablescan_storage::table::WriteMode;
 
-/// The ledger partition that lists the scans in flight, one row per scan id.
-pub(crate) const ACTIVE_PARTITION: &str = "~active";
 /// How long an entry whose scan does not exist is kept: far longer than a start takes from
 /// writing the entry to recording the scan.
 pub const CREATION_GRACE: Duration = Duration::minutes(10);
 
 impl Ledger {
-    /// Lists scan `id` as in flight. Written before the scan itself, so that a scan can never
-    /// exist unlisted; a listing whose scan was never created is dropped by the next sweep.
-    pub(crate) async fn list_active(&self, id: &str) -> Result<(), LedgerError> {
-        self.table()
-            .upsert(&Entity::new(ACTIVE_PARTITION, id), WriteMode::Replace)
-            .await?;
-        Ok(())
-    }
-
     /// The ids of the scans listed as in flight (in id order, which is no particular order).
     pub async fn active_scans(&self) -> Result<Vec<String>, LedgerError> {
         Ok(self.listings().await?.into_iter().map(|l| l.id).collect())

@@ -1,4 +1,4 @@
-//! What an export leaves behind, and what the ledger keeps of it.
+//! What an export leaves behind, and the form of what the ledger keeps of it.
 //!
 //! An export's blobs sit under its prefix:
 //!
@@ -18,17 +18,16 @@
 //! once each. The manifest is written from those rows when every step is done; an import reads
 //! the manifest, never a listing, so a blob a crashed or superseded attempt left behind is
 //! never read twice (and is deleted when the manifest is written).
+//!
+//! Only the forms are here (the blobs' names, a `blob:` row, the manifest), below the ledger's
+//! operations: `ledger::finish` writes the rows, `export_records` reads them and keeps the
+//! manifest's marks on the scan row.
 
 use serde::{Deserialize, Serialize};
-use time::OffsetDateTime;
 
-use super::ledger::{Ledger, LedgerError};
-use super::rows::{self, int, number, text, SCAN_ROW};
+use super::rows::{self, int, number, text};
 use tablescan_api::{Compression, ScanSpec};
-use tablescan_storage::table::batch::IfMatch;
 use tablescan_storage::table::entity::{Entity, Value};
-use tablescan_storage::table::query::{Continuation, Query};
-use tablescan_storage::table::WriteMode;
 
 /// The manifest format written by this version: 2 says `complete` (format 1, written before
 /// it, has no such field, and is read as it always was).
@@ -200,83 +199,6 @@ pub fn part_text(entries: &[BlobEntry]) -> String {
         text.push('\n');
     }
     text
-}
-
-impl Ledger {
-    /// One page of the blobs recorded for scan `scan` (at most [`BLOBS_PER_PART`]), from
-    /// `from` (the previous page's continuation); the next page's, `None` after the last.
-    pub async fn recorded_blobs(
-        &self,
-        scan: &str,
-        from: Option<&Continuation>,
-    ) -> Result<(Vec<BlobEntry>, Option<Continuation>), LedgerError> {
-        let query = Query::filtered(rows::rows_of(scan, rows::blob_range()))
-            .select(["name", "rows", "bytes", "sha256"])
-            .top(BLOBS_PER_PART as u16);
-        let page = self.table().query_page(&query, from).await?;
-        let entries = page
-            .entities
-            .iter()
-            .map(|e| {
-                BlobEntry::from_entity(e).ok_or_else(|| {
-                    LedgerError::Corrupt(
-                        format!("scan {scan}"),
-                        format!("{} is not a blob record", e.row_key),
-                    )
-                })
-            })
-            .collect::<Result<_, _>>()?;
-        Ok((entries, page.continuation))
-    }
-
-    /// Records that writing scan `scan`'s manifest failed at `now` (its record `record` as
-    /// read before the attempt); gives up, failing the scan, once attempts have failed for
-    /// `give_up_after`. Returns whether it gave up.
-    pub async fn note_manifest_failure(
-        &self,
-        record: &super::ScanRecord,
-        error: &str,
-        now: OffsetDateTime,
-        give_up_after: time::Duration,
-    ) -> Result<bool, LedgerError> {
-        let merge = record
-            .manifest_trouble
-            .failed_attempt(&record.id, error, now, give_up_after);
-        let gave_up = merge.properties.contains_key("manifestGaveUpAt");
-        self.table()
-            .update(&merge, WriteMode::Merge, &IfMatch::Any)
-            .await?;
-        Ok(gave_up)
-    }
-
-    /// Lets scan `scan`'s manifest be tried again after the scan gave up on it (a retry).
-    pub async fn clear_manifest_trouble(
-        &self,
-        scan: &str,
-        now: OffsetDateTime,
-    ) -> Result<(), LedgerError> {
-        self.table()
-            .update(
-                &rows::ManifestTrouble::cleared(scan, now),
-                WriteMode::Merge,
-                &IfMatch::Any,
-            )
-            .await?;
-        Ok(())
-    }
-
-    /// Records that scan `scan`'s manifest was written.
-    pub async fn mark_manifest_written(
-        &self,
-        scan: &str,
-        at: OffsetDateTime,
-    ) -> Result<(), LedgerError> {
-        let row = Entity::new(scan, SCAN_ROW).with("manifestWrittenAt", rows::date_value(at));
-        self.table()
-            .update(&row, WriteMode::Merge, &IfMatch::Any)
-            .await?;
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -113,7 +113,7 @@ impl Ledger {
                 INDEX_PARTITION.to_string(),
                 index_key(id, record.created_at),
             ),
-            (super::active::ACTIVE_PARTITION.to_string(), id.to_string()),
+            (super::ledger::ACTIVE_PARTITION.to_string(), id.to_string()),
         ] {
             match self.table().delete(&partition, &row, &IfMatch::Any).await {
                 Err(e) if !e.is_not_found() => return Err(e.into()),

@@ -1,13 +1,12 @@
 //! Rows a step noted: those its action could not act on, with why, and in a dry run some of
 //! those it would have acted on. Stored per step in a `rows:<item>` row of the scan's
 //! partition, written by the same transaction as the step's finish (so a step redone after a
-//! crash notes its rows once), and read a few at a time by the status: the counts are exact in
-//! the counter shards, these are samples.
+//! crash notes its rows once), and read a few at a time by the status (`Ledger::row_notes`, in
+//! `status`): the counts are exact in the counter shards, these are samples. Only the rows'
+//! form is here, below the ledger's operations, which write and read it.
 
-use super::ledger::{Ledger, LedgerError};
-use super::rows::{self, rows_key, text};
+use super::rows::{rows_key, text};
 use tablescan_storage::table::entity::{Entity, Value};
-use tablescan_storage::table::query::Query;
 
 /// How many rows of each kind a status lists.
 pub const ROWS_LISTED: usize = 20;
@@ -55,7 +54,7 @@ impl RowNotes {
     }
 
     /// Adds `other`'s rows, keeping at most [`ROWS_LISTED`] of each kind.
-    fn add(&mut self, other: RowNotes) {
+    pub(crate) fn add(&mut self, other: RowNotes) {
         for (mine, theirs) in [
             (&mut self.failed, other.failed),
             (&mut self.sample, other.sample),
@@ -75,20 +74,6 @@ fn stored_json(noted: &[NotedRow]) -> String {
             return json;
         }
         kept -= 1;
-    }
-}
-
-impl Ledger {
-    /// Up to [`ROWS_LISTED`] noted rows of each kind, from the first few steps that noted any:
-    /// one query of a few entities, whatever the scan's size.
-    pub async fn row_notes(&self, scan: &str) -> Result<RowNotes, LedgerError> {
-        let query = Query::filtered(rows::rows_of(scan, rows::rows_range())).top(STEPS_READ);
-        let page = self.table().query_page(&query, None).await?;
-        let mut notes = RowNotes::default();
-        for entity in &page.entities {
-            notes.add(RowNotes::from_entity(entity));
-        }
-        Ok(notes)
     }
 }
 

@@ -36,17 +36,6 @@ pub const RESUME_ROWS_PER_ROUND: u16 = 500;
 const MARKS_PER_TRANSACTION: usize = 100;
 /// How many times a scan-row write is tried again after another write changed the row first.
 const ROW_RACES: u32 = 5;
-/// How long after a pause a step that was running then may still act, unless the app says
-/// otherwise ([`Ledger::with_steps_stop_within`]): a step's work ends at its storage deadline,
-/// three budgets of 15 s after it started, and its finish takes a few requests more.
-pub const STEPS_STOP_WITHIN: time::Duration = time::Duration::seconds(60);
-
-impl ScanRecord {
-    /// Whether the scan is paused: paused, and not resumed since.
-    pub fn is_paused(&self) -> bool {
-        rows::is_paused(self.paused_at, self.resumed_at)
-    }
-}
 
 /// What one round of a resume did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -58,25 +47,12 @@ pub struct ResumeRound {
 }
 
 impl Ledger {
-    /// This ledger, for an app whose steps end at most `within` after a pause (their storage
-    /// deadline and their finish): see [`Ledger::steps_stop_within`].
-    pub fn with_steps_stop_within(mut self, within: time::Duration) -> Self {
-        self.steps_stop_within = within;
-        self
-    }
-
-    /// How long after a pause a step that was running then may still act (each sees the
-    /// pause at its next page and stops, at the latest, at its storage deadline).
-    pub fn steps_stop_within(&self) -> time::Duration {
-        self.steps_stop_within
-    }
-
     /// Whether paused scan `record`'s pause is recent enough at `now` for a step that was
     /// running then to be running still (see [`Ledger::steps_stop_within`]).
     pub(crate) fn steps_may_run(&self, record: &ScanRecord, now: OffsetDateTime) -> bool {
         record
             .paused_at
-            .is_some_and(|paused| now < paused + self.steps_stop_within)
+            .is_some_and(|paused| now < paused + self.steps_stop_within())
     }
 
     /// Whether a step of paused scan `record` may still be running at `now` (what keeps it

@@ -22,6 +22,7 @@ use time::{Duration, OffsetDateTime};
 
 use super::ledger::{Ledger, LedgerError};
 use super::rows::{self, millis, PendingRow, ScanRow, Tallies};
+use tablescan_api::answers::ScanStatus;
 use tablescan_storage::table::batch::IfMatch;
 use tablescan_storage::table::entity::Entity;
 use tablescan_storage::table::WriteMode;
@@ -93,7 +94,7 @@ pub fn stall_after(lease: Duration) -> Duration {
 
 /// How long scan `status` has made no progress at `now`: since its last step finished, or
 /// since it started (or was created) if none has.
-pub fn quiet_for(status: &super::ScanStatus, now: OffsetDateTime) -> Duration {
+pub fn quiet_for(status: &ScanStatus, now: OffsetDateTime) -> Duration {
     let last = status
         .progress
         .last_step_at

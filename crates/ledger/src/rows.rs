@@ -494,7 +494,7 @@ impl PendingRow {
 /// A `done:<item>` row.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DoneRow {
-    pub counts: super::ledger::StepCounts,
+    pub counts: super::step_counts::StepCounts,
     pub depth: u64,
     pub finished_at: OffsetDateTime,
     /// The ids of the children it recorded, so a redelivery can look for unstarted ones;

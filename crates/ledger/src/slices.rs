@@ -11,7 +11,7 @@ use time::OffsetDateTime;
 
 use super::ledger::{Ledger, LedgerError};
 use super::rows::{millis, number, pace_key, pace_range, rows_of};
-use super::status::Pace;
+use tablescan_api::answers::Pace;
 use tablescan_pace::{SliceRow, SliceStore, StoreError};
 use tablescan_storage::table::batch::{IfMatch, Operation};
 use tablescan_storage::table::entity::{Entity, Value};

@@ -9,8 +9,9 @@ use super::ledger::{format_time, Ledger, LedgerError, ScanRecord};
 use super::notes::{RowNotes, STEPS_READ as NOTED_STEPS_READ};
 use super::read_budget::ReadCost;
 use super::redrive::Stranded;
-use super::rows::{Tallies, SHARDS};
+use super::rows::{self, Tallies, SHARDS};
 use tablescan_api::{ActionSpec, ScanSpec};
+use tablescan_storage::table::query::Query;
 
 /// The status document and its parts: the API's types (`tablescan_api::answers`), which the
 /// CLI reads too; the ledger fills them.
@@ -189,6 +190,19 @@ impl Ledger {
             (totals, etags, history) = (again, again_etags, again_history);
         }
         Ok((totals, false, made, history))
+    }
+
+    /// Up to [`ROWS_LISTED`](crate::notes::ROWS_LISTED) noted rows of each kind, from the first
+    /// few steps that noted any (see `notes`): one query of a few entities, whatever the
+    /// scan's size.
+    pub async fn row_notes(&self, scan: &str) -> Result<RowNotes, LedgerError> {
+        let query = Query::filtered(rows::rows_of(scan, rows::rows_range())).top(NOTED_STEPS_READ);
+        let page = self.table().query_page(&query, None).await?;
+        let mut notes = RowNotes::default();
+        for entity in &page.entities {
+            notes.add(RowNotes::from_entity(entity));
+        }
+        Ok(notes)
     }
 }
 
@@ -430,5 +444,87 @@ mod tests {
         let shown = spec_as_requested(&spec);
         assert!(shown["action"].get("queue").is_none(), "{shown}");
         assert_eq!(shown["action"]["queues"], serde_json::json!(["qa1", "qb2"]));
+    }
+
+    /// Through the ledger: the steps' finishes land in the status's history, summed over the
+    /// shards they counted in, from the scan's start, with no request more than the status read
+    /// made before (one query of the 16 shards; `read.cost` is unchanged).
+    #[tokio::test]
+    async fn a_status_shows_the_rate_of_every_finished_step_since_the_start() {
+        use crate::history::SAMPLES;
+        use crate::ledger::{Begin, StepCounts};
+        use tablescan_engine::item::{ReadRange, WorkItem};
+        use tablescan_engine::keys::KeyRange;
+        use tablescan_storage::table::in_memory::InMemoryTable;
+        use time::Duration;
+
+        let t0 = time::macros::datetime!(2026-11-23 00:00 UTC);
+        let at = |s: i64| t0 + Duration::seconds(s);
+        let table = InMemoryTable::new("ledger");
+        table.set_now(t0);
+        let ledger = Ledger::in_memory(table.clone());
+        ledger.ensure().await.unwrap();
+        let spec = tablescan_api::ScanSpec::parse(
+            r#"{"table":"source","action":{"type":"copy","table":"target"}}"#,
+            &|name: &str| {
+                (name == "AzureWebJobsStorage").then(|| "UseDevelopmentStorage=true".into())
+            },
+        )
+        .unwrap();
+        let root = WorkItem::root(crate::ledger::new_scan_id(), KeyRange::all(), "");
+        ledger.create_scan(&spec, &root, t0).await.unwrap();
+        let children: Vec<WorkItem> = (0..2)
+            .map(|n| {
+                root.follow_up(ReadRange::Partition {
+                    partition_key: format!("p{n}"),
+                    row_keys: KeyRange::all(),
+                    prefix: String::new(),
+                    cursor: None,
+                    unstarted: false,
+                })
+            })
+            .collect();
+        let counts = |rows: u64, throttled: u64| StepCounts {
+            rows_read: rows,
+            rows_acted: rows,
+            requests_throttled: throttled,
+            queries: 1,
+            ..StepCounts::default()
+        };
+        let lease = Duration::seconds(60);
+        let mut steps = vec![(&root, 1, counts(100, 0), children.clone())];
+        steps.push((&children[0], 30, counts(50, 2), Vec::new()));
+        steps.push((&children[1], 100, counts(50, 0), Vec::new()));
+        for (item, finished, counts, children) in steps {
+            table.set_now(at(finished - 1));
+            let Begin::Run(claim) = ledger.begin(item, at(finished - 1), lease).await.unwrap()
+            else {
+                panic!("the step should run");
+            };
+            table.set_now(at(finished));
+            ledger
+                .finish(item, &claim, counts, &children, at(finished))
+                .await
+                .unwrap();
+        }
+        let read = ledger
+            .read_status(&root.scan, at(101))
+            .await
+            .unwrap()
+            .unwrap();
+        let history = read.status.history.expect("a history");
+        assert_eq!(history.rows_read.iter().sum::<u64>(), 200);
+        // A copy writes a row per row: entities are rows read plus rows written.
+        assert_eq!(history.entities.iter().sum::<u64>(), 400);
+        assert_eq!(history.requests_throttled.iter().sum::<u64>(), 2);
+        assert!(history.rows_read.len() <= SAMPLES);
+        // A hundred seconds in intervals of 2 s, the first holding the root's finish.
+        assert_eq!(history.bucket_seconds, 2);
+        assert!(history.offset_seconds <= 1 && history.offset_seconds >= -1);
+        assert_eq!(history.rows_read[0], 100);
+        // The status read cost what it did before the history: the scan row and one or two
+        // reads of the shards.
+        assert!(read.cost.requests <= 3, "{:?}", read.cost);
+        assert!(read.cost.entities <= ReadCost::new(1, 1 + 2 * 16).entities);
     }
 }

@@ -166,75 +166,96 @@ impl Refresher {
         let cuts = source.cuts();
         let now = Instant::now();
         if self.pace.has_learned.load(Ordering::Relaxed) {
-            // The scan has a ceiling already: rounds are for learning the first. Refused while
-            // using all of its share here, the ceiling is too high for what else runs on the
-            // account now; it is lowered, at most once a while (checked here first, so that
-            // a hundred processes refused at once do not all read the ledger).
-            self.report_at = None;
-            self.close_at_ms = None;
-            self.cuts_seen = Some(cuts);
-            let tried_lately = self
-                .lower_tried
-                .is_some_and(|at| now.saturating_duration_since(at) < LOWER_EVERY);
-            if cuts > seen && !tried_lately && self.pressing(now) {
-                self.lower_tried = Some(now);
-                self.lower(now_ms).await;
-            }
+            self.lower_if_pressing(cuts, seen, now, now_ms).await;
             return;
         }
         if cuts > seen {
             self.cuts_seen = Some(cuts);
-            // Counted once per round: a second cut while this process's report for the open
-            // round stands adds nothing.
-            let open = self.pace.round_ms.load(Ordering::Relaxed);
-            let reported_open =
-                self.reported_round == open && now_ms < open + ROUND.as_millis() as u64;
-            if !reported_open {
-                self.report_at.get_or_insert(now + REPORT_DELAY);
-            }
+            self.plan_report_of_cut(now, now_ms);
         }
-        // A round another process opened, seen with the scan: this process's part counts too.
+        self.join_open_round(now, now_ms);
+        if self.report_at.is_some_and(|at| now >= at) {
+            self.report_at = None;
+            let refused = cuts > cuts_before;
+            let estimate = source.estimate().filter(|_| refused);
+            self.report_moved(estimate, refused, now_ms).await;
+        }
+        self.close_round_when_over(now_ms).await;
+    }
+
+    /// For a scan that has a ceiling already (rounds are for learning the first): refused
+    /// again (`cuts` over `seen`) while using all of its share here, the ceiling is too high
+    /// for what else runs on the account now; it is lowered, at most once a while (checked
+    /// here first, so that a hundred processes refused at once do not all read the ledger).
+    async fn lower_if_pressing(&mut self, cuts: u64, seen: u64, now: Instant, now_ms: u64) {
+        self.report_at = None;
+        self.close_at_ms = None;
+        self.cuts_seen = Some(cuts);
+        let tried_lately = self
+            .lower_tried
+            .is_some_and(|at| now.saturating_duration_since(at) < LOWER_EVERY);
+        if cuts > seen && !tried_lately && self.pressing(now) {
+            self.lower_tried = Some(now);
+            self.lower(now_ms).await;
+        }
+    }
+
+    /// After a new cut: a report once the back-off has settled ([`REPORT_DELAY`]), counted
+    /// once per round (a second cut while this process's report for the open round stands
+    /// adds nothing).
+    fn plan_report_of_cut(&mut self, now: Instant, now_ms: u64) {
+        let open = self.pace.round_ms.load(Ordering::Relaxed);
+        let reported_open = self.reported_round == open && now_ms < open + ROUND.as_millis() as u64;
+        if !reported_open {
+            self.report_at.get_or_insert(now + REPORT_DELAY);
+        }
+    }
+
+    /// A round another process opened, seen with the scan: this process's part counts too, so
+    /// it reports now. One attempt per round, whatever it meets: lost tries leave the round to
+    /// the others rather than pressing on its row.
+    fn join_open_round(&mut self, now: Instant, now_ms: u64) {
         let round = self.pace.round_ms.load(Ordering::Relaxed);
         let round_open = round > self.reported_round && now_ms < round + ROUND.as_millis() as u64;
         if round_open && self.report_at.is_none() {
             self.report_at = Some(now);
-            // One attempt per round, whatever it meets: lost tries leave the round to the
-            // others rather than pressing on its row.
             self.reported_round = round;
         }
-        if self.report_at.is_some_and(|at| now >= at) {
-            self.report_at = None;
-            // What this process pressed on the account with: where its back-off takes the
-            // account to refuse it, but no more than the account gave it since (what it moved
-            // over the last seconds, which the back-off brought back to that estimate unless
-            // the account took less); for a process the account did not refuse, what it moves.
-            // The estimate alone counts what steps asked for, ahead of what the account served,
-            // and learned caps 30-50% over what the account took.
-            let moved = self.rate();
-            let rate = match source.estimate() {
-                Some(estimate) if cuts > cuts_before => estimate.min(moved),
-                _ => moved,
-            };
-            // A process that moved nothing lately did not press on the account: its report
-            // would only say less than the scan moved.
-            tracing::debug!(
-                scan = %self.pace.scan, rate, moved, refused = cuts > cuts_before,
-                "reporting into the scan's learning round"
-            );
-            if rate >= 1.0 {
-                self.report(rate, now_ms).await;
-            }
+    }
+
+    /// Reports what this process pressed on the account with: where its back-off takes the
+    /// account to refuse it (`estimate`, when it was `refused`), but no more than the account
+    /// gave it since (what it moved over the last seconds, which the back-off brought back to
+    /// that estimate unless the account took less); for a process the account did not refuse,
+    /// what it moves. The estimate alone counts what steps asked for, ahead of what the
+    /// account served, and learned caps 30-50% over what the account took.
+    async fn report_moved(&mut self, estimate: Option<f64>, refused: bool, now_ms: u64) {
+        let moved = self.rate();
+        let rate = estimate.map_or(moved, |estimate| estimate.min(moved));
+        // A process that moved nothing lately did not press on the account: its report
+        // would only say less than the scan moved.
+        tracing::debug!(
+            scan = %self.pace.scan, rate, moved, refused,
+            "reporting into the scan's learning round"
+        );
+        if rate >= 1.0 {
+            self.report(rate, now_ms).await;
         }
-        if self.close_at_ms.is_some_and(|at| now_ms >= at) {
-            self.close_at_ms = None;
-            let ledger = &self.pace.ledger;
-            if let Err(e) = ledger.close_round(&self.pace.scan, now_ms).await {
-                tracing::debug!(scan = %self.pace.scan, "could not close a learning round: {e}");
-            }
-            // Whoever closed it, the cap it set applies here at once.
-            if let Ok(Some(learning)) = ledger.learning(&self.pace.scan).await {
-                self.pace.learned(learning.cap);
-            }
+    }
+
+    /// Closes the round this process reported into once it is over, and applies the cap it
+    /// set (whoever closed it) here at once.
+    async fn close_round_when_over(&mut self, now_ms: u64) {
+        if self.close_at_ms.is_none_or(|at| now_ms < at) {
+            return;
+        }
+        self.close_at_ms = None;
+        let ledger = &self.pace.ledger;
+        if let Err(e) = ledger.close_round(&self.pace.scan, now_ms).await {
+            tracing::debug!(scan = %self.pace.scan, "could not close a learning round: {e}");
+        }
+        if let Ok(Some(learning)) = ledger.learning(&self.pace.scan).await {
+            self.pace.learned(learning.cap);
         }
     }
 

@@ -2,13 +2,13 @@
 //! added to a counter shard, in one transaction on the etag of its claim, so that children are
 //! recorded exactly when their parent is marked done and each item counts once.
 
-use serde::Serialize;
 use time::OffsetDateTime;
 
 use super::{Claim, Ledger, LedgerError};
 use crate::exports::BlobEntry;
 use crate::notes::RowNotes;
 use crate::rows::{done_key, millis, pending_key, shard_of, DoneRow, PendingRow, Tallies};
+use crate::step_counts::StepCounts;
 use tablescan_engine::item::WorkItem;
 use tablescan_storage::table::batch::{IfMatch, Operation};
 use tablescan_storage::ErrorKind;
@@ -16,23 +16,6 @@ use tablescan_storage::ErrorKind;
 /// Room in a transaction (100 operations) for children, next to the step's own three: its
 /// pending row's delete, its done row and its counter shard.
 const CHILDREN_IN_FINISH: usize = 100 - 3;
-
-/// What a finished step contributes to the scan's progress.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StepCounts {
-    pub rows_read: u64,
-    pub rows_acted: u64,
-    pub rows_skipped: u64,
-    /// Rows the action could not act on.
-    pub rows_failed: u64,
-    pub partitions: u64,
-    pub queries: u64,
-    /// Its storage requests answered "too busy" (see `storage::throttled`).
-    pub requests_throttled: u64,
-    /// How long the step took (the longest is reported, not the sum).
-    pub duration_ms: u64,
-}
 
 /// How recording a step's end went.
 #[derive(Debug, PartialEq, Eq)]

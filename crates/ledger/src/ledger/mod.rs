@@ -23,10 +23,11 @@ mod finish;
 mod scans;
 mod shards;
 
+pub use crate::step_counts::StepCounts;
 pub(crate) use claims::Ahead;
 pub use claims::{Begin, Claim};
 pub use failures::FailureRecord;
-pub use finish::{Finish, StepCounts};
+pub use finish::Finish;
 pub(crate) use scans::index_key;
 pub use scans::{Created, Rejected, ScanRecord};
 
@@ -42,6 +43,12 @@ use tablescan_storage::{ErrorKind, StorageError, TableClient};
 pub const DEFAULT_LEDGER_TABLE: &str = "tablescanledger";
 pub(crate) const INDEX_PARTITION: &str = "~index";
 pub(crate) const REJECTED_PARTITION: &str = "~rejected";
+/// The partition that lists the scans in flight, one row per scan id (`active`).
+pub(crate) const ACTIVE_PARTITION: &str = "~active";
+/// How long after a pause a step that was running then may still act, unless the app says
+/// otherwise ([`Ledger::with_steps_stop_within`]): a step's work ends at its storage deadline,
+/// three budgets of 15 s after it started, and its finish takes a few requests more.
+pub const STEPS_STOP_WITHIN: time::Duration = time::Duration::seconds(60);
 
 /// A failed ledger operation.
 #[derive(Debug, thiserror::Error)]
@@ -87,8 +94,8 @@ impl LedgerError {
 #[derive(Clone)]
 pub struct Ledger {
     table: LedgerTable,
-    /// See [`Ledger::steps_stop_within`] (`job::pause`).
-    pub(super) steps_stop_within: time::Duration,
+    /// See [`Ledger::steps_stop_within`] (`pause`).
+    steps_stop_within: time::Duration,
 }
 
 impl Ledger {
@@ -96,7 +103,7 @@ impl Ledger {
     pub fn new(table: TableClient) -> Self {
         Ledger {
             table: LedgerTable::Storage(table),
-            steps_stop_within: super::pause::STEPS_STOP_WITHIN,
+            steps_stop_within: STEPS_STOP_WITHIN,
         }
     }
 
@@ -104,8 +111,21 @@ impl Ledger {
     pub fn in_memory(table: InMemoryTable) -> Self {
         Ledger {
             table: LedgerTable::Memory(table),
-            steps_stop_within: super::pause::STEPS_STOP_WITHIN,
+            steps_stop_within: STEPS_STOP_WITHIN,
         }
+    }
+
+    /// This ledger, for an app whose steps end at most `within` after a pause (their storage
+    /// deadline and their finish): see [`Ledger::steps_stop_within`].
+    pub fn with_steps_stop_within(mut self, within: time::Duration) -> Self {
+        self.steps_stop_within = within;
+        self
+    }
+
+    /// How long after a pause a step that was running then may still act (each sees the
+    /// pause at its next page and stops, at the latest, at its storage deadline).
+    pub fn steps_stop_within(&self) -> time::Duration {
+        self.steps_stop_within
     }
 
     pub fn table(&self) -> &LedgerTable {

@@ -1,10 +1,14 @@
 //! A scan's own rows: its record (the request, and when it started, was cancelled, paused...),
-//! its entry in the index of scans newest first, and the refused messages the scans list shows.
+//! its entry in the index of scans newest first, its listing among the scans in flight (read
+//! and settled by `active`), and the refused messages the scans list shows.
 
 use serde::Serialize;
 use time::OffsetDateTime;
 
-use super::{format_time, is_scan_id, Ledger, LedgerError, INDEX_PARTITION, REJECTED_PARTITION};
+use super::{
+    format_time, is_scan_id, Ledger, LedgerError, ACTIVE_PARTITION, INDEX_PARTITION,
+    REJECTED_PARTITION,
+};
 use crate::rows::{
     self, date, pending_key, shard_of, text, PendingRow, ScanRow, Tallies, LEDGER_FORMAT, SHARDS,
 };
@@ -40,6 +44,13 @@ pub struct ScanRecord {
     pub learned_cap: Option<f64>,
     /// When the scan's last learning round opened (epoch ms; 0 before any).
     pub learn_round_ms: u64,
+}
+
+impl ScanRecord {
+    /// Whether the scan is paused: paused, and not resumed since.
+    pub fn is_paused(&self) -> bool {
+        rows::is_paused(self.paused_at, self.resumed_at)
+    }
 }
 
 /// What `create_scan` did.
@@ -123,6 +134,15 @@ impl Ledger {
                 None => false,
             },
         )
+    }
+
+    /// Lists scan `id` as in flight. Written before the scan itself, so that a scan can never
+    /// exist unlisted; a listing whose scan was never created is dropped by the next sweep.
+    pub(crate) async fn list_active(&self, id: &str) -> Result<(), LedgerError> {
+        self.table()
+            .upsert(&Entity::new(ACTIVE_PARTITION, id), WriteMode::Replace)
+            .await?;
+        Ok(())
     }
 
     /// Reads a scan record.
