@@ -94,7 +94,6 @@ async fn a_json_message_with_leaking_fields_still_runs_its_step() {
     assert_eq!(status["state"], "succeeded", "{status}");
 }
 
-
 async fn start(host: &TestHost, body: String, key: String) -> common::host::Answer {
     host.http_with_headers(
         "StartScan",

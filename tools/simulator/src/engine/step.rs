@@ -12,7 +12,7 @@ use std::time::Duration;
 use tablescan::functions::pacing::give_back_delay;
 use tablescan::scan::item::WorkItem;
 use tablescan::scan::run_step;
-use tablescan::scan::StepError;
+use tablescan::scan::{StepError, StepReport};
 
 use super::io::{ledger_request, Reader, Sink, StepClock};
 use super::{lock, Engine, Message};
@@ -161,18 +161,64 @@ async fn claimed(
     message: &Message,
     pace: &Arc<super::pace::InstancePace>,
 ) -> Outcome {
-    let p = &engine.params;
-    // begin: the scan row, the pending row, the claim, one after another.
-    for _ in 0..BEGIN.requests {
-        if ledger_request(engine, 1.0, p.entity_ms / 1000.0)
-            .await
-            .is_err()
-        {
-            engine.world().stats.failed_on_ledger += 1;
-            return Outcome::Failed { recorded: false };
+    if begin(engine).await.is_err() {
+        engine.world().stats.failed_on_ledger += 1;
+        return Outcome::Failed { recorded: false };
+    }
+    let report = match run_renewing(engine, instance, message, pace).await {
+        Ok(report) => report,
+        Err(error) => {
+            {
+                let mut world = engine.world();
+                match error {
+                    StepError::Action(_) => world.stats.failed_on_write += 1,
+                    _ => world.stats.failed_on_read += 1,
+                }
+            }
+            let recorded = record_failure(engine, message).await;
+            return Outcome::Failed { recorded };
         }
+    };
+    if engine.action == Action::Export {
+        upload_export_blob(engine, report.rows_delivered).await;
+    }
+    if finish(engine, message, report.follow_ups.len())
+        .await
+        .is_err()
+    {
+        engine.world().stats.failed_on_ledger += 1;
+        let recorded = record_failure(engine, message).await;
+        return Outcome::Failed { recorded };
+    }
+    {
+        let mut world = engine.world();
+        world.stats.rows_acted += report.rows_delivered;
+        world.stats.queries += u64::from(report.queries);
+    }
+    Outcome::Done(report.follow_ups)
+}
+
+/// `Ledger::begin`: the scan row, the pending row, the claim, one after another.
+async fn begin(engine: &Engine) -> Result<(), ()> {
+    let p = &engine.params;
+    for _ in 0..BEGIN.requests {
+        ledger_request(engine, 1.0, p.entity_ms / 1000.0)
+            .await
+            .map_err(|_| ())?;
     }
     let _ = BEGIN.entities;
+    Ok(())
+}
+
+/// The real `run_step` on the simulated account, its claim renewed every third of the lease
+/// while it runs (as the handler's step does).
+async fn run_renewing(
+    engine: &Arc<Engine>,
+    instance: usize,
+    message: &Message,
+    pace: &Arc<super::pace::InstancePace>,
+) -> Result<StepReport, StepError<String>> {
+    let p = &engine.params;
     let clock = StepClock(engine);
     let reader = Reader {
         engine: engine.clone(),
@@ -202,41 +248,15 @@ async fn claimed(
         }
     };
     let (report, ()) = tokio::join!(work, renewal);
-    let report = match report {
-        Ok(report) => report,
-        Err(error) => {
-            {
-                let mut world = engine.world();
-                match error {
-                    StepError::Action(_) => world.stats.failed_on_write += 1,
-                    _ => world.stats.failed_on_read += 1,
-                }
-            }
-            let recorded = record_failure(engine, message).await;
-            return Outcome::Failed { recorded };
-        }
-    };
-    if engine.action == Action::Export {
-        // The step's blob: one upload of its rows (gzip JSON lines, 8 bytes a row as
-        // benches measured), 50 ms plus 60 MB/s.
-        let bytes = report.rows_delivered as f64 * 8.0;
-        tokio::time::sleep(Duration::from_secs_f64(0.05 + bytes / 60e6)).await;
-        engine.world().stats.blob_writes += 1;
-    }
-    if finish(engine, message, report.follow_ups.len())
-        .await
-        .is_err()
-    {
-        engine.world().stats.failed_on_ledger += 1;
-        let recorded = record_failure(engine, message).await;
-        return Outcome::Failed { recorded };
-    }
-    {
-        let mut world = engine.world();
-        world.stats.rows_acted += report.rows_delivered;
-        world.stats.queries += u64::from(report.queries);
-    }
-    Outcome::Done(report.follow_ups)
+    report
+}
+
+/// An export step's blob: one upload of its rows (gzip JSON lines, 8 bytes a row as benches
+/// measured), 50 ms plus 60 MB/s.
+async fn upload_export_blob(engine: &Engine, rows: u64) {
+    let bytes = rows as f64 * 8.0;
+    tokio::time::sleep(Duration::from_secs_f64(0.05 + bytes / 60e6)).await;
+    engine.world().stats.blob_writes += 1;
 }
 
 /// `Ledger::fail` of a transient failure: `true` if recorded.
