@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tablescan::functions::pacing::give_back_delay;
+use tablescan::functions::pacing::{fan_out, give_back_delay};
 use tablescan::scan::item::WorkItem;
 use tablescan::scan::run_step;
 use tablescan::scan::{StepError, StepReport};
@@ -147,10 +147,10 @@ async fn run(engine: &Arc<Engine>, instance: usize, message: &Message) -> Outcom
     let p = &engine.params;
     tokio::time::sleep(Duration::from_secs_f64(p.invocation_ms / 1000.0)).await;
     let pace = engine.pacing.instance(engine, instance);
-    if !pace.admit(engine).await {
+    let Some(crowded) = pace.admit(engine).await else {
         return Outcome::GivenBack;
-    }
-    let outcome = claimed(engine, instance, message, &pace).await;
+    };
+    let outcome = claimed(engine, instance, message, &pace, crowded).await;
     pace.step_ended(engine.now());
     outcome
 }
@@ -160,12 +160,13 @@ async fn claimed(
     instance: usize,
     message: &Message,
     pace: &Arc<super::pace::InstancePace>,
+    crowded: bool,
 ) -> Outcome {
     if begin(engine).await.is_err() {
         engine.world().stats.failed_on_ledger += 1;
         return Outcome::Failed { recorded: false };
     }
-    let report = match run_renewing(engine, instance, message, pace).await {
+    let report = match run_renewing(engine, instance, message, pace, crowded).await {
         Ok(report) => report,
         Err(error) => {
             {
@@ -217,8 +218,11 @@ async fn run_renewing(
     instance: usize,
     message: &Message,
     pace: &Arc<super::pace::InstancePace>,
+    crowded: bool,
 ) -> Result<StepReport, StepError<String>> {
     let p = &engine.params;
+    let mut options = engine.options.clone();
+    options.fan_out = fan_out(options.fan_out, crowded);
     let clock = StepClock(engine);
     let reader = Reader {
         engine: engine.clone(),
@@ -232,7 +236,7 @@ async fn run_renewing(
     };
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let work = async {
-        let report = run_step(&reader, &message.item, &engine.options, &clock, &mut sink).await;
+        let report = run_step(&reader, &message.item, &options, &clock, &mut sink).await;
         let _ = stop.send(true);
         report
     };
