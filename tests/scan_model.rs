@@ -6,12 +6,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tablescan::scan::driver::{run_cutting_pages, run_to_completion, RunReport};
+use tablescan::functions::pacing::fan_out;
+use tablescan::scan::driver::{run_cutting_pages, run_to_completion, CollectingSink, RunReport};
 use tablescan::scan::keys::{KeyRange, Lower, Upper};
 use tablescan::scan::model::{nuget_like, rows_in_scope, MemoryReader, MemoryTable, Quirks};
 use tablescan::scan::seek;
 use tablescan::scan::{
-    Budget, Clock, ReadMode, ScanOptions, SplitPolicy, Strategy as ScanStrategy, WorkItem,
+    run_step, Budget, Clock, ReadMode, ScanOptions, SplitPolicy, Strategy as ScanStrategy, WorkItem,
 };
 
 /// A clock that moves forward a fixed amount every time it is read, so time budgets trip.
@@ -231,6 +232,67 @@ proptest! {
             (fresh.len() - unique.len()) as u64 <= report.pages_cut,
             "{} repeated queries, {} pages cut, in {:?}", fresh.len() - unique.len(), report.pages_cut, fresh
         );
+    }
+}
+
+/// Runs a scan as the handler does when its pace is full here now and then: each step's fan-out
+/// is the scan's, or 1 for a step admitted crowded (`functions::pacing::fan_out`), by bit `i` of
+/// `crowded` for the `i`-th step (mod 64). First in, first out; no step fails.
+fn run_sometimes_crowded(
+    reader: &MemoryReader<'_>,
+    root: WorkItem,
+    options: &ScanOptions,
+    clock: &TickingClock,
+    crowded: u64,
+) -> Vec<(String, String)> {
+    let mut rows = Vec::new();
+    let mut pending = std::collections::VecDeque::from([root]);
+    let mut steps = 0u64;
+    while let Some(item) = pending.pop_front() {
+        assert!(steps < 100_000, "the scan did not finish");
+        let mut step_options = options.clone();
+        step_options.fan_out = fan_out(options.fan_out, crowded >> (steps % 64) & 1 == 1);
+        let mut sink = CollectingSink::default();
+        let step = block_on(run_step(reader, &item, &step_options, clock, &mut sink)).unwrap();
+        steps += 1;
+        rows.extend(sink.rows.into_iter().map(|e| (e.partition_key, e.row_key)));
+        pending.extend(step.follow_ups);
+    }
+    rows
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+    /// Steps of one scan that hand their rest on whole (admitted crowded) beside steps that
+    /// split it: still every row in scope once.
+    #[test]
+    fn steps_admitted_crowded_beside_others_still_deliver_every_row_once(
+        case in case(),
+        crowded in any::<u64>(),
+    ) {
+        let table = MemoryTable::from_keys(case.rows.iter().map(|(p, r)| (p.as_str(), r.as_str())));
+        let quirks = Quirks { busy: 0, ..case.quirks };
+        let reader = MemoryReader::new(&table, quirks);
+        let (range, prefix) = scope(&case);
+        let clock = TickingClock { nanos: AtomicU64::new(0), tick: Duration::from_millis(case.tick_ms) };
+        let root = WorkItem::root("scan", range.clone(), prefix);
+        let mut delivered = run_sometimes_crowded(&reader, root, &case.options, &clock, crowded);
+        let expected = rows_in_scope(&table, &range);
+        match case.options.mode {
+            ReadMode::Rows => {
+                delivered.sort();
+                let mut want = expected;
+                want.sort();
+                prop_assert_eq!(delivered, want);
+            }
+            ReadMode::PartitionKeys => {
+                let mut partitions: Vec<String> = delivered.into_iter().map(|(p, _)| p).collect();
+                partitions.sort();
+                let want: Vec<String> = expected.iter().map(|(p, _)| p.clone()).collect::<BTreeSet<_>>().into_iter().collect();
+                prop_assert_eq!(partitions, want);
+            }
+        }
     }
 }
 

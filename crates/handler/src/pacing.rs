@@ -138,6 +138,8 @@ struct PaceState {
     waiting: usize,
     /// When the last step ended, if none runs or waits now.
     idle_since: Option<Instant>,
+    /// When a step of the scan was last given back here for want of room.
+    given_back_at: Option<Instant>,
 }
 
 /// A place reserved in a scan's share ahead of a read ([`StepPace::reserve_read`]).
@@ -155,6 +157,35 @@ pub struct StepPace {
     pace: Arc<ScanPace>,
     /// The back-off of the account the scan reads.
     source: Arc<Governor>,
+    /// Whether the scan's steps filled this process's room for it when this one was admitted
+    /// ([`crowded`]).
+    crowded: bool,
+}
+
+/// Whether a scan has more work items than its pace runs at once, as one process sees it when
+/// it admits a step: that step took the last of the scan's slots here, other steps of the scan
+/// wait behind it, or one was given back here within the longest give-back delay
+/// ([`GIVE_BACK_MAX`]). A step admitted so splits nothing off ([`fan_out`]): more items would
+/// only wait too, each given back again and again, and the queue's length (which counts them,
+/// visible or not) would bring the platform more instances that only split the same rate.
+pub fn crowded(
+    running: usize,
+    slots: usize,
+    others_waiting: usize,
+    gave_back_lately: bool,
+) -> bool {
+    running >= slots || others_waiting > 0 || gave_back_lately
+}
+
+/// How many pieces a step may hand the rest of its range on in: the scan's `fan_out`, or 1 (the
+/// rest whole) for a step admitted [`crowded`]. The tree of a paced scan then stops growing once
+/// its pace is full, and grows again where a process has room.
+pub fn fan_out(scan_fan_out: usize, crowded: bool) -> usize {
+    if crowded {
+        1
+    } else {
+        scan_fan_out
+    }
 }
 
 /// How long a running step's read or write may wait for its share of the rate: a page waits
@@ -211,6 +242,7 @@ impl Pacing {
         // host went away): a count left behind would keep the scan here for ever.
         let waiting = Waiting(pace.clone());
         let give_up_at = Instant::now() + wait;
+        let admitted_crowded;
         loop {
             {
                 let mut state = pace.lock();
@@ -218,9 +250,20 @@ impl Pacing {
                 if state.running < slots {
                     state.running += 1;
                     state.idle_since = None;
+                    // `waiting` counts this step until `Waiting` is dropped below.
+                    let gave_back_lately = state
+                        .given_back_at
+                        .is_some_and(|at| at.elapsed() < GIVE_BACK_MAX);
+                    admitted_crowded = crowded(
+                        state.running,
+                        slots,
+                        state.waiting.saturating_sub(1),
+                        gave_back_lately,
+                    );
                     break;
                 }
                 if Instant::now() >= give_up_at {
+                    state.given_back_at = Some(Instant::now());
                     return Err(NotAdmitted {
                         running: state.running,
                         slots,
@@ -230,7 +273,11 @@ impl Pacing {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         drop(waiting);
-        Ok(StepPace { pace, source })
+        Ok(StepPace {
+            pace,
+            source,
+            crowded: admitted_crowded,
+        })
     }
 
     /// Takes a fresh read of `scan` into its pace here, if the process runs steps of it: its
@@ -394,6 +441,11 @@ impl ScanPace {
 }
 
 impl StepPace {
+    /// Whether the step was admitted [`crowded`].
+    pub fn crowded(&self) -> bool {
+        self.crowded
+    }
+
     /// How many rows to ask for in the next page: half a second's worth of the step's part of the
     /// rate (at least 100 rows), at most `top`.
     pub fn page_size(&self, top: u16) -> u16 {

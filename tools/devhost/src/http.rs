@@ -107,19 +107,9 @@ pub async fn handle(State(front): State<Arc<HttpFront>>, request: Request) -> Re
             return run_by_hand(&front, name);
         }
     }
-    let prefix = format!("/{}/", front.route_prefix.trim_matches('/'));
-    let Some(route_path) = path
-        .strip_prefix(&prefix)
-        .or_else(|| (front.route_prefix.is_empty()).then_some(path.trim_start_matches('/')))
-    else {
-        return plain(StatusCode::NOT_FOUND, "no function has this route");
-    };
-    let matched = matching_function(&front.functions, route_path, &method);
-    let Some((function, params)) = matched else {
-        return plain(
-            StatusCode::NOT_FOUND,
-            "no function has this route and method",
-        );
+    let (function, params) = match routed(&front, &path, &method) {
+        Ok(routed) => routed,
+        Err(why) => return plain(StatusCode::NOT_FOUND, why),
     };
     let query = query_of(request.uri().query().unwrap_or(""));
     if key_refused(&front, &function, &request, &query) {
@@ -134,39 +124,11 @@ pub async fn handle(State(front): State<Arc<HttpFront>>, request: Request) -> Re
         .expect("matched functions have a trigger");
     let invocation = http_request(&function.name, &trigger.name, &incoming);
     let handler = front.dispatcher.any_handler();
-    let response_binding = function
-        .outputs()
-        .find(|b| b.kind == "http")
-        .map(|b| b.name.clone());
     let answer = front
         .dispatcher
         .invoke(&handler, &function, &invocation)
         .await;
-    let response = match answer {
-        Answer::Success { outputs, logs } => {
-            for line in logs {
-                say!("[handler {}] {line}", handler.instance);
-            }
-            if let Err(why) = front
-                .dispatcher
-                .write_outputs(handler.instance, &function, &outputs)
-                .await
-            {
-                say_err!("[devhost] {}: writing outputs failed: {why}", function.name);
-                plain(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "the function's outputs could not be written",
-                )
-            } else {
-                http_response(response_binding.as_ref().and_then(|b| outputs.get(b)))
-            }
-        }
-        Answer::Failure(why) => {
-            say_err!("[devhost] {}: {why}", function.name);
-            plain(StatusCode::INTERNAL_SERVER_ERROR, "the function failed")
-        }
-        Answer::Hang => plain(StatusCode::INTERNAL_SERVER_ERROR, "the function timed out"),
-    };
+    let response = response_of(&front, handler.instance, &function, answer).await;
     // Reads that succeed are the bulk of a watched scan's traffic (a status poll every second
     // or so): shown only with DEVHOST_VERBOSE=1, so that the log shows what changed things.
     let quiet_read = method == "GET" && response.status().is_success() && !verbose();
@@ -179,6 +141,59 @@ pub async fn handle(State(front): State<Arc<HttpFront>>, request: Request) -> Re
         );
     }
     response
+}
+
+/// The HTTP-triggered function that `path` and `method` reach under the route prefix, with the
+/// route's parameters; why not (for a 404) when none does.
+fn routed(
+    front: &HttpFront,
+    path: &str,
+    method: &str,
+) -> Result<(Function, BTreeMap<String, String>), &'static str> {
+    let prefix = format!("/{}/", front.route_prefix.trim_matches('/'));
+    let Some(route_path) = path
+        .strip_prefix(&prefix)
+        .or_else(|| (front.route_prefix.is_empty()).then_some(path.trim_start_matches('/')))
+    else {
+        return Err("no function has this route");
+    };
+    matching_function(&front.functions, route_path, method)
+        .ok_or("no function has this route and method")
+}
+
+/// The HTTP response for the handler's answer: its `http` output binding once every other
+/// output is written, or a 500 saying what went wrong.
+async fn response_of(
+    front: &HttpFront,
+    instance: usize,
+    function: &Function,
+    answer: Answer,
+) -> Response<Body> {
+    match answer {
+        Answer::Success { outputs, logs } => {
+            for line in logs {
+                say!("[handler {instance}] {line}");
+            }
+            if let Err(why) = front
+                .dispatcher
+                .write_outputs(instance, function, &outputs)
+                .await
+            {
+                say_err!("[devhost] {}: writing outputs failed: {why}", function.name);
+                return plain(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the function's outputs could not be written",
+                );
+            }
+            let response_binding = function.outputs().find(|b| b.kind == "http");
+            http_response(response_binding.and_then(|b| outputs.get(&b.name)))
+        }
+        Answer::Failure(why) => {
+            say_err!("[devhost] {}: {why}", function.name);
+            plain(StatusCode::INTERNAL_SERVER_ERROR, "the function failed")
+        }
+        Answer::Hang => plain(StatusCode::INTERNAL_SERVER_ERROR, "the function timed out"),
+    }
 }
 
 /// Whether the request lacks the function key that `function` needs (any level but

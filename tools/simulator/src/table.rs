@@ -161,6 +161,33 @@ impl SyntheticTable {
         (cp, cr)
     }
 
+    /// Where a read of `scope` starts, and what bounds it; `None` when it names a partition the
+    /// table does not have.
+    fn start_of<'a>(&self, scope: ReadScope<'a>) -> Option<ReadStart<'a>> {
+        match scope {
+            ReadScope::Range(range) => Some(ReadStart {
+                partition: self.first_partition(range),
+                row: 0,
+                partition_keys: Some(range),
+                row_keys: None,
+                single: None,
+            }),
+            ReadScope::Partition {
+                partition_key,
+                row_keys,
+            } => {
+                let p = self.partition_index(partition_key).ok()?;
+                Some(ReadStart {
+                    partition: p,
+                    row: self.first_row(p, row_keys),
+                    partition_keys: None,
+                    row_keys: Some(row_keys),
+                    single: Some(p),
+                })
+            }
+        }
+    }
+
     /// Reads one page.
     pub fn read(
         &self,
@@ -169,30 +196,15 @@ impl SyntheticTable {
         cursor: Option<&Continuation>,
         server_range_rows: u64,
     ) -> RawPage {
-        let all_rows = KeyRange::all();
-        // Where to start: (partition, row).
-        let (mut p, mut r, pk_range, rk_range, single) = match scope {
-            ReadScope::Range(range) => (
-                self.first_partition(range),
-                0u32,
-                Some(range),
-                &all_rows,
-                None,
-            ),
-            ReadScope::Partition {
-                partition_key,
-                row_keys,
-            } => match self.partition_index(partition_key) {
-                Ok(p) => (p, self.first_row(p, row_keys), None, row_keys, Some(p)),
-                Err(_) => {
-                    return RawPage {
-                        rows: Vec::new(),
-                        continuation: None,
-                        partitions: Vec::new(),
-                    };
-                }
-            },
+        let Some(start) = self.start_of(scope) else {
+            return RawPage {
+                rows: Vec::new(),
+                continuation: None,
+                partitions: Vec::new(),
+            };
         };
+        let (mut p, mut r) = (start.partition, start.row);
+        let (pk_range, rk_range, single) = (start.partition_keys, start.row_keys, start.single);
         if let Some(c) = cursor {
             (p, r) = (p, r).max(self.position_of(c));
         }
@@ -200,9 +212,11 @@ impl SyntheticTable {
             Some(range) => range.below_upper(&self.keys[p]),
             None => Some(p) == single,
         };
-        let below_rk = |p: usize, r: u32| match &rk_range.upper {
-            Upper::Unbounded => true,
-            Upper::Excluded(_) => rk_range.below_upper(&self.row_key(r)) || single != Some(p),
+        let below_rk = |p: usize, r: u32| match rk_range.map(|range| (range, &range.upper)) {
+            None | Some((_, Upper::Unbounded)) => true,
+            Some((range, Upper::Excluded(_))) => {
+                range.below_upper(&self.row_key(r)) || single != Some(p)
+            }
         };
         let start_global = if p < self.keys.len() {
             self.before[p] + u64::from(r)
@@ -264,6 +278,18 @@ impl std::fmt::Debug for SyntheticTable {
             self.partitions()
         )
     }
+}
+
+/// Where a read starts (partition index, row index) and the ranges that end it.
+struct ReadStart<'a> {
+    partition: usize,
+    row: u32,
+    /// A read of a range of partitions: the range.
+    partition_keys: Option<&'a KeyRange>,
+    /// A read within one partition: its RowKeys.
+    row_keys: Option<&'a KeyRange>,
+    /// A read within one partition: its index.
+    single: Option<usize>,
 }
 
 #[cfg(test)]

@@ -306,3 +306,50 @@ fn each_give_back_in_a_row_waits_about_twice_as_long_up_to_16_seconds() {
     let middle = give_back_delay(2, 0.5);
     assert!(middle > bounds(2).0 && middle < bounds(2).1);
 }
+
+/// A capped scan's steps in one process: those admitted while its slots have room may split
+/// their rest (the scan's fan-out); the one that takes the last slot, or any admitted while
+/// others wait, hands its rest on whole. An uncapped scan is never crowded.
+#[tokio::test(start_paused = true)]
+async fn the_step_that_fills_the_scans_slots_here_splits_nothing_off() {
+    let ledger = ledger().await;
+    let pacing = Pacing::default();
+    let source = Arc::new(Governor::default());
+    // 900 entities/s: three steps' worth at STEP_RATE, plus one: four slots.
+    let scan = record("scan1", Some(900));
+    let mut steps = Vec::new();
+    for _ in 0..4 {
+        let step = pacing
+            .admit(&ledger, &scan, source.clone(), ADMIT_WAIT)
+            .await
+            .unwrap();
+        steps.push(step);
+    }
+    let admitted: Vec<bool> = steps.iter().map(StepPace::crowded).collect();
+    assert_eq!(admitted, [false, false, false, true]);
+    assert_eq!(fan_out(4, steps[0].crowded()), 4);
+    assert_eq!(fan_out(4, steps[3].crowded()), 1);
+    // A slot freed and taken again: taken by a crowded step again.
+    drop(steps.pop());
+    let again = pacing
+        .admit(&ledger, &scan, source.clone(), ADMIT_WAIT)
+        .await
+        .unwrap();
+    assert!(again.crowded());
+    // A step admitted while another waits behind it is crowded whatever the slots.
+    assert!(crowded(1, 4, 1, false));
+    assert!(!crowded(1, 4, 0, false));
+    assert!(!crowded(3, 4, 0, false));
+    // So is one admitted within 16 s of a give-back here.
+    assert!(crowded(1, 4, 0, true));
+
+    let uncapped = record("scan2", None);
+    for _ in 0..20 {
+        let step = pacing
+            .admit(&ledger, &uncapped, source.clone(), ADMIT_WAIT)
+            .await
+            .unwrap();
+        assert!(!step.crowded());
+        steps.push(step);
+    }
+}

@@ -103,6 +103,33 @@ pub(crate) fn encode(
     table: &str,
     operations: &[Operation],
 ) -> Result<EncodedBatch, String> {
+    check_operations(operations)?;
+    let batch = format!("batch_{}", uuid::Uuid::new_v4());
+    let changeset = format!("changeset_{}", uuid::Uuid::new_v4());
+    let mut body = String::with_capacity(operations.len() * 512);
+    body.push_str(&format!(
+        "--{batch}\r\nContent-Type: multipart/mixed; boundary={changeset}\r\n\r\n"
+    ));
+    for op in operations {
+        push_operation(&mut body, &changeset, table_url, table, op);
+    }
+    body.push_str(&format!("--{changeset}--\r\n--{batch}--\r\n"));
+    if body.len() > MAX_BODY_BYTES {
+        return Err(format!(
+            "the transaction's body is {} bytes; the limit is {MAX_BODY_BYTES} (4 MiB)",
+            body.len()
+        ));
+    }
+    Ok(EncodedBatch {
+        content_type: format!("multipart/mixed; boundary={batch}"),
+        body: body.into_bytes(),
+        idempotent: operations.iter().all(Operation::is_idempotent),
+    })
+}
+
+/// The service's rules for one transaction, checked before anything is sent: 1 to
+/// [`MAX_OPERATIONS`] operations, valid keys, one PartitionKey, no RowKey twice.
+fn check_operations(operations: &[Operation]) -> Result<(), String> {
     if operations.is_empty() {
         return Err("a transaction needs at least one operation".into());
     }
@@ -129,57 +156,47 @@ pub(crate) fn encode(
             ));
         }
     }
+    Ok(())
+}
 
-    let batch = format!("batch_{}", uuid::Uuid::new_v4());
-    let changeset = format!("changeset_{}", uuid::Uuid::new_v4());
-    let mut body = String::with_capacity(operations.len() * 512);
+/// One operation of the changeset: its part headers, request line, headers and entity.
+fn push_operation(
+    body: &mut String,
+    changeset: &str,
+    table_url: &str,
+    table: &str,
+    op: &Operation,
+) {
     body.push_str(&format!(
-        "--{batch}\r\nContent-Type: multipart/mixed; boundary={changeset}\r\n\r\n"
+        "--{changeset}\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\n"
     ));
-    for op in operations {
-        body.push_str(&format!(
-            "--{changeset}\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\n"
-        ));
-        let (pk, rk) = op.keys();
-        let this_entity = || entity_url(table_url, table, pk, rk);
-        let (method, url, if_match, entity) = match op {
-            Operation::Insert(e) => ("POST", table_url.to_string(), None, Some(e)),
-            Operation::UpsertReplace(e) => ("PUT", this_entity(), None, Some(e)),
-            Operation::UpsertMerge(e) => ("MERGE", this_entity(), None, Some(e)),
-            Operation::Update(e, m) => ("PUT", this_entity(), Some(m), Some(e)),
-            Operation::Merge(e, m) => ("MERGE", this_entity(), Some(m), Some(e)),
-            Operation::Delete { if_match, .. } => ("DELETE", this_entity(), Some(if_match), None),
-        };
-        body.push_str(&format!(
-            "{method} {url} HTTP/1.1\r\nAccept: application/json;odata=minimalmetadata\r\nDataServiceVersion: 3.0;\r\n"
-        ));
-        if method == "POST" {
-            body.push_str("Prefer: return-no-content\r\n");
-        }
-        if let Some(condition) = if_match {
-            body.push_str(&format!("If-Match: {}\r\n", condition.header()));
-        }
-        match entity {
-            Some(e) => {
-                body.push_str("Content-Type: application/json\r\n\r\n");
-                body.push_str(&e.to_json());
-                body.push_str("\r\n");
-            }
-            None => body.push_str("\r\n"),
-        }
+    let (pk, rk) = op.keys();
+    let this_entity = || entity_url(table_url, table, pk, rk);
+    let (method, url, if_match, entity) = match op {
+        Operation::Insert(e) => ("POST", table_url.to_string(), None, Some(e)),
+        Operation::UpsertReplace(e) => ("PUT", this_entity(), None, Some(e)),
+        Operation::UpsertMerge(e) => ("MERGE", this_entity(), None, Some(e)),
+        Operation::Update(e, m) => ("PUT", this_entity(), Some(m), Some(e)),
+        Operation::Merge(e, m) => ("MERGE", this_entity(), Some(m), Some(e)),
+        Operation::Delete { if_match, .. } => ("DELETE", this_entity(), Some(if_match), None),
+    };
+    body.push_str(&format!(
+        "{method} {url} HTTP/1.1\r\nAccept: application/json;odata=minimalmetadata\r\nDataServiceVersion: 3.0;\r\n"
+    ));
+    if method == "POST" {
+        body.push_str("Prefer: return-no-content\r\n");
     }
-    body.push_str(&format!("--{changeset}--\r\n--{batch}--\r\n"));
-    if body.len() > MAX_BODY_BYTES {
-        return Err(format!(
-            "the transaction's body is {} bytes; the limit is {MAX_BODY_BYTES} (4 MiB)",
-            body.len()
-        ));
+    if let Some(condition) = if_match {
+        body.push_str(&format!("If-Match: {}\r\n", condition.header()));
     }
-    Ok(EncodedBatch {
-        content_type: format!("multipart/mixed; boundary={batch}"),
-        body: body.into_bytes(),
-        idempotent: operations.iter().all(Operation::is_idempotent),
-    })
+    match entity {
+        Some(e) => {
+            body.push_str("Content-Type: application/json\r\n\r\n");
+            body.push_str(&e.to_json());
+            body.push_str("\r\n");
+        }
+        None => body.push_str("\r\n"),
+    }
 }
 
 /// The absolute URL of one entity: the table URL followed by the key predicate.

@@ -19,7 +19,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tablescan::functions::pacing::{cap_of, ADMIT_WAIT, SHARE_WAIT, STEP_RATE};
+use tablescan::functions::pacing::{
+    cap_of, crowded, ADMIT_WAIT, GIVE_BACK_MAX, SHARE_WAIT, STEP_RATE,
+};
 use tablescan::job::learning::{next_cap, BETWEEN_ROUNDS, LOWER, LOWER_EVERY, QUIET, RAISE, ROUND};
 use tablescan::storage::pacing::{Governor, TokenBucket};
 use tablescan_pace::{Clock, Demand, InMemorySlices, ScanShare};
@@ -100,6 +102,8 @@ struct PaceState {
     running: usize,
     waiting: usize,
     last_step_end: f64,
+    /// When a step was last given back here for want of room.
+    given_back_at: Option<f64>,
     ticking: bool,
     cuts_seen: u64,
     report_at: Option<f64>,
@@ -312,22 +316,33 @@ impl InstancePace {
         ((rate / running * PAGE_SECONDS) as u16).clamp(MIN_PAGE.min(top), top)
     }
 
-    /// Waits up to `ADMIT_WAIT` for room to run a step; `false`: the item is given back.
-    pub async fn admit(&self, engine: &Engine) -> bool {
+    /// Waits up to `ADMIT_WAIT` for room to run a step: whether it was admitted crowded
+    /// (`tablescan::functions::pacing::crowded`), or `None`: the item is given back.
+    pub async fn admit(&self, engine: &Engine) -> Option<bool> {
         lock(&self.state).waiting += 1;
         let give_up = engine.now() + ADMIT_WAIT.as_secs_f64();
         loop {
             {
                 let mut state = lock(&self.state);
-                if state.running < self.slots() {
+                let slots = self.slots();
+                if state.running < slots {
                     state.running += 1;
                     state.waiting -= 1;
-                    return true;
+                    let gave_back_lately = state
+                        .given_back_at
+                        .is_some_and(|at| engine.now() - at < GIVE_BACK_MAX.as_secs_f64());
+                    return Some(crowded(
+                        state.running,
+                        slots,
+                        state.waiting,
+                        gave_back_lately,
+                    ));
                 }
                 if engine.now() >= give_up {
+                    state.given_back_at = Some(engine.now());
                     state.waiting -= 1;
                     state.last_step_end = engine.now();
-                    return false;
+                    return None;
                 }
             }
             tokio::time::sleep(Duration::from_millis(50)).await;

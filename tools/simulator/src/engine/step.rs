@@ -9,10 +9,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tablescan::functions::pacing::give_back_delay;
+use tablescan::functions::pacing::{fan_out, give_back_delay};
 use tablescan::scan::item::WorkItem;
 use tablescan::scan::run_step;
-use tablescan::scan::StepError;
+use tablescan::scan::{StepError, StepReport};
 
 use super::io::{ledger_request, Reader, Sink, StepClock};
 use super::{lock, Engine, Message};
@@ -147,10 +147,10 @@ async fn run(engine: &Arc<Engine>, instance: usize, message: &Message) -> Outcom
     let p = &engine.params;
     tokio::time::sleep(Duration::from_secs_f64(p.invocation_ms / 1000.0)).await;
     let pace = engine.pacing.instance(engine, instance);
-    if !pace.admit(engine).await {
+    let Some(crowded) = pace.admit(engine).await else {
         return Outcome::GivenBack;
-    }
-    let outcome = claimed(engine, instance, message, &pace).await;
+    };
+    let outcome = claimed(engine, instance, message, &pace, crowded).await;
     pace.step_ended(engine.now());
     outcome
 }
@@ -160,49 +160,13 @@ async fn claimed(
     instance: usize,
     message: &Message,
     pace: &Arc<super::pace::InstancePace>,
+    crowded: bool,
 ) -> Outcome {
-    let p = &engine.params;
-    // begin: the scan row, the pending row, the claim, one after another.
-    for _ in 0..BEGIN.requests {
-        if ledger_request(engine, 1.0, p.entity_ms / 1000.0)
-            .await
-            .is_err()
-        {
-            engine.world().stats.failed_on_ledger += 1;
-            return Outcome::Failed { recorded: false };
-        }
+    if begin(engine).await.is_err() {
+        engine.world().stats.failed_on_ledger += 1;
+        return Outcome::Failed { recorded: false };
     }
-    let _ = BEGIN.entities;
-    let clock = StepClock(engine);
-    let reader = Reader {
-        engine: engine.clone(),
-        pace: pace.clone(),
-    };
-    let mut sink = Sink {
-        engine: engine.clone(),
-        pace: pace.clone(),
-        instance,
-        within: engine.within,
-    };
-    let (stop, mut stopped) = tokio::sync::watch::channel(false);
-    let work = async {
-        let report = run_step(&reader, &message.item, &engine.options, &clock, &mut sink).await;
-        let _ = stop.send(true);
-        report
-    };
-    let renewal = async {
-        let period = Duration::from_secs_f64(p.lease_s / 3.0);
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(period) => {}
-                _ = stopped.changed() => return,
-            }
-            let _ = ledger_request(engine, RENEW.entities as f64, p.entity_ms / 1000.0).await;
-            engine.world().stats.renewals += 1;
-        }
-    };
-    let (report, ()) = tokio::join!(work, renewal);
-    let report = match report {
+    let report = match run_renewing(engine, instance, message, pace, crowded).await {
         Ok(report) => report,
         Err(error) => {
             {
@@ -217,11 +181,7 @@ async fn claimed(
         }
     };
     if engine.action == Action::Export {
-        // The step's blob: one upload of its rows (gzip JSON lines, 8 bytes a row as
-        // benches measured), 50 ms plus 60 MB/s.
-        let bytes = report.rows_delivered as f64 * 8.0;
-        tokio::time::sleep(Duration::from_secs_f64(0.05 + bytes / 60e6)).await;
-        engine.world().stats.blob_writes += 1;
+        upload_export_blob(engine, report.rows_delivered).await;
     }
     if finish(engine, message, report.follow_ups.len())
         .await
@@ -237,6 +197,70 @@ async fn claimed(
         world.stats.queries += u64::from(report.queries);
     }
     Outcome::Done(report.follow_ups)
+}
+
+/// `Ledger::begin`: the scan row, the pending row, the claim, one after another.
+async fn begin(engine: &Engine) -> Result<(), ()> {
+    let p = &engine.params;
+    for _ in 0..BEGIN.requests {
+        ledger_request(engine, 1.0, p.entity_ms / 1000.0)
+            .await
+            .map_err(|_| ())?;
+    }
+    let _ = BEGIN.entities;
+    Ok(())
+}
+
+/// The real `run_step` on the simulated account, its claim renewed every third of the lease
+/// while it runs (as the handler's step does).
+async fn run_renewing(
+    engine: &Arc<Engine>,
+    instance: usize,
+    message: &Message,
+    pace: &Arc<super::pace::InstancePace>,
+    crowded: bool,
+) -> Result<StepReport, StepError<String>> {
+    let p = &engine.params;
+    let mut options = engine.options.clone();
+    options.fan_out = fan_out(options.fan_out, crowded);
+    let clock = StepClock(engine);
+    let reader = Reader {
+        engine: engine.clone(),
+        pace: pace.clone(),
+    };
+    let mut sink = Sink {
+        engine: engine.clone(),
+        pace: pace.clone(),
+        instance,
+        within: engine.within,
+    };
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let work = async {
+        let report = run_step(&reader, &message.item, &options, &clock, &mut sink).await;
+        let _ = stop.send(true);
+        report
+    };
+    let renewal = async {
+        let period = Duration::from_secs_f64(p.lease_s / 3.0);
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(period) => {}
+                _ = stopped.changed() => return,
+            }
+            let _ = ledger_request(engine, RENEW.entities as f64, p.entity_ms / 1000.0).await;
+            engine.world().stats.renewals += 1;
+        }
+    };
+    let (report, ()) = tokio::join!(work, renewal);
+    report
+}
+
+/// An export step's blob: one upload of its rows (gzip JSON lines, 8 bytes a row as benches
+/// measured), 50 ms plus 60 MB/s.
+async fn upload_export_blob(engine: &Engine, rows: u64) {
+    let bytes = rows as f64 * 8.0;
+    tokio::time::sleep(Duration::from_secs_f64(0.05 + bytes / 60e6)).await;
+    engine.world().stats.blob_writes += 1;
 }
 
 /// `Ledger::fail` of a transient failure: `true` if recorded.
