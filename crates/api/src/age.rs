@@ -1,6 +1,6 @@
 //! `olderThan`: an age given as an ISO 8601 duration, resolved once to the moment it names.
 
-use super::fields::{refuse, SpecError};
+use super::refusal::{refuse, SpecError};
 use super::OlderThan;
 use tablescan_storage::table::entity::EdmDateTime;
 

@@ -8,10 +8,14 @@
 //! (`action.table`, `scope.after`, ...). Connections are names of app settings, never raw
 //! connection strings: a request can only reach the accounts the app is configured with.
 //!
-//! `types` holds the request's types (also the form the ledger stores); `parse` reads a
-//! request, with `fields` (field-by-field reading and the refusal), `scope`, `action`, `rate`
-//! (the cap) and `age` (`olderThan`) for its parts; `conditions` joins the row conditions into
-//! the filter the service applies, and `summary` says what a scan does in one line.
+//! `types` holds the validated request (also the form the ledger stores, through its derived
+//! serde). A request is read in two steps: serde reads its body into `shape` (every field a
+//! request may give and the kind of value it takes, from `kinds`: a field of the wrong kind is
+//! refused with its path), then `parse` checks each field and what needs several fields or
+//! outside facts, with `scope`, `import`, `action` and `update`, `rate` (the cap) and `age`
+//! (`olderThan`) for its parts; `refusal` is the refusal that names the field. `conditions`
+//! joins the row conditions into the filter the service applies, and `summary` says what a
+//! scan does in one line.
 //!
 //! `answers` holds the typed answers of the API (a status, the scans list, a start's and the
 //! control routes' answers, a refusal), which the handler writes and the CLI reads.
@@ -22,19 +26,23 @@ pub mod answers;
 mod conditions;
 pub mod connections;
 mod duplicate_keys;
-mod fields;
+mod import;
+mod kinds;
 mod parse;
 mod rate;
+mod refusal;
 mod scope;
+mod shape;
 mod summary;
 mod types;
+mod update;
 
 pub use action::MAX_EXPORT_PREFIX_CHARS;
 pub use age::iso_duration_seconds;
-pub use fields::{is_connection_name, SpecError};
 pub use rate::{
     parse_rate_cap, DEFAULT_MAX_ROWS_PER_SECOND, MAX_RATE_CAP, MAX_ROWS_PER_SECOND_SETTING,
 };
+pub use refusal::{is_connection_name, SpecError};
 pub use types::{
     ActionSpec, Compression, CopyMode, Encoding, ImportSource, ManifestSummary, OlderThan, Per,
     ScanSpec, Scope, DEFAULT_CONNECTION, MAX_QUEUES, MAX_ROWS_PER_MESSAGE, MAX_SELECT,
@@ -48,3 +56,12 @@ mod tests;
 
 #[cfg(test)]
 mod path_tests;
+
+#[cfg(test)]
+mod prop_tests;
+
+#[cfg(test)]
+mod stored_tests;
+
+#[cfg(test)]
+mod shape_tests;

@@ -1,18 +1,23 @@
-//! Reading a request: its JSON body taken field by field in a fixed order, then the checks that
-//! need several fields at once. The first refusal found is the answer, naming its field.
+//! Reading a request: its JSON body read by serde into the request's shape (`crate::shape`),
+//! which refuses a field of the wrong kind; then each field checked in a fixed order, then the
+//! checks that need several fields at once. The first refusal found is the answer, naming its
+//! field.
 
 use serde_json::{Map, Value};
 
-use super::action::{export_prefix, parse_action};
+use super::action::{ActionFields, ActionKind};
 use super::age::resolve_age;
-use super::fields::{refuse, Fields, SpecError};
-use super::rate::{requested_cap, DEFAULT_MAX_ROWS_PER_SECOND};
-use super::scope::parse_scope;
-use super::{
-    ActionSpec, CopyMode, ImportSource, OlderThan, ScanSpec, Scope, SettingLookup, MAX_SELECT,
+use super::import::{check_import, checked_import};
+use super::kinds::{Given, Names, Object, Text};
+use super::rate::{Cap, DEFAULT_MAX_ROWS_PER_SECOND};
+use super::refusal::{connection_name, refuse, refuse_unknown, SpecError};
+use super::scope::checked_scope;
+use super::shape::{
+    self, BareAction, CopyFields, EnqueueFields, ExportFields, PartitionKeysFields, Request,
+    Selected, UpdateFields,
 };
-use tablescan_engine::step::Strategy;
-use tablescan_storage::names::{validate_container_name, validate_table_name};
+use super::{ActionSpec, CopyMode, ImportSource, ScanSpec, Scope, SettingLookup, MAX_SELECT};
+use tablescan_storage::names::validate_table_name;
 use tablescan_storage::table::filter::Property;
 use tablescan_storage::table::filter_text::parse_filter;
 
@@ -63,33 +68,75 @@ impl ScanSpec {
         default_cap: Option<u32>,
         now: time::OffsetDateTime,
     ) -> Result<ScanSpec, SpecError> {
-        let mut fields = Fields::new(request_object(body)?, "");
-        let import = import_field(&mut fields)?;
-        let (table, connection) = source_table(&mut fields, import.as_ref())?;
-        let scope = match fields.take("scope") {
-            None | Some(Value::Null) => Scope::default(),
-            Some(Value::Object(scope)) => parse_scope(scope)?,
-            Some(_) => return refuse("scope", "must be an object"),
-        };
-        let strategy = strategy_field(&mut fields)?;
-        let page_size = fields
-            .optional_whole("pageSize", 1..=1000)?
-            .map_or(1000, |n| n as u16);
-        let select = select_field(&mut fields)?;
-        let action = action_field(&mut fields)?;
-        let max_rows_per_second = requested_cap(&mut fields, default_cap)?;
-        let dry_run = match fields.take("dryRun") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(dry_run)) => dry_run,
-            Some(_) => return refuse("dryRun", "must be true or false"),
-        };
-        let max_row_failures = fields.optional_whole("maxRowFailures", 0..=u64::from(u32::MAX))?;
-        let filter = fields.optional_string("filter")?;
-        let older_than = fields
-            .optional_string("olderThan")?
-            .map(|age| resolve_age(&age, now))
+        let object = request_object(body)?;
+        let read = Reading { default_cap, now };
+        match ActionKind::named_in(&object) {
+            Some(ActionKind::Copy) => read.spec(shape::read::<CopyFields>(object)?),
+            Some(ActionKind::Enqueue) => read.spec(shape::read::<EnqueueFields>(object)?),
+            Some(ActionKind::PartitionKeys) => {
+                read.spec(shape::read::<PartitionKeysFields>(object)?)
+            }
+            Some(ActionKind::Export) => read.spec(shape::read::<ExportFields>(object)?),
+            Some(ActionKind::Update) => read.spec(shape::read::<UpdateFields>(object)?),
+            Some(ActionKind::Count | ActionKind::Delete) | None => {
+                read.spec(shape::read::<BareAction>(object)?)
+            }
+        }
+    }
+}
+
+/// The request's JSON object: valid JSON, no field given twice, an object.
+fn request_object(body: &str) -> Result<Map<String, Value>, SpecError> {
+    let value: Value =
+        serde_json::from_str(body).or_else(|e| refuse("body", format!("not valid JSON: {e}")))?;
+    if let Some(path) = crate::duplicate_keys::first_duplicate(body) {
+        return refuse(
+            &path,
+            "is given twice; say it once (JSON parsers would silently keep the last)",
+        );
+    }
+    let Value::Object(object) = value else {
+        return refuse("body", "must be a JSON object");
+    };
+    Ok(object)
+}
+
+/// What a request is read against: the app's default cap, and the moment `olderThan` counts
+/// back from.
+struct Reading {
+    default_cap: Option<u32>,
+    now: time::OffsetDateTime,
+}
+
+impl Reading {
+    /// The spec a request of the right shape asks for: each field checked, in the order of the
+    /// request's fields, then what needs several of them.
+    fn spec<A: ActionFields>(&self, request: Request<A>) -> Result<ScanSpec, SpecError> {
+        let import = request
+            .import
+            .map(|Object(i)| checked_import(i))
             .transpose()?;
-        fields.finish()?;
+        let (table, connection) = source_table(request.table, request.connection, &import)?;
+        let scope = match request.scope {
+            None => Scope::default(),
+            Some(Object(scope)) => checked_scope(scope)?,
+        };
+        let strategy = request.strategy.map(|s| s.0).unwrap_or_default();
+        let page_size = request.page_size.map_or(1000, |n| n.0 as u16);
+        let select = request.select.map(checked_select).transpose()?;
+        let Some(Object(action)) = request.action else {
+            return refuse("action", "is required (an object with a \"type\")");
+        };
+        let action = action.checked()?;
+        let max_rows_per_second = Cap::or_default(request.max_rows_per_second, self.default_cap);
+        let dry_run = request.dry_run.is_some_and(|flag| flag.0);
+        let max_row_failures = request.max_row_failures.map(|n| n.0);
+        let filter = request.filter.map(|Text(filter)| filter);
+        let older_than = request
+            .older_than
+            .map(|Text(age)| resolve_age(&age, self.now))
+            .transpose()?;
+        refuse_unknown(&request.unknown, "")?;
         if import.is_some() {
             check_import(&action, &scope, strategy, &select, &filter, &older_than)?;
         }
@@ -117,85 +164,59 @@ impl ScanSpec {
     }
 }
 
-/// The request's JSON object: valid JSON, no field given twice, an object.
-fn request_object(body: &str) -> Result<Map<String, Value>, SpecError> {
-    let value: Value =
-        serde_json::from_str(body).or_else(|e| refuse("body", format!("not valid JSON: {e}")))?;
-    if let Some(path) = crate::duplicate_keys::first_duplicate(body) {
-        return refuse(
-            &path,
-            "is given twice; say it once (JSON parsers would silently keep the last)",
-        );
-    }
-    let Value::Object(object) = value else {
-        return refuse("body", "must be a JSON object");
-    };
-    Ok(object)
-}
-
-/// The request's `import`, if it names one.
-fn import_field(fields: &mut Fields) -> Result<Option<ImportSource>, SpecError> {
-    match fields.take("import") {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Object(import)) => Ok(Some(parse_import(import)?)),
-        Some(_) => refuse(
-            "import",
-            "must be an object naming an export: {\"container\": ..., \"prefix\": ...}",
-        ),
-    }
-}
-
 /// The table the scan reads and its connection; for an import (which reads an export's blobs)
 /// no table, and the import's connection.
 fn source_table(
-    fields: &mut Fields,
-    import: Option<&ImportSource>,
+    table: Given<Text>,
+    connection: Given<Text>,
+    import: &Option<ImportSource>,
 ) -> Result<(String, String), SpecError> {
-    let Some(import) = import else {
-        let table = fields.required_string("table")?;
-        validate_table_name(&table).or_else(|e| refuse("table", e.to_string()))?;
-        return Ok((table, fields.connection("connection")?));
+    if let Some(import) = import {
+        for (field, given) in [
+            ("table", table.is_given()),
+            ("connection", connection.is_given()),
+        ] {
+            if given {
+                return refuse(
+                    field,
+                    "an import reads the blobs of an export, not a table: leave it out \
+                     (the target is the copy's action.table)",
+                );
+            }
+        }
+        return Ok((String::new(), import.connection.clone()));
+    }
+    let Some(Text(table)) = table.value("table")? else {
+        return refuse("table", "is required");
     };
-    for field in ["table", "connection"] {
-        if fields.take(field).is_some() {
-            return refuse(
-                field,
-                "an import reads the blobs of an export, not a table: leave it out \
-                 (the target is the copy's action.table)",
-            );
+    validate_table_name(&table).or_else(|e| refuse("table", e.to_string()))?;
+    let connection = connection_name(
+        connection.value("connection")?.map(|Text(c)| c),
+        "connection",
+    )?;
+    Ok((table, connection))
+}
+
+/// The names of `select`: at most [`MAX_SELECT`] valid property names, each once, the keys
+/// left out (they are always read).
+fn checked_select(select: Names<Selected>) -> Result<Vec<String>, SpecError> {
+    if select.names.len() > MAX_SELECT {
+        return refuse(
+            "select",
+            format!("may name at most {MAX_SELECT} properties"),
+        );
+    }
+    let mut names = Vec::with_capacity(select.names.len());
+    for (index, name) in select.names.into_iter().enumerate() {
+        Property::new(&name).or_else(|e| refuse(&format!("select[{index}]"), e.to_string()))?;
+        if matches!(name.as_str(), "PartitionKey" | "RowKey") {
+            continue;
+        }
+        if !names.contains(&name) {
+            names.push(name);
         }
     }
-    Ok((String::new(), import.connection.clone()))
-}
-
-/// The request's `strategy`: `prefix` unless it says `serial`.
-fn strategy_field(fields: &mut Fields) -> Result<Strategy, SpecError> {
-    match fields.optional_string("strategy")?.as_deref() {
-        None | Some("prefix") => Ok(Strategy::Prefix),
-        Some("serial") => Ok(Strategy::Serial),
-        Some(other) => refuse(
-            "strategy",
-            format!("must be \"prefix\" or \"serial\", not {other:?}"),
-        ),
-    }
-}
-
-/// The request's `select`, if it names one.
-fn select_field(fields: &mut Fields) -> Result<Option<Vec<String>>, SpecError> {
-    match fields.take("select") {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Array(items)) => Ok(Some(parse_select(items)?)),
-        Some(_) => refuse("select", "must be an array of property names"),
-    }
-}
-
-/// The request's `action`, which every request names.
-fn action_field(fields: &mut Fields) -> Result<ActionSpec, SpecError> {
-    match fields.take("action") {
-        None | Some(Value::Null) => refuse("action", "is required (an object with a \"type\")"),
-        Some(Value::Object(action)) => parse_action(action),
-        Some(_) => refuse("action", "must be an object with a \"type\""),
-    }
+    Ok(names)
 }
 
 /// A `filter` as it will be sent: parsed, and written back as this client writes it.
@@ -244,93 +265,6 @@ fn check_action_fits(spec: &ScanSpec) -> Result<(), SpecError> {
             "select",
             "does not apply to a delete, which removes whole rows; to see what a delete \
              would take, run a count over the same scope first",
-        );
-    }
-    Ok(())
-}
-
-/// The names of `select`: at most [`MAX_SELECT`] valid property names, each once, the keys
-/// left out (they are always read).
-fn parse_select(items: Vec<Value>) -> Result<Vec<String>, SpecError> {
-    if items.len() > MAX_SELECT {
-        return refuse(
-            "select",
-            format!("may name at most {MAX_SELECT} properties"),
-        );
-    }
-    let mut names = Vec::with_capacity(items.len());
-    for (index, item) in items.into_iter().enumerate() {
-        let field = format!("select[{index}]");
-        let Value::String(name) = item else {
-            return refuse(&field, "must be a string");
-        };
-        Property::new(&name).or_else(|e| refuse(&field, e.to_string()))?;
-        if matches!(name.as_str(), "PartitionKey" | "RowKey") {
-            continue;
-        }
-        if !names.contains(&name) {
-            names.push(name);
-        }
-    }
-    Ok(names)
-}
-
-/// The `import` of a request: the container, prefix and connection of an export.
-fn parse_import(object: Map<String, Value>) -> Result<ImportSource, SpecError> {
-    let mut fields = Fields::new(object, "import.");
-    let container = fields.required_string("container")?;
-    validate_container_name(&container).or_else(|e| refuse("import.container", e.to_string()))?;
-    // The manifest's own name names its export too.
-    let prefix = fields.optional_string("prefix")?.map(|p| {
-        p.strip_suffix("manifest.json")
-            .map_or(p.clone(), str::to_string)
-    });
-    let prefix = export_prefix(prefix, "import.prefix")?;
-    let connection = fields.connection("connection")?;
-    fields.finish()?;
-    Ok(ImportSource {
-        container,
-        prefix,
-        connection,
-        manifest: None,
-    })
-}
-
-/// What an import may ask for: a copy into a table (or a count, which reads every blob and
-/// checks it), over every row the export holds.
-fn check_import(
-    action: &ActionSpec,
-    scope: &Scope,
-    strategy: Strategy,
-    select: &Option<Vec<String>>,
-    filter: &Option<String>,
-    older_than: &Option<OlderThan>,
-) -> Result<(), SpecError> {
-    if !matches!(action, ActionSpec::Copy { .. } | ActionSpec::Count) {
-        return refuse(
-            "action.type",
-            "an import copies the export's rows into a table (\"copy\") or counts them \
-             (\"count\", which reads and checks every blob)",
-        );
-    }
-    let whole = "an import restores every row of the export; to restore part of it, import \
-                 into a new table and copy the part from there";
-    if *scope != Scope::default() {
-        return refuse("scope", whole);
-    }
-    if filter.is_some() {
-        return refuse("filter", whole);
-    }
-    if older_than.is_some() {
-        return refuse("olderThan", whole);
-    }
-    if select.is_some() {
-        return refuse("select", whole);
-    }
-    if strategy != Strategy::Prefix {
-        return refuse(
-            "strategy",
-            "an import reads blobs, not a table: leave it out",
         );
     }
     Ok(())

@@ -1,9 +1,8 @@
 //! The rate cap: how fast a scan may move entities, the app's default for a request that names
 //! none (and the setting that changes it), and a request's `maxRowsPerSecond`.
 
+use serde::de::{self, Deserialize, Deserializer};
 use serde_json::Value;
-
-use super::fields::{refuse, Fields, SpecError};
 
 /// The cap of a scan whose request names none, unless the app setting
 /// [`MAX_ROWS_PER_SECOND_SETTING`] says otherwise: none. A scan goes as fast as its accounts
@@ -30,25 +29,39 @@ pub fn parse_rate_cap(text: &str) -> Result<Option<u32>, String> {
     }
 }
 
-/// A request's `maxRowsPerSecond`: a whole number from 1 to [`MAX_RATE_CAP`], `"unlimited"`
-/// (`None`), or `default_cap` when the request names none.
-pub(super) fn requested_cap(
-    fields: &mut Fields,
-    default_cap: Option<u32>,
-) -> Result<Option<u32>, SpecError> {
-    match fields.take("maxRowsPerSecond") {
-        None | Some(Value::Null) => Ok(default_cap),
-        Some(Value::String(text)) if text == "unlimited" => Ok(None),
-        Some(Value::Number(n)) => match n.as_u64() {
-            Some(cap) if (1..=u64::from(MAX_RATE_CAP)).contains(&cap) => Ok(Some(cap as u32)),
-            _ => refuse(
-                "maxRowsPerSecond",
-                format!("must be a whole number from 1 to {MAX_RATE_CAP}, not {n}"),
-            ),
-        },
-        Some(_) => refuse(
-            "maxRowsPerSecond",
-            "must be a whole number of entities per second, or \"unlimited\"",
-        ),
+/// A request's `maxRowsPerSecond`: a whole number from 1 to [`MAX_RATE_CAP`], or `"unlimited"`.
+#[derive(Debug)]
+pub(crate) enum Cap {
+    Limit(u32),
+    Unlimited,
+}
+
+impl Cap {
+    /// The cap a scan gets: the one its request names, or `default_cap` when it names none.
+    pub(crate) fn or_default(cap: Option<Cap>, default_cap: Option<u32>) -> Option<u32> {
+        match cap {
+            None => default_cap,
+            Some(Cap::Limit(cap)) => Some(cap),
+            Some(Cap::Unlimited) => None,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Cap {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match Value::deserialize(deserializer)? {
+            Value::String(text) if text == "unlimited" => Ok(Cap::Unlimited),
+            Value::Number(n) => match n.as_u64() {
+                Some(cap) if (1..=u64::from(MAX_RATE_CAP)).contains(&cap) => {
+                    Ok(Cap::Limit(cap as u32))
+                }
+                _ => Err(de::Error::custom(format!(
+                    "must be a whole number from 1 to {MAX_RATE_CAP}, not {n}"
+                ))),
+            },
+            _ => Err(de::Error::custom(
+                "must be a whole number of entities per second, or \"unlimited\"",
+            )),
+        }
     }
 }

@@ -1,30 +1,31 @@
 //! A request's `scope`: the PartitionKeys and RowKeys a scan covers, each bound a valid key,
 //! and the bounds together holding at least one key.
 
-use serde_json::{Map, Value};
-
-use super::fields::{refuse, Fields, SpecError};
+use super::kinds::Text;
+use super::refusal::{refuse, refuse_unknown, SpecError};
+use super::shape::ScopeFields;
 use super::Scope;
 use tablescan_engine::keys::KeyRange;
 use tablescan_storage::names::{validate_key, KeyKind};
 
-/// The `scope` object of a request: each bound a valid key, and at least one key inside.
-pub(super) fn parse_scope(object: Map<String, Value>) -> Result<Scope, SpecError> {
-    let mut fields = Fields::new(object, "scope.");
-    let mut key = |name: &str, kind: KeyKind| -> Result<Option<String>, SpecError> {
-        let value = fields.optional_string(name)?;
-        if let Some(key) = &value {
-            validate_key(kind, key).or_else(|e| refuse(&format!("scope.{name}"), e.to_string()))?;
-        }
-        Ok(value)
-    };
-    let prefix = key("prefix", KeyKind::PartitionKey)?.unwrap_or_default();
-    let after = key("after", KeyKind::PartitionKey)?;
-    let before = key("before", KeyKind::PartitionKey)?;
-    let row_prefix = key("rowPrefix", KeyKind::RowKey)?.unwrap_or_default();
-    let row_after = key("rowAfter", KeyKind::RowKey)?;
-    let row_before = key("rowBefore", KeyKind::RowKey)?;
-    fields.finish()?;
+/// A request's `scope`: each bound a valid key, and at least one key inside.
+pub(super) fn checked_scope(fields: ScopeFields) -> Result<Scope, SpecError> {
+    let key =
+        |given: Option<Text>, name: &str, kind: KeyKind| -> Result<Option<String>, SpecError> {
+            let value = given.map(|Text(key)| key);
+            if let Some(key) = &value {
+                validate_key(kind, key)
+                    .or_else(|e| refuse(&format!("scope.{name}"), e.to_string()))?;
+            }
+            Ok(value)
+        };
+    let prefix = key(fields.prefix, "prefix", KeyKind::PartitionKey)?.unwrap_or_default();
+    let after = key(fields.after, "after", KeyKind::PartitionKey)?;
+    let before = key(fields.before, "before", KeyKind::PartitionKey)?;
+    let row_prefix = key(fields.row_prefix, "rowPrefix", KeyKind::RowKey)?.unwrap_or_default();
+    let row_after = key(fields.row_after, "rowAfter", KeyKind::RowKey)?;
+    let row_before = key(fields.row_before, "rowBefore", KeyKind::RowKey)?;
+    refuse_unknown(&fields.unknown, "scope.")?;
     let rows_between = KeyRange::between(row_after.as_deref(), row_before.as_deref());
     if rows_between.is_empty() {
         return refuse(
