@@ -2,7 +2,7 @@
 //! kept in a table (or an in-memory one in tests).
 //!
 //! May use: `tablescan-storage`, `tablescan-pace` (it stores the rate cap's slices),
-//! `tablescan-engine` (work items, key ranges) and `tablescan-api` (the request it stores).
+//! `tablescan-engine` (the work-item envelope, key ranges) and `tablescan-api` (the request it stores).
 //! Must not use: the actions or the handler (nothing of HTTP or Functions).
 //!
 //! Its modules are layered; each uses only those of the layers below it (its tests included;
@@ -46,9 +46,11 @@ pub mod store;
 pub mod stored_size;
 pub mod timetable;
 pub mod window;
+pub mod work_item;
 
 pub use ledger::{
     Begin, Claim, Created, FailureRecord, Finish, Ledger, LedgerError, ScanRecord, StepCounts,
 };
 pub use status::{Activity, Pace, ScanStatus, State, StatusRead};
 pub use store::LedgerTable;
+pub use work_item::{ImportTask, ReadRange, Task, WorkItem};
