@@ -7,7 +7,7 @@ use common::{tables, unique_name};
 use tablescan::job::activity::CLAIMS_WINDOW;
 use tablescan::job::spec::ScanSpec;
 use tablescan::job::{Begin, FailureRecord, Finish, Ledger, State, StepCounts};
-use tablescan::scan::item::{ReadRange, WorkItem};
+use tablescan::job::{ReadRange, WorkItem};
 use tablescan::scan::keys::KeyRange;
 use time::{Duration, OffsetDateTime};
 

@@ -18,7 +18,7 @@ use tablescan::job::rows::{pending_range, rows_of};
 use tablescan::job::rows::{shard_of, DoneRow, PendingRow, Tallies, SHARDS};
 use tablescan::job::spec::ScanSpec;
 use tablescan::job::{Begin, Ledger, StepCounts};
-use tablescan::scan::item::{ReadRange, WorkItem};
+use tablescan::job::{ReadRange, WorkItem};
 use tablescan::scan::keys::KeyRange;
 use tablescan::storage::connection_string::{EMULATOR_ACCOUNT, EMULATOR_KEY};
 use tablescan::storage::table::batch::Operation;

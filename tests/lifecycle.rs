@@ -274,7 +274,7 @@ async fn an_export_cancelled_with_nothing_dropped_gets_no_manifest_from_a_stale_
         .await;
     let ledger = state.ledger().unwrap();
     let root = start.messages("rangeItems").remove(0);
-    let item = tablescan::scan::WorkItem::decode(&root).unwrap();
+    let item = tablescan::job::WorkItem::decode(&root).unwrap();
     let lease = time::Duration::MINUTE;
     // The step claims its item (and reads the scan: not cancelled)...
     let tablescan::job::Begin::Run(claim) = ledger

@@ -475,8 +475,8 @@ async fn a_paused_scan_cancelled_ends_cancelled_and_can_be_removed() {
 /// the scan read `paused`, its retried item never run.)
 #[tokio::test]
 async fn a_retry_of_a_paused_scan_that_failed_runs_its_failed_items() {
+    use tablescan::job::WorkItem;
     use tablescan::job::{Begin, FailureRecord};
-    use tablescan::scan::WorkItem;
     let source = fresh_table("pausefail").await;
     load(&source, &source_rows()[..20]).await;
     let state = state("100");

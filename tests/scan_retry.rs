@@ -11,8 +11,8 @@ use common::host::TestHost;
 use common::memory::{children, fail_for_good, finish, memory_state, new_scan};
 use serde_json::Value;
 use tablescan::functions::http::RETRY_PER_REQUEST;
+use tablescan::job::WorkItem;
 use tablescan::job::{Ledger, State};
-use tablescan::scan::item::WorkItem;
 use time::OffsetDateTime;
 
 async fn retry(host: &TestHost, id: &str) -> (u16, Value, usize) {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tablescan::functions::{AppState, Settings};
 use tablescan::job::spec::ScanSpec;
 use tablescan::job::{Begin, Claim, FailureRecord, Finish, Ledger, StepCounts};
-use tablescan::scan::item::{ReadRange, WorkItem};
+use tablescan::job::{ReadRange, Task, WorkItem};
 use tablescan::scan::keys::KeyRange;
 use tablescan::storage::table::in_memory::InMemoryTable;
 use time::{Duration, OffsetDateTime};
@@ -48,7 +48,7 @@ pub async fn new_scan(ledger: &Ledger) -> WorkItem {
 /// item's id is its range, whatever its depth).
 pub fn children(parent: &WorkItem, n: usize) -> Vec<WorkItem> {
     let under = match &parent.task {
-        ReadRange::Partition { partition_key, .. } => format!("{partition_key}/"),
+        Task::Table(ReadRange::Partition { partition_key, .. }) => format!("{partition_key}/"),
         _ => String::new(),
     };
     (0..n)

@@ -1,12 +1,18 @@
 //! Work items: one independent piece of a scan, small enough for a queue message.
 //!
-//! A work item names its scan and an exact key range, plus the service's continuation when it
+//! A work item names its scan and an exact task, plus the service's continuation when it
 //! resumes a query that is already under way. Its id is derived from exactly those, so a work
 //! item reached twice (a redelivered message, a parent step run again after a crash) always has
 //! the same id, and the ledger can tell it has already been done.
+//!
+//! The item is generic in its task: the engine's own are key ranges of a table ([`ReadRange`],
+//! the default), and the layers above that queue other work in the same envelope give it a
+//! task type of their own that holds a `ReadRange` among its kinds. The envelope's format
+//! (its fields, version and id) is the same whatever the task.
 
 use base64::Engine;
 use ring::digest;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::keys::KeyRange;
@@ -15,10 +21,10 @@ use tablescan_storage::table::query::Continuation;
 /// The format version written into every work item.
 pub const WORK_ITEM_VERSION: u32 = 1;
 
-/// One step's worth of work.
+/// One step's worth of work: by default, the engine's own, a range of a table's keys.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct WorkItem {
+pub struct WorkItem<T = ReadRange> {
     /// The format version, [`WORK_ITEM_VERSION`].
     pub v: u32,
     /// The scan this belongs to.
@@ -26,7 +32,7 @@ pub struct WorkItem {
     /// How many steps lie between the scan's first work item and this one.
     pub depth: u32,
     /// What to read (serialised as `task`, the name it has always had).
-    pub task: ReadRange,
+    pub task: T,
     /// How many times in a row a step gave this item back to its queue unrun because its
     /// scan's pace had no room (the handler's `step::admission`): each give-back waits longer, so
     /// that items of a paced scan waiting their turn cost a few invocations, not one every
@@ -35,9 +41,8 @@ pub struct WorkItem {
     pub given_back: u32,
 }
 
-/// The range a work item reads: a range of PartitionKeys, or of RowKeys within one partition;
-/// for an import, a range of an export manifest's blobs, or of one blob's bytes. Serialised
-/// with its `kind`; the type's name appears in no message or row.
+/// The range a table's work item reads: a range of PartitionKeys, or of RowKeys within one
+/// partition. Serialised with its `kind`; the type's name appears in no message or row.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "kind", deny_unknown_fields)]
 pub enum ReadRange {
@@ -72,41 +77,10 @@ pub enum ReadRange {
         #[serde(rename = "new", default, skip_serializing_if = "std::ops::Not::not")]
         unstarted: bool,
     },
-    /// An import's: the blobs listed in part `part` of an export's manifest, from the
-    /// `from`-th on (a step hands on the blobs past those it made into work items).
-    #[serde(rename = "export-part")]
-    ExportPart { part: u32, from: u32 },
-    /// An import's: the rows of one data blob of an export, from byte `offset` (the start of
-    /// a chunk) on, less the first `skip` rows of that chunk (written by an earlier step).
-    #[serde(rename = "export-blob")]
-    ExportBlob {
-        name: String,
-        /// The blob's size and SHA-256 (base64) as the manifest recorded them.
-        bytes: u64,
-        sha256: String,
-        #[serde(default, skip_serializing_if = "is_zero")]
-        offset: u64,
-        #[serde(default, skip_serializing_if = "is_zero_u32")]
-        skip: u32,
-    },
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 fn is_zero_u32(n: &u32) -> bool {
     *n == 0
-}
-
-impl ReadRange {
-    /// Whether the task reads an export's blobs rather than a table.
-    pub fn is_import(&self) -> bool {
-        matches!(
-            self,
-            ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. }
-        )
-    }
 }
 
 /// `value` as JSON with every object's keys in sorted order (serde_json's own map is ordered
@@ -132,47 +106,81 @@ pub enum DecodeError {
     Malformed(String),
 }
 
-impl WorkItem {
-    /// The first work item of a scan over `partition_keys`, all of which start with `prefix`.
+impl<T> WorkItem<T> {
+    /// The first work item of a scan over `partition_keys`, all of which start with `prefix`,
+    /// as an item of any task type that holds a table's ranges.
     pub fn root(
         scan: impl Into<String>,
         partition_keys: KeyRange,
         prefix: impl Into<String>,
-    ) -> Self {
+    ) -> Self
+    where
+        T: From<ReadRange>,
+    {
         WorkItem {
             v: WORK_ITEM_VERSION,
             scan: scan.into(),
             depth: 0,
-            task: ReadRange::Range {
+            task: T::from(ReadRange::Range {
                 partition_keys,
                 prefix: prefix.into(),
                 cursor: None,
                 last_partition: None,
-            },
+            }),
             given_back: 0,
         }
     }
 
     /// A follow-up of this item, one step deeper.
-    pub fn follow_up(&self, task: ReadRange) -> Self {
+    pub fn follow_up(&self, task: impl Into<T>) -> Self {
         WorkItem {
             v: WORK_ITEM_VERSION,
             scan: self.scan.clone(),
             depth: self.depth + 1,
-            task,
+            task: task.into(),
             given_back: 0,
+        }
+    }
+
+    /// This item with `task` in place of its own: the same scan, depth and give-backs. How a
+    /// layer that queues several kinds of task hands a table's item to the engine and takes
+    /// the engine's follow-ups back; the id is the same when `task` serialises the same.
+    pub fn with_task<U>(&self, task: U) -> WorkItem<U> {
+        WorkItem {
+            v: self.v,
+            scan: self.scan.clone(),
+            depth: self.depth,
+            task,
+            given_back: self.given_back,
+        }
+    }
+
+    /// This item with its task made into another type's (a table's range into a task of a
+    /// layer that queues several kinds): the same scan, depth and give-backs.
+    pub fn map_task<U>(self, into: impl FnOnce(T) -> U) -> WorkItem<U> {
+        WorkItem {
+            v: self.v,
+            scan: self.scan,
+            depth: self.depth,
+            task: into(self.task),
+            given_back: self.given_back,
         }
     }
 
     /// This item as it was first sent: the give-backs before a hand-on, a retry or a re-drive
     /// are over, and the message stays one a handler without the count can read.
-    pub fn as_first_sent(&self) -> Self {
+    pub fn as_first_sent(&self) -> Self
+    where
+        T: Clone,
+    {
         WorkItem {
             given_back: 0,
             ..self.clone()
         }
     }
+}
 
+impl<T: Serialize> WorkItem<T> {
     /// The deterministic id: a hash of the scan id and the exact task (range and cursor).
     /// The depth is not part of it: the same range is the same work, however it was reached.
     ///
@@ -195,7 +203,9 @@ impl WorkItem {
     pub fn encode(&self) -> String {
         serde_json::to_string(self).expect("a work item always serialises")
     }
+}
 
+impl<T: DeserializeOwned> WorkItem<T> {
     /// Reads a work item, refusing other versions and anything that is not one.
     pub fn decode(text: &str) -> Result<Self, DecodeError> {
         let value: serde_json::Value =
@@ -240,7 +250,7 @@ mod tests {
     #[test]
     fn work_item_ids_are_pinned() {
         let scan = "0123456789abcdef0123456789abcdef";
-        let root = WorkItem::root(scan, KeyRange::all(), "");
+        let root: WorkItem = WorkItem::root(scan, KeyRange::all(), "");
         let child = root.follow_up(ReadRange::Partition {
             partition_key: "p1".into(),
             row_keys: KeyRange {
@@ -322,15 +332,15 @@ mod tests {
             ..item.clone()
         };
         assert_ne!(other_scan.id(), item.id());
-        let root = WorkItem::root("s", KeyRange::all(), "");
-        let narrower = WorkItem::root("s", KeyRange::with_prefix("a"), "a");
+        let root: WorkItem = WorkItem::root("s", KeyRange::all(), "");
+        let narrower: WorkItem = WorkItem::root("s", KeyRange::with_prefix("a"), "a");
         assert_ne!(root.id(), narrower.id());
         assert_eq!(root.id().len(), 24);
     }
 
     #[test]
     fn a_given_back_count_travels_in_the_message_but_not_in_the_id_and_is_absent_when_zero() {
-        let item = WorkItem::root("s", KeyRange::all(), "");
+        let item: WorkItem = WorkItem::root("s", KeyRange::all(), "");
         assert!(!item.encode().contains("back"), "{}", item.encode());
         let again = WorkItem {
             given_back: 3,
@@ -345,6 +355,7 @@ mod tests {
 
     #[test]
     fn foreign_and_future_messages_are_refused_with_a_reason() {
+        type WorkItem = super::WorkItem<ReadRange>;
         assert!(matches!(
             WorkItem::decode("hello"),
             Err(DecodeError::NotJson(_))

@@ -154,12 +154,12 @@ pub struct ItemQueues {
 
 impl ItemQueues {
     /// The queue a work item of `task`'s kind goes to.
-    pub fn of(&self, task: &tablescan_engine::item::ReadRange) -> &str {
-        use tablescan_engine::item::ReadRange;
+    pub fn of(&self, task: &tablescan_ledger::Task) -> &str {
+        use tablescan_ledger::{ReadRange, Task};
         match task {
-            ReadRange::Range { .. } => &self.range,
-            ReadRange::Partition { .. } => &self.partition,
-            ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. } => &self.export,
+            Task::Table(ReadRange::Range { .. }) => &self.range,
+            Task::Table(ReadRange::Partition { .. }) => &self.partition,
+            Task::Import(_) => &self.export,
         }
     }
 

@@ -6,8 +6,7 @@
 use crate::app::AppState;
 use crate::names::{EXPORT_OUTPUT, PARTITION_OUTPUT, RANGE_OUTPUT, STORAGE_CONNECTION};
 use crate::protocol::Outcome;
-use tablescan_engine::item::ReadRange;
-use tablescan_engine::WorkItem;
+use tablescan_ledger::{ReadRange, Task, WorkItem};
 use tablescan_storage::queue::{MessageEncoding, PutOptions};
 
 /// Puts each of `messages` (work items) on its item queue; how many were put. Stops at the
@@ -53,8 +52,8 @@ pub(crate) fn with_items(outcome: Outcome, messages: Vec<String>) -> Outcome {
     let (mut ranges, mut partitions, mut exports) = (Vec::new(), Vec::new(), Vec::new());
     for message in messages {
         match WorkItem::decode(&message).map(|item| item.task) {
-            Ok(ReadRange::Partition { .. }) => partitions.push(message),
-            Ok(task) if task.is_import() => exports.push(message),
+            Ok(Task::Table(ReadRange::Partition { .. })) => partitions.push(message),
+            Ok(Task::Import(_)) => exports.push(message),
             _ => ranges.push(message),
         }
     }

@@ -2,14 +2,16 @@
 //! kept in a table (or an in-memory one in tests).
 //!
 //! May use: `tablescan-storage`, `tablescan-pace` (it stores the rate cap's slices),
-//! `tablescan-engine` (work items, key ranges) and `tablescan-api` (the request it stores).
+//! `tablescan-engine` (the work-item envelope, key ranges) and `tablescan-api` (the request it
+//! stores).
 //! Must not use: the actions or the handler (nothing of HTTP or Functions).
 //!
 //! Its modules are layered; each uses only those of the layers below it (its tests included;
 //! `crates/handler/tests/module_cycles.rs` checks that no two import each other):
 //!
 //! 1. Values and forms, which know no [`Ledger`]: `store` (the table), `read_budget`,
-//!    `stored_size`, `timetable`, `history`, `step_counts`; then `rows` (every row's form), and
+//!    `stored_size`, `timetable`, `history`, `step_counts`, `work_item` (the work items it
+//!    records and the queues carry, a table's or an import's); then `rows` (every row's form), and
 //!    on it `notes` and `exports` (the forms of a step's noted rows and of an export's blobs).
 //! 2. `ledger`: the handle and the core of a scan's life (its rows, claims, finishes, failures,
 //!    counter shards), on the forms alone.
@@ -46,9 +48,11 @@ pub mod store;
 pub mod stored_size;
 pub mod timetable;
 pub mod window;
+pub mod work_item;
 
 pub use ledger::{
     Begin, Claim, Created, FailureRecord, Finish, Ledger, LedgerError, ScanRecord, StepCounts,
 };
 pub use status::{Activity, Pace, ScanStatus, State, StatusRead};
 pub use store::LedgerTable;
+pub use work_item::{ImportTask, ReadRange, Task, WorkItem};

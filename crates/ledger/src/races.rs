@@ -17,8 +17,8 @@ use time::{Duration, OffsetDateTime};
 use super::ledger::{Begin, Claim, FailureRecord, Finish, Ledger, StepCounts};
 use super::rows::Tallies;
 use super::status::State;
+use crate::work_item::{ReadRange, Task, WorkItem};
 use tablescan_api::ScanSpec;
-use tablescan_engine::item::{ReadRange, WorkItem};
 use tablescan_engine::keys::KeyRange;
 use tablescan_storage::table::in_memory::{InMemoryTable, Retry};
 
@@ -42,7 +42,7 @@ fn spec() -> ScanSpec {
 
 fn child(parent: &WorkItem, n: usize) -> WorkItem {
     let parent_key = match &parent.task {
-        ReadRange::Partition { partition_key, .. } => partition_key.clone(),
+        Task::Table(ReadRange::Partition { partition_key, .. }) => partition_key.clone(),
         _ => String::new(),
     };
     parent.follow_up(ReadRange::Partition {

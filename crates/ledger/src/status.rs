@@ -453,7 +453,7 @@ mod tests {
     async fn a_status_shows_the_rate_of_every_finished_step_since_the_start() {
         use crate::history::SAMPLES;
         use crate::ledger::{Begin, StepCounts};
-        use tablescan_engine::item::{ReadRange, WorkItem};
+        use crate::work_item::{ReadRange, WorkItem};
         use tablescan_engine::keys::KeyRange;
         use tablescan_storage::table::in_memory::InMemoryTable;
         use time::Duration;

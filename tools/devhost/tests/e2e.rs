@@ -339,7 +339,8 @@ async fn a_crashed_devhost_restarted_mid_copy_loses_and_doubles_nothing() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn foreign_truncated_and_unknown_messages_fail_alone_and_end_in_poison() {
-    use tablescan::scan::{KeyRange, WorkItem};
+    use tablescan::job::WorkItem;
+    use tablescan::scan::KeyRange;
     use tablescan::storage::queue::PutOptions;
 
     let rows = rows();

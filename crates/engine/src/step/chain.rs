@@ -148,7 +148,6 @@ where
                 unstarted,
                 ..
             } => (!unstarted).then(|| partition_key.clone()),
-            ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. } => None,
         };
         Chain {
             reader,
@@ -490,15 +489,6 @@ async fn read<R: TableReader>(
             },
             cursor.as_ref(),
         ),
-        ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. } => {
-            return Err(StorageError::new(
-                "query entities",
-                "an export's blobs",
-                tablescan_storage::ErrorKind::InvalidRequest(
-                    "the work item reads an export's blobs, not a table".into(),
-                ),
-            ))
-        }
     };
     let request = PageRequest {
         scope,

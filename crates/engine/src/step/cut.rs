@@ -69,8 +69,6 @@ pub(super) fn subdivide(task: ReadRange, pieces: usize, kinds: CutKinds) -> Vec<
                 cursor: None,
                 unstarted: false,
             },
-            // Never reached: `run_step` refuses an import's items.
-            other @ (ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. }) => other.clone(),
         })
         .collect()
 }
@@ -93,7 +91,6 @@ pub(super) fn seen_kinds(rest: &ReadRange, rows: &[Entity], mode: ReadMode) -> C
         ReadRange::Partition { prefix, .. } => {
             CutKinds::after_prefix(prefix, rows.iter().map(|e| e.row_key.as_str()))
         }
-        ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. } => CutKinds::default(),
     }
 }
 
@@ -105,7 +102,6 @@ pub(super) fn within_one_child(task: &ReadRange, rows: &[Entity]) -> bool {
     let (prefix, a, b) = match task {
         ReadRange::Range { prefix, .. } => (prefix, &first.partition_key, &last.partition_key),
         ReadRange::Partition { prefix, .. } => (prefix, &first.row_key, &last.row_key),
-        ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. } => return false,
     };
     match (extend_prefix(prefix, a), extend_prefix(prefix, b)) {
         (Some(x), Some(y)) => x == y,
@@ -142,7 +138,6 @@ pub(super) fn with_cursor(
             prefix,
             cursor: Some(token),
         },
-        other @ (ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. }) => other,
     }
 }
 
@@ -192,14 +187,13 @@ pub(super) fn split_at_position(
             }
             split_partition_at(own, row_keys, prefix, row_key, emit)
         }
-        ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. } => None,
     }
 }
 
 /// Whether cutting `task` at position (`partition_key`, `row_key`) gains anything. A position
 /// not beyond where the task already stood (its cursor) would read rows again, or cut where
 /// nothing was gained; nor is the very start of a task without a cursor any use: nothing was
-/// looked at. An import's task has no positions.
+/// looked at.
 fn position_gains(task: &ReadRange, partition_key: &str, row_key: &str) -> bool {
     let (cursor, at_start) = match task {
         ReadRange::Range {
@@ -217,7 +211,6 @@ fn position_gains(task: &ReadRange, partition_key: &str, row_key: &str) -> bool 
             cursor.as_ref(),
             row_keys.lower == Lower::Included(row_key.to_string()),
         ),
-        ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. } => return false,
     };
     match cursor {
         Some(cursor) => match compare(partition_key, &cursor.next_partition_key) {
@@ -367,7 +360,6 @@ pub(super) fn advance(
             },
             _,
         ) => advance_partition(partition_key, row_keys, prefix, token, rk, split, emit),
-        (ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. }, _) => None,
     }
 }
 

@@ -228,11 +228,6 @@ where
             "the query budget must be at least 1".into(),
         ));
     }
-    if item.task.is_import() {
-        return Err(StepError::Options(
-            "the work item reads an export's blobs, not a table".into(),
-        ));
-    }
     let max_queries = options.max_queries_at(item.depth);
     let budget = max_queries.saturating_mul(u32::from(options.page_size));
     let fans_out = options.mode == ReadMode::PartitionKeys

@@ -169,8 +169,6 @@ pub fn rest_after(task: ReadRange, pk: &str, rk: &str, mode: ReadMode) -> Vec<Re
                 unstarted: false,
             }]
         }
-        // Not a table's: `run_step` refuses such a task before reading.
-        task @ (ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. }) => vec![task],
     }
 }
 

@@ -13,9 +13,9 @@ use crate::plan::scope_range;
 use crate::protocol::Outcome;
 use tablescan_api::answers::Started as StartAnswer;
 use tablescan_api::ScanSpec;
-use tablescan_engine::item::WorkItem;
 use tablescan_ledger::ledger::new_scan_id;
 use tablescan_ledger::{Created, State};
+use tablescan_ledger::{ImportTask, WorkItem};
 
 /// Scan requests larger than this are refused with 413.
 pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
@@ -163,7 +163,7 @@ fn root_item(spec: &ScanSpec, id: &str) -> WorkItem {
             v: tablescan_engine::item::WORK_ITEM_VERSION,
             scan: id.to_string(),
             depth: 0,
-            task: tablescan_engine::item::ReadRange::ExportPart { part: 0, from: 0 },
+            task: ImportTask::ExportPart { part: 0, from: 0 }.into(),
             given_back: 0,
         },
         None => {

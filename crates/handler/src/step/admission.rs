@@ -11,8 +11,8 @@ use super::ItemKind;
 use crate::app::AppState;
 use crate::pacing::{give_back_delay, NotAdmitted, StepPace, ADMIT_WAIT};
 use crate::protocol::{Failure, Outcome};
-use tablescan_engine::item::WorkItem;
 use tablescan_ledger::Begin;
+use tablescan_ledger::WorkItem;
 use tablescan_storage::pacing::Governor;
 
 /// Whether a step may run now, decided before its item is claimed.

@@ -16,20 +16,20 @@ use crate::plan::action_for;
 use tablescan_actions::export::format::{next_chunk, parse_line, sha256_base64, Compression};
 use tablescan_actions::{ActionCounts, RowFailure};
 use tablescan_api::{ImportSource, ManifestSummary};
-use tablescan_engine::item::{ReadRange, WorkItem};
 use tablescan_engine::{Clock, RowSink, SystemClock};
-use tablescan_ledger::exports::{parse_part, Layout, Manifest, PartSummary};
+use tablescan_ledger::exports::{parse_part, BlobEntry, Layout, Manifest, PartSummary};
 use tablescan_ledger::notes::{NotedRow, RowNotes};
-use tablescan_ledger::{ScanRecord, StepCounts};
+use tablescan_ledger::{ImportTask, ScanRecord, StepCounts, WorkItem};
 use tablescan_storage::{ContainerClient, StorageError};
 
 /// How many blob items one step of a manifest part makes (the rest is handed on).
 pub const BLOBS_PER_STEP: usize = 250;
 
-/// Runs a step of an import's work item.
+/// Runs a step of an import's work item, `item`, whose task is `task`.
 pub(super) async fn run(
     state: &AppState,
     item: &WorkItem,
+    task: &ImportTask,
     scan: &ScanRecord,
     lost: &std::sync::atomic::AtomicBool,
     pace: &StepPace,
@@ -56,11 +56,17 @@ pub(super) async fn run(
         })
         .map_err(StepFailure::permanent)?;
     let started = std::time::Instant::now();
-    let done = match &item.task {
-        ReadRange::ExportPart { part, from } => {
+    let done = match task {
+        ImportTask::ExportPart { part, from } => {
             run_part(item, import, manifest, &container, *part, *from).await?
         }
-        ReadRange::ExportBlob { .. } => {
+        ImportTask::ExportBlob {
+            name,
+            bytes,
+            sha256,
+            offset,
+            skip,
+        } => {
             let read = BlobRead {
                 state,
                 item,
@@ -70,12 +76,7 @@ pub(super) async fn run(
                 container: &container,
                 compression: crate::plan::compression(manifest.compression),
             };
-            read.run().await?
-        }
-        ReadRange::Range { .. } | ReadRange::Partition { .. } => {
-            return Err(StepFailure::permanent(
-                "a table's work item reached the import's step".into(),
-            ))
+            read.run(name, *bytes, sha256, *offset, *skip).await?
         }
     };
     Ok(StepDone {
@@ -103,10 +104,7 @@ fn blob_failure(what: &str, error: StorageError) -> StepFailure {
 }
 
 /// Makes work items of up to [`BLOBS_PER_STEP`] of the blobs part `part` lists, from the
-/// `from`-th, and one more item for what is left of the part (or for the next part). The part
-/// is the one the export's manifest names, checked against the SHA-256 the manifest recorded,
-/// and every blob it lists must be the export's own: a part another export into the same prefix
-/// wrote is refused, never imported.
+/// `from`-th, and one more item for what is left of the part (or for the next part).
 async fn run_part(
     item: &WorkItem,
     import: &ImportSource,
@@ -115,15 +113,31 @@ async fn run_part(
     part: u32,
     from: u32,
 ) -> Result<StepDone, StepFailure> {
-    if part >= manifest.parts {
-        // An export of no rows has no parts: nothing to import.
-        return Ok(StepDone {
-            counts: StepCounts::default(),
-            notes: RowNotes::default(),
-            blob: None,
-            follow_ups: Vec::new(),
-        });
-    }
+    // An export of no rows has no parts: nothing to import.
+    let follow_ups = if part >= manifest.parts {
+        Vec::new()
+    } else {
+        let entries = read_part(import, manifest, container, part).await?;
+        part_follow_ups(item, &entries, part, from, manifest.parts)
+    };
+    Ok(StepDone {
+        counts: StepCounts::default(),
+        notes: RowNotes::default(),
+        blob: None,
+        follow_ups,
+    })
+}
+
+/// The blobs part `part` of the export's manifest lists. The part is the one the manifest
+/// names, checked against the SHA-256 the manifest recorded, and every blob it lists must be
+/// the export's own: a part another export into the same prefix wrote is refused, never
+/// imported.
+async fn read_part(
+    import: &ImportSource,
+    manifest: &ManifestSummary,
+    container: &ContainerClient,
+    part: u32,
+) -> Result<Vec<BlobEntry>, StepFailure> {
     let layout = Layout {
         prefix: &import.prefix,
     };
@@ -158,12 +172,25 @@ async fn run_part(
             foreign.name, manifest.scan
         )));
     }
+    Ok(entries)
+}
+
+/// The work items of a step over part `part` (of `parts`) listing `entries`: one for each of
+/// up to [`BLOBS_PER_STEP`] blobs from the `from`-th, then one for the rest of the part, or
+/// for the next part when this one is done.
+fn part_follow_ups(
+    item: &WorkItem,
+    entries: &[BlobEntry],
+    part: u32,
+    from: u32,
+    parts: u32,
+) -> Vec<WorkItem> {
     let start = (from as usize).min(entries.len());
     let end = (start + BLOBS_PER_STEP).min(entries.len());
     let mut follow_ups: Vec<WorkItem> = entries[start..end]
         .iter()
         .map(|entry| {
-            item.follow_up(ReadRange::ExportBlob {
+            item.follow_up(ImportTask::ExportBlob {
                 name: entry.name.clone(),
                 bytes: entry.bytes,
                 sha256: entry.sha256.clone(),
@@ -173,22 +200,17 @@ async fn run_part(
         })
         .collect();
     if end < entries.len() {
-        follow_ups.push(item.follow_up(ReadRange::ExportPart {
+        follow_ups.push(item.follow_up(ImportTask::ExportPart {
             part,
             from: end as u32,
         }));
-    } else if part + 1 < manifest.parts {
-        follow_ups.push(item.follow_up(ReadRange::ExportPart {
+    } else if part + 1 < parts {
+        follow_ups.push(item.follow_up(ImportTask::ExportPart {
             part: part + 1,
             from: 0,
         }));
     }
-    Ok(StepDone {
-        counts: StepCounts::default(),
-        notes: RowNotes::default(),
-        blob: None,
-        follow_ups,
-    })
+    follow_ups
 }
 
 /// Part `part` as the export's manifest describes it (its name, and its SHA-256 when the
@@ -259,30 +281,29 @@ struct BlobRead<'a> {
 }
 
 impl BlobRead<'_> {
-    async fn run(&self) -> Result<StepDone, StepFailure> {
-        let ReadRange::ExportBlob {
-            name,
-            bytes,
-            sha256,
-            offset,
-            skip,
-        } = &self.item.task
-        else {
-            return Err(StepFailure::permanent("not a blob's work item".into()));
-        };
+    /// Acts on the rows of blob `name` (of `bytes` bytes with SHA-256 `sha256`, as the manifest
+    /// recorded it) from byte `offset` on, less the first `skip` rows of the chunk there.
+    async fn run(
+        &self,
+        name: &str,
+        bytes: u64,
+        sha256: &str,
+        offset: u64,
+        skip: u32,
+    ) -> Result<StepDone, StepFailure> {
         let what = format!("blob {}/{name}", self.container.name());
-        let data = self.read(&what, name, *bytes, sha256, *offset).await?;
+        let data = self.read(&what, name, bytes, sha256, offset).await?;
         let clock = SystemClock::default();
         let mut sink = self.sink(clock)?;
         let (rows_read, rest) = self
-            .act_on_chunks(&mut sink, clock, &what, &data, *offset, *skip as usize)
+            .act_on_chunks(&mut sink, clock, &what, &data, offset, skip as usize)
             .await?;
         let follow_ups = match rest {
             Some((at, skip)) if !sink.cancelled => {
-                vec![self.item.follow_up(ReadRange::ExportBlob {
-                    name: name.clone(),
-                    bytes: *bytes,
-                    sha256: sha256.clone(),
+                vec![self.item.follow_up(ImportTask::ExportBlob {
+                    name: name.to_string(),
+                    bytes,
+                    sha256: sha256.to_string(),
                     offset: offset + at as u64,
                     skip: skip as u32,
                 })]

@@ -30,8 +30,8 @@ use run::run_claimed;
 pub(super) use run::StepDone;
 pub(super) use sink::ActionSink;
 use tablescan_api::ActionSpec;
-use tablescan_engine::item::{ReadRange, WorkItem};
 use tablescan_ledger::{Begin, Claim, Finish, StepCounts};
+use tablescan_ledger::{ReadRange, Task, WorkItem};
 
 /// The kind of work item a queue-triggered function serves: each kind has a queue of its own
 /// (`AppState::item_queues`), and an item that arrives on another kind's queue is rejected.
@@ -333,11 +333,9 @@ async fn reject(
 fn decode(text: &str, kind: ItemKind) -> Result<WorkItem, String> {
     let item = WorkItem::decode(text).map_err(|e| e.to_string())?;
     match (&item.task, kind) {
-        (ReadRange::Range { .. }, ItemKind::Range)
-        | (ReadRange::Partition { .. }, ItemKind::Partition)
-        | (ReadRange::ExportPart { .. } | ReadRange::ExportBlob { .. }, ItemKind::Export) => {
-            Ok(item)
-        }
+        (Task::Table(ReadRange::Range { .. }), ItemKind::Range)
+        | (Task::Table(ReadRange::Partition { .. }), ItemKind::Partition)
+        | (Task::Import(_), ItemKind::Export) => Ok(item),
         _ => Err("the work item arrived on the wrong queue for its kind".into()),
     }
 }

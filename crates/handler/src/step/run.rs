@@ -13,11 +13,10 @@ use crate::pacing::{StepPace, ADMIT_WAIT};
 use crate::plan::{action_for, scan_options};
 use tablescan_actions::{Action, ExportRows};
 use tablescan_api::ActionSpec;
-use tablescan_engine::item::WorkItem;
 use tablescan_engine::{run_step, StepError, SystemClock};
 use tablescan_ledger::exports::{BlobEntry, Layout};
 use tablescan_ledger::notes::RowNotes;
-use tablescan_ledger::{Claim, StepCounts};
+use tablescan_ledger::{Claim, StepCounts, Task, WorkItem};
 use tablescan_storage::throttled::counting_throttled;
 use tablescan_storage::StorageError;
 
@@ -101,9 +100,12 @@ async fn run(
 ) -> Result<StepDone, StepFailure> {
     let spec = &scan.spec;
     let pace = admit_now(state, ledger, item, scan, admitted).await?;
-    if item.task.is_import() {
-        return super::import::run(state, item, scan, lost, &pace).await;
-    }
+    let range = match &item.task {
+        Task::Table(range) => item.with_task(range.clone()),
+        Task::Import(task) => {
+            return super::import::run(state, item, task, scan, lost, &pace).await
+        }
+    };
     let source = state
         .scan_source(&spec.connection, &spec.table)
         .map_err(StepFailure::permanent)?;
@@ -121,7 +123,7 @@ async fn run(
         tokio::time::Instant::now() + state.config.budget.max_duration * STORAGE_DEADLINE_BUDGETS;
     let report = tablescan_storage::deadline::within(
         deadline,
-        run_step(&reader, item, &options, &clock, &mut sink),
+        run_step(&reader, &range, &options, &clock, &mut sink),
     )
     .await?;
     let counts = StepCounts {
@@ -139,7 +141,12 @@ async fn run(
     let follow_ups = if sink.cancelled {
         Vec::new()
     } else {
-        report.follow_ups
+        // The engine's follow-ups, a table's ranges, as the items the ledger and queues hold.
+        report
+            .follow_ups
+            .into_iter()
+            .map(|follow_up| follow_up.map_task(Task::Table))
+            .collect()
     };
     // An export's rows counted as done are those in its blob: written before the finish.
     let blob = match &sink.action {

@@ -9,7 +9,7 @@ use crate::rows::{
     self, done_key, failed_key, millis, pending_key, shard_of, DoneRow, PendingRow, ScanRow,
     Tallies,
 };
-use tablescan_engine::item::WorkItem;
+use crate::work_item::WorkItem;
 use tablescan_storage::table::batch::{IfMatch, Operation};
 use tablescan_storage::table::entity::Entity;
 use tablescan_storage::table::WriteMode;

@@ -5,7 +5,7 @@ use time::OffsetDateTime;
 
 use super::{Claim, Ledger, LedgerError};
 use crate::rows::{self, millis, pending_key, shard_of, FailedRow, PendingRow, Tallies};
-use tablescan_engine::item::WorkItem;
+use crate::work_item::WorkItem;
 use tablescan_storage::table::batch::{IfMatch, Operation};
 use tablescan_storage::table::entity::{Entity, Value};
 use tablescan_storage::table::query::Query;

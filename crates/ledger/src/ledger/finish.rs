@@ -9,7 +9,7 @@ use crate::exports::BlobEntry;
 use crate::notes::RowNotes;
 use crate::rows::{done_key, millis, pending_key, shard_of, DoneRow, PendingRow, Tallies};
 use crate::step_counts::StepCounts;
-use tablescan_engine::item::WorkItem;
+use crate::work_item::WorkItem;
 use tablescan_storage::table::batch::{IfMatch, Operation};
 use tablescan_storage::ErrorKind;
 

@@ -12,8 +12,8 @@ use super::{
 use crate::rows::{
     self, date, pending_key, shard_of, text, PendingRow, ScanRow, Tallies, LEDGER_FORMAT, SHARDS,
 };
+use crate::work_item::WorkItem;
 use tablescan_api::ScanSpec;
-use tablescan_engine::item::WorkItem;
 use tablescan_storage::table::batch::{IfMatch, Operation};
 use tablescan_storage::table::entity::{Entity, Value};
 use tablescan_storage::table::filter::{Comparison, Filter};

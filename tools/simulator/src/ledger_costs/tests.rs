@@ -2,8 +2,9 @@
 //! Table service does: each constant of `ledger_costs` must be what that code asks.
 
 use super::*;
-use tablescan::job::{Begin, FailureRecord, Finish, Ledger, ScanSpec, StepCounts};
-use tablescan::scan::item::{ReadRange, WorkItem};
+use tablescan::job::{
+    Begin, FailureRecord, Finish, Ledger, ReadRange, ScanSpec, StepCounts, WorkItem,
+};
 use tablescan::scan::keys::KeyRange;
 use tablescan::storage::table::in_memory::InMemoryTable;
 use time::{Duration, OffsetDateTime};
