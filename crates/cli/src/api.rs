@@ -5,7 +5,9 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
-use tablescan_api::answers::{ErrorAnswer, Retried, ScansPage, Started, StateAnswer, StatusAnswer};
+use tablescan_api::answers::{
+    ErrorAnswer, RemovalRound, ResumeRound, Retried, ScansPage, Started, StateAnswer, StatusAnswer,
+};
 
 /// A client of one app.
 pub struct Api {
@@ -242,12 +244,14 @@ impl Api {
     }
 
     /// `DELETE /api/scans/{id}`: one round of a removal (`removedRows`, `more`).
-    pub async fn remove(&self, id: &str) -> Result<Value, ApiError> {
-        self.send(
-            self.http.delete(self.url(&format!("scans/{}", encode(id)))),
-            id,
-        )
-        .await
+    pub async fn remove(&self, id: &str) -> Result<Answer<RemovalRound>, ApiError> {
+        let json = self
+            .send(
+                self.http.delete(self.url(&format!("scans/{}", encode(id)))),
+                id,
+            )
+            .await?;
+        Answer::read(json, "a removal's answer")
     }
 
     /// `POST /api/scans/{id}/cancel`.
@@ -275,13 +279,15 @@ impl Api {
     }
 
     /// `POST /api/scans/{id}/resume`: one round of the paused items' messages.
-    pub async fn resume(&self, id: &str) -> Result<Value, ApiError> {
-        self.send(
-            self.http
-                .post(self.url(&format!("scans/{}/resume", encode(id)))),
-            id,
-        )
-        .await
+    pub async fn resume(&self, id: &str) -> Result<Answer<ResumeRound<String>>, ApiError> {
+        let json = self
+            .send(
+                self.http
+                    .post(self.url(&format!("scans/{}/resume", encode(id)))),
+                id,
+            )
+            .await?;
+        Answer::read(json, "a resume's answer")
     }
 
     /// A call of the schedules' API: `method` on `schedules/{path}` with `body`, if any.

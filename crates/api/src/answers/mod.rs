@@ -17,7 +17,10 @@ mod list;
 mod shown;
 mod status;
 
-pub use control::{ErrorAnswer, ErrorDetail, Retried, Started, StateAnswer};
+pub use control::{
+    ErrorAnswer, ErrorDetail, RejectedRemovalRound, RemovalRound, ResumeRound, Retried, Started,
+    StateAnswer,
+};
 pub use list::{ListEntry, ListProgress, ScansPage, UnreadableScan};
 pub use shown::{ActionShown, ImportShown, ManifestShown, SetShown, SpecShown};
 pub use status::{

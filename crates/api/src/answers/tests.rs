@@ -43,3 +43,57 @@ fn a_list_page_reads_its_entries_and_an_update_set_by_names() {
     assert!(page.unreadable_scans.is_empty());
     assert_eq!(page.rejected_messages.len(), 1);
 }
+
+/// The control routes' answers as the handler wrote them with `json!` before they were typed
+/// (keys sorted, as every answer goes out through a `Value`).
+#[test]
+fn the_control_answers_write_what_the_handler_wrote() {
+    use super::{RejectedRemovalRound, RemovalRound, ResumeRound, Retried, StateAnswer};
+    use crate::answers::State;
+    let text = |answer: serde_json::Value| answer.to_string();
+    let state = StateAnswer {
+        id: "s1".into(),
+        state: State::Pausing,
+    };
+    assert_eq!(
+        text(serde_json::to_value(&state).unwrap()),
+        r#"{"id":"s1","state":"pausing"}"#
+    );
+    let resumed = ResumeRound {
+        id: "s1".into(),
+        state: State::Running,
+        sent: 500,
+        more: true,
+    };
+    assert_eq!(
+        text(serde_json::to_value(&resumed).unwrap()),
+        r#"{"id":"s1","more":true,"sent":500,"state":"running"}"#
+    );
+    let retried = Retried {
+        id: "s1".into(),
+        state: State::Running,
+        retried: 3,
+        more: false,
+    };
+    assert_eq!(
+        text(serde_json::to_value(&retried).unwrap()),
+        r#"{"id":"s1","more":false,"retried":3,"state":"running"}"#
+    );
+    let removed = RemovalRound {
+        id: "s1".into(),
+        removed_rows: 4000,
+        more: true,
+    };
+    assert_eq!(
+        text(serde_json::to_value(&removed).unwrap()),
+        r#"{"id":"s1","more":true,"removedRows":4000}"#
+    );
+    let cleared = RejectedRemovalRound {
+        removed: 7,
+        more: false,
+    };
+    assert_eq!(
+        text(serde_json::to_value(&cleared).unwrap()),
+        r#"{"more":false,"removed":7}"#
+    );
+}
