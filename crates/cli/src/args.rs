@@ -3,6 +3,10 @@
 
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 
+#[path = "schedule_args.rs"]
+mod schedule_args;
+pub use schedule_args::{ScheduleCommand, SetArgs};
+
 #[derive(Debug, Parser)]
 #[command(
     name = "tablescan",
@@ -75,7 +79,7 @@ pub enum Command {
     /// Scans on a timetable: set, list, show, pause, resume, run now, preview, delete
     Schedule {
         #[command(subcommand)]
-        command: crate::schedule::ScheduleCommand,
+        command: ScheduleCommand,
     },
     /// Pause a scan: running steps stop at their next page, recording where they stopped
     Pause {

@@ -182,7 +182,7 @@ async fn status(api: &Api, id: &str, watch: bool, json: bool) -> Result<i32, Api
     let status = api.status(id).await?;
     print_json_or(json, &status.json, || summary::summary(&status.read));
     let state = &status.read.state;
-    Ok(if watch::has_ended(state) {
+    Ok(if show::has_ended(state) {
         watch::exit_code(state)
     } else {
         0
@@ -192,7 +192,7 @@ async fn status(api: &Api, id: &str, watch: bool, json: bool) -> Result<i32, Api
 /// Follows scan `id` to its end and prints its summary (or its status as JSON).
 async fn follow_to_end(api: &Api, id: &str, json: bool) -> Result<i32, ApiError> {
     let first = api.status(id).await?.read;
-    let total = if watch::has_ended(&first.state) {
+    let total = if show::has_ended(&first.state) {
         None
     } else {
         watch::earlier_count(api, &first.spec)
