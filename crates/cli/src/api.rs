@@ -256,38 +256,29 @@ impl Api {
 
     /// `POST /api/scans/{id}/cancel`.
     pub async fn cancel(&self, id: &str) -> Result<Answer<StateAnswer<String>>, ApiError> {
-        let json = self
-            .send(
-                self.http
-                    .post(self.url(&format!("scans/{}/cancel", encode(id)))),
-                id,
-            )
-            .await?;
-        Answer::read(json, "a cancel's answer")
+        self.control(id, "cancel", "a cancel's answer").await
     }
 
     /// `POST /api/scans/{id}/pause`.
     pub async fn pause(&self, id: &str) -> Result<Answer<StateAnswer<String>>, ApiError> {
-        let json = self
-            .send(
-                self.http
-                    .post(self.url(&format!("scans/{}/pause", encode(id)))),
-                id,
-            )
-            .await?;
-        Answer::read(json, "a pause's answer")
+        self.control(id, "pause", "a pause's answer").await
     }
 
     /// `POST /api/scans/{id}/resume`: one round of the paused items' messages.
     pub async fn resume(&self, id: &str) -> Result<Answer<ResumeRound<String>>, ApiError> {
-        let json = self
-            .send(
-                self.http
-                    .post(self.url(&format!("scans/{}/resume", encode(id)))),
-                id,
-            )
-            .await?;
-        Answer::read(json, "a resume's answer")
+        self.control(id, "resume", "a resume's answer").await
+    }
+
+    /// `POST /api/scans/{id}/{verb}`, its answer read as `what`.
+    async fn control<T: DeserializeOwned>(
+        &self,
+        id: &str,
+        verb: &str,
+        what: &'static str,
+    ) -> Result<Answer<T>, ApiError> {
+        let url = self.url(&format!("scans/{}/{verb}", encode(id)));
+        let json = self.send(self.http.post(url), id).await?;
+        Answer::read(json, what)
     }
 
     /// A call of the schedules' API: `method` on `schedules/{path}` with `body`, if any.
@@ -312,14 +303,7 @@ impl Api {
 
     /// `POST /api/scans/{id}/retry`.
     pub async fn retry(&self, id: &str) -> Result<Answer<Retried<String>>, ApiError> {
-        let json = self
-            .send(
-                self.http
-                    .post(self.url(&format!("scans/{}/retry", encode(id)))),
-                id,
-            )
-            .await?;
-        Answer::read(json, "a retry's answer")
+        self.control(id, "retry", "a retry's answer").await
     }
 
     /// The address of the app's page (`GET /api/ui`), with the key in the fragment when

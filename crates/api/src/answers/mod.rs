@@ -21,7 +21,7 @@ pub use control::{
     ErrorAnswer, ErrorDetail, RejectedRemovalRound, RemovalRound, ResumeRound, Retried, Started,
     StateAnswer,
 };
-pub use list::{ListEntry, ListProgress, ScansPage, UnreadableScan};
+pub use list::{ListEntry, ScansPage, UnreadableScan, LISTED_COUNTS};
 pub use shown::{ActionShown, ImportShown, ManifestShown, SetShown, SpecShown};
 pub use status::{
     spec_as_requested, Activity, CountResult, ExportProgress, NotedRow, Pace, Progress,
