@@ -5,7 +5,9 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
-use tablescan_api::answers::{ErrorAnswer, Retried, ScansPage, Started, StateAnswer, StatusAnswer};
+use tablescan_api::answers::{
+    ErrorAnswer, RemovalRound, ResumeRound, Retried, ScansPage, Started, StateAnswer, StatusAnswer,
+};
 
 /// A client of one app.
 pub struct Api {
@@ -242,46 +244,41 @@ impl Api {
     }
 
     /// `DELETE /api/scans/{id}`: one round of a removal (`removedRows`, `more`).
-    pub async fn remove(&self, id: &str) -> Result<Value, ApiError> {
-        self.send(
-            self.http.delete(self.url(&format!("scans/{}", encode(id)))),
-            id,
-        )
-        .await
+    pub async fn remove(&self, id: &str) -> Result<Answer<RemovalRound>, ApiError> {
+        let json = self
+            .send(
+                self.http.delete(self.url(&format!("scans/{}", encode(id)))),
+                id,
+            )
+            .await?;
+        Answer::read(json, "a removal's answer")
     }
 
     /// `POST /api/scans/{id}/cancel`.
     pub async fn cancel(&self, id: &str) -> Result<Answer<StateAnswer<String>>, ApiError> {
-        let json = self
-            .send(
-                self.http
-                    .post(self.url(&format!("scans/{}/cancel", encode(id)))),
-                id,
-            )
-            .await?;
-        Answer::read(json, "a cancel's answer")
+        self.control(id, "cancel", "a cancel's answer").await
     }
 
     /// `POST /api/scans/{id}/pause`.
     pub async fn pause(&self, id: &str) -> Result<Answer<StateAnswer<String>>, ApiError> {
-        let json = self
-            .send(
-                self.http
-                    .post(self.url(&format!("scans/{}/pause", encode(id)))),
-                id,
-            )
-            .await?;
-        Answer::read(json, "a pause's answer")
+        self.control(id, "pause", "a pause's answer").await
     }
 
     /// `POST /api/scans/{id}/resume`: one round of the paused items' messages.
-    pub async fn resume(&self, id: &str) -> Result<Value, ApiError> {
-        self.send(
-            self.http
-                .post(self.url(&format!("scans/{}/resume", encode(id)))),
-            id,
-        )
-        .await
+    pub async fn resume(&self, id: &str) -> Result<Answer<ResumeRound<String>>, ApiError> {
+        self.control(id, "resume", "a resume's answer").await
+    }
+
+    /// `POST /api/scans/{id}/{verb}`, its answer read as `what`.
+    async fn control<T: DeserializeOwned>(
+        &self,
+        id: &str,
+        verb: &str,
+        what: &'static str,
+    ) -> Result<Answer<T>, ApiError> {
+        let url = self.url(&format!("scans/{}/{verb}", encode(id)));
+        let json = self.send(self.http.post(url), id).await?;
+        Answer::read(json, what)
     }
 
     /// A call of the schedules' API: `method` on `schedules/{path}` with `body`, if any.
@@ -306,14 +303,7 @@ impl Api {
 
     /// `POST /api/scans/{id}/retry`.
     pub async fn retry(&self, id: &str) -> Result<Answer<Retried<String>>, ApiError> {
-        let json = self
-            .send(
-                self.http
-                    .post(self.url(&format!("scans/{}/retry", encode(id)))),
-                id,
-            )
-            .await?;
-        Answer::read(json, "a retry's answer")
+        self.control(id, "retry", "a retry's answer").await
     }
 
     /// The address of the app's page (`GET /api/ui`), with the key in the fragment when

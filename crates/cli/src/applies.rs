@@ -189,7 +189,3 @@ fn or_list(items: &[&str]) -> String {
         [rest @ .., last] => format!("{} or {last}", rest.join(", ")),
     }
 }
-
-#[cfg(test)]
-#[path = "applies_tests.rs"]
-mod tests;

@@ -1,7 +1,13 @@
 //! The command line: subcommands and flags, parsed by clap (which gives `--help` everywhere,
 //! `--flag=value` as well as `--flag value`, and errors that name the flag).
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
+use tablescan_api::answers::State;
+
+#[path = "schedule_args.rs"]
+mod schedule_args;
+pub use schedule_args::{ScheduleCommand, SetArgs};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -75,7 +81,7 @@ pub enum Command {
     /// Scans on a timetable: set, list, show, pause, resume, run now, preview, delete
     Schedule {
         #[command(subcommand)]
-        command: crate::schedule::ScheduleCommand,
+        command: ScheduleCommand,
     },
     /// Pause a scan: running steps stop at their next page, recording where they stopped
     Pause {
@@ -112,7 +118,7 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct ListArgs {
     /// Only scans in this state
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = state_parser())]
     pub state: Option<State>,
     /// Only scans with this action
     #[arg(long, value_enum)]
@@ -139,18 +145,6 @@ pub enum ActionKind {
     Update,
     PartitionKeys,
     Export,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum State {
-    Pending,
-    Running,
-    Succeeded,
-    Failed,
-    Cancelling,
-    Cancelled,
-    Pausing,
-    Paused,
 }
 
 #[derive(Debug, Args)]
@@ -316,6 +310,12 @@ pub enum Strategy {
     Serial,
 }
 
+/// `--state`: one of the API's states, by the name the API gives it.
+fn state_parser() -> impl TypedValueParser<Value = State> {
+    PossibleValuesParser::new(State::ALL.map(State::name))
+        .try_map(|name| State::named(&name).ok_or("not a state"))
+}
+
 /// The name clap gives a value of a `ValueEnum` (what the API takes too).
 pub fn value_name(value: impl ValueEnum) -> String {
     value
@@ -381,6 +381,63 @@ mod tests {
         assert!(
             error.contains("--state") && error.contains("running"),
             "{error}"
+        );
+    }
+
+    /// `list --state` takes the API's states by their names (the values it took when the
+    /// command had a state type of its own), and only those.
+    #[test]
+    fn list_takes_the_apis_states_by_name() {
+        let state = |value: &str| {
+            let cli = Cli::try_parse_from(["tablescan", "list", "--state", value])
+                .map_err(|e| e.kind())?;
+            match cli.command {
+                Command::List(args) => Ok(args.state),
+                _ => panic!("not a list"),
+            }
+        };
+        for (name, wanted) in [
+            ("pending", State::Pending),
+            ("running", State::Running),
+            ("succeeded", State::Succeeded),
+            ("failed", State::Failed),
+            ("cancelling", State::Cancelling),
+            ("cancelled", State::Cancelled),
+            ("pausing", State::Pausing),
+            ("paused", State::Paused),
+        ] {
+            assert_eq!(state(name), Ok(Some(wanted)), "{name}");
+        }
+        for wrong in ["Running", "RUNNING", "sleeping", ""] {
+            assert_eq!(
+                state(wrong),
+                Err(clap::error::ErrorKind::InvalidValue),
+                "{wrong}"
+            );
+        }
+        let command = Cli::command();
+        let list = command.find_subcommand("list").unwrap();
+        let flag = list
+            .get_arguments()
+            .find(|a| a.get_long() == Some("state"))
+            .unwrap();
+        let values: Vec<String> = flag
+            .get_possible_values()
+            .iter()
+            .map(|v| v.get_name().to_string())
+            .collect();
+        assert_eq!(
+            values,
+            [
+                "pending",
+                "running",
+                "succeeded",
+                "failed",
+                "cancelling",
+                "cancelled",
+                "pausing",
+                "paused"
+            ]
         );
     }
 

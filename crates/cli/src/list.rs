@@ -4,7 +4,7 @@
 //! pages until it has the scans asked for, at most [`MOST_PAGES`] of them.
 
 use serde_json::Value;
-use tablescan_api::answers::{ListEntry, UnreadableScan};
+use tablescan_api::answers::{ListEntry, State, UnreadableScan};
 
 use crate::api::{Api, ApiError, ListQuery};
 use crate::args::{value_name, ListArgs};
@@ -36,7 +36,7 @@ pub struct PagesJson {
 
 /// Reads pages until `args.limit` scans are found or no page is left.
 pub async fn read(api: &Api, args: &ListArgs) -> Result<Listing, ApiError> {
-    let state = args.state.map(value_name);
+    let state = args.state.map(State::name);
     let action = args.action.map(value_name);
     let mut listing = Listing {
         scans: Vec::new(),
@@ -49,7 +49,7 @@ pub async fn read(api: &Api, args: &ListArgs) -> Result<Listing, ApiError> {
         let wanted = args.limit - listing.scans.len() as u32;
         let query = ListQuery {
             limit: wanted,
-            state: state.as_deref(),
+            state,
             action: action.as_deref(),
             table: args.table.as_deref(),
             after: listing.next.as_deref(),
@@ -129,7 +129,7 @@ fn or_unknown(text: &str) -> &str {
 fn same_filters(args: &ListArgs) -> String {
     let mut flags = String::new();
     if let Some(state) = args.state {
-        flags.push_str(&format!(" --state {}", value_name(state)));
+        flags.push_str(&format!(" --state {}", state.name()));
     }
     if let Some(action) = args.action {
         flags.push_str(&format!(" --action {}", value_name(action)));

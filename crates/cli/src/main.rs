@@ -182,7 +182,7 @@ async fn status(api: &Api, id: &str, watch: bool, json: bool) -> Result<i32, Api
     let status = api.status(id).await?;
     print_json_or(json, &status.json, || summary::summary(&status.read));
     let state = &status.read.state;
-    Ok(if watch::has_ended(state) {
+    Ok(if show::has_ended(state) {
         watch::exit_code(state)
     } else {
         0
@@ -192,7 +192,7 @@ async fn status(api: &Api, id: &str, watch: bool, json: bool) -> Result<i32, Api
 /// Follows scan `id` to its end and prints its summary (or its status as JSON).
 async fn follow_to_end(api: &Api, id: &str, json: bool) -> Result<i32, ApiError> {
     let first = api.status(id).await?.read;
-    let total = if watch::has_ended(&first.state) {
+    let total = if show::has_ended(&first.state) {
         None
     } else {
         watch::earlier_count(api, &first.spec)
@@ -214,10 +214,10 @@ async fn follow_to_end(api: &Api, id: &str, json: bool) -> Result<i32, ApiError>
     }
 }
 
-/// `tablescan remove`: calls the removal until it is done, saying how far it got.
+/// `tablescan resume`: calls the resume until its rounds are done, saying how far it got.
 async fn resume(api: &Api, id: &str, json: bool) -> Result<i32, ApiError> {
     let resumed = resume::until_done(
-        || api.resume(id),
+        || async { api.resume(id).await.map(|answer| answer.read) },
         |sent| {
             eprintln!(
                 "scan {id}: {} paused work items sent again so far; going on",
@@ -226,9 +226,7 @@ async fn resume(api: &Api, id: &str, json: bool) -> Result<i32, ApiError> {
         },
     )
     .await?;
-    let answer = serde_json::json!({
-        "id": id, "state": resumed.state, "sent": resumed.sent, "more": resumed.more
-    });
+    let answer = serde_json::to_value(resumed.as_answer(id)).unwrap_or_default();
     print_json_or(json, &answer, || resume::text(id, &resumed));
     Ok(0)
 }
@@ -281,9 +279,10 @@ async fn ui(api: &Api, without_key: bool, json: bool) -> i32 {
     0
 }
 
+/// `tablescan remove`: calls the removal until it is done, saying how far it got.
 async fn remove(api: &Api, id: &str, json: bool) -> Result<i32, ApiError> {
     let removed = remove::until_done(
-        || api.remove(id),
+        || async { api.remove(id).await.map(|answer| answer.read) },
         |rows| {
             eprintln!(
                 "scan {id}: {} ledger rows removed so far; going on",
@@ -308,7 +307,7 @@ async fn remove(api: &Api, id: &str, json: bool) -> Result<i32, ApiError> {
         }
         other => other?,
     };
-    let answer = serde_json::json!({"id": id, "removedRows": removed.rows, "more": removed.more});
+    let answer = serde_json::to_value(removed.as_answer(id)).unwrap_or_default();
     print_json_or(json, &answer, || {
         if removed.more {
             format!(

@@ -4,7 +4,7 @@
 
 use std::future::Future;
 
-use serde_json::Value;
+use tablescan_api::answers::RemovalRound;
 
 use crate::api::ApiError;
 
@@ -30,7 +30,7 @@ pub async fn until_done<F, Fut>(
 ) -> Result<Removed, ApiError>
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<Value, ApiError>>,
+    Fut: Future<Output = Result<RemovalRound, ApiError>>,
 {
     let mut removed = Removed {
         rows: 0,
@@ -40,8 +40,8 @@ where
     while removed.more && removed.rounds < MOST_ROUNDS {
         let answer = round().await?;
         removed.rounds += 1;
-        removed.rows += answer["removedRows"].as_u64().unwrap_or(0);
-        removed.more = answer["more"] == true;
+        removed.rows += answer.removed_rows;
+        removed.more = answer.more;
         if removed.more {
             progress(removed.rows);
         }
@@ -49,10 +49,22 @@ where
     Ok(removed)
 }
 
+impl Removed {
+    /// The rounds' total as `--json` prints it: the answer of one round, with every round's
+    /// rows.
+    pub fn as_answer(&self, id: &str) -> RemovalRound {
+        RemovalRound {
+            id: id.to_string(),
+            removed_rows: self.rows,
+            more: self.more,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
     use std::collections::VecDeque;
     use std::sync::Mutex;
 
@@ -67,7 +79,8 @@ mod tests {
         let removed = until_done(
             || {
                 let next = answers.lock().unwrap().pop_front();
-                async move { Ok(next.expect("no call after the last round")) }
+                let next = next.expect("no call after the last round");
+                async move { Ok(serde_json::from_value(next).unwrap()) }
             },
             |rows| seen.push(rows),
         )
@@ -82,6 +95,10 @@ mod tests {
             }
         );
         assert_eq!(seen, [4000, 7500]);
+        assert_eq!(
+            serde_json::to_value(removed.as_answer("s1")).unwrap(),
+            json!({"id": "s1", "removedRows": 7512, "more": false})
+        );
     }
 
     #[tokio::test]

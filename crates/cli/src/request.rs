@@ -164,6 +164,10 @@ pub fn check(body: &Value) -> Result<(), ApiError> {
 }
 
 #[cfg(test)]
+#[path = "request_flags_tests.rs"]
+mod flags_tests;
+
+#[cfg(test)]
 mod tests {
 
     /// A request the app would refuse is refused before it is sent, as the app refuses it.

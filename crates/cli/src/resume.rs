@@ -5,7 +5,7 @@
 
 use std::future::Future;
 
-use serde_json::Value;
+use tablescan_api::answers::ResumeRound;
 
 use crate::api::ApiError;
 
@@ -32,7 +32,7 @@ pub async fn until_done<F, Fut>(
 ) -> Result<Resumed, ApiError>
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<Value, ApiError>>,
+    Fut: Future<Output = Result<ResumeRound<String>, ApiError>>,
 {
     let mut resumed = Resumed {
         sent: 0,
@@ -43,14 +43,30 @@ where
     while resumed.more && resumed.rounds < MOST_ROUNDS {
         let answer = round().await?;
         resumed.rounds += 1;
-        resumed.sent += answer["sent"].as_u64().unwrap_or(0);
-        resumed.more = answer["more"] == true;
-        resumed.state = answer["state"].as_str().unwrap_or("running").to_string();
+        resumed.sent += answer.sent;
+        resumed.more = answer.more;
+        resumed.state = match answer.state {
+            state if state.is_empty() => "running".to_string(),
+            state => state,
+        };
         if resumed.more {
             progress(resumed.sent);
         }
     }
     Ok(resumed)
+}
+
+impl Resumed {
+    /// The rounds' total as `--json` prints it: the answer of one round, with every round's
+    /// messages.
+    pub fn as_answer(&self, id: &str) -> ResumeRound<String> {
+        ResumeRound {
+            id: id.to_string(),
+            state: self.state.clone(),
+            sent: self.sent,
+            more: self.more,
+        }
+    }
 }
 
 /// What the command prints once the rounds are done.
@@ -84,14 +100,14 @@ mod tests {
     #[tokio::test]
     async fn a_resume_is_called_again_while_the_app_says_there_is_more() {
         let answers = Mutex::new(VecDeque::from([
-            json!({"state": "running", "sent": 500, "more": true}),
-            json!({"state": "running", "sent": 12, "more": false}),
+            json!({"id": "s1", "state": "running", "sent": 500, "more": true}),
+            json!({"id": "s1", "state": "running", "sent": 12, "more": false}),
         ]));
         let mut seen = Vec::new();
         let resumed = until_done(
             || {
                 let next = answers.lock().unwrap().pop_front().unwrap();
-                async move { Ok(next) }
+                async move { Ok(serde_json::from_value(next).unwrap()) }
             },
             |sent| seen.push(sent),
         )
@@ -101,6 +117,10 @@ mod tests {
         assert_eq!(resumed.rounds, 2);
         assert!(!resumed.more);
         assert_eq!(seen, vec![500]);
+        assert_eq!(
+            serde_json::to_value(resumed.as_answer("s1")).unwrap(),
+            json!({"id": "s1", "state": "running", "sent": 512, "more": false})
+        );
         let said = text("s1", &resumed);
         assert!(
             said.starts_with("scan s1: running again; 512 paused work items sent again\n"),

@@ -82,7 +82,7 @@ pub fn live_line(status: &StatusAnswer, total: Option<u64>, recent_rate: Option<
         line.push_str(&format!("  throttled {}", thousands(throttled)));
     }
     if let Some(total) = total {
-        if rate > 0.0 && done < total && !super::watch::has_ended(&status.state) {
+        if rate > 0.0 && done < total && !has_ended(&status.state) {
             let left = ((total - done) as f64 / rate).ceil() as u64;
             line.push_str(&format!("  ETA {}", duration(left)));
         }
@@ -99,6 +99,12 @@ pub fn state_name(status: &StatusAnswer) -> &str {
         "" => "?",
         state => state,
     }
+}
+
+/// Whether a scan in this state has stopped moving: it succeeded, failed or was cancelled, or
+/// is paused (nothing moves until someone resumes it). Watching ends there.
+pub fn has_ended(state: &str) -> bool {
+    matches!(state, "succeeded" | "failed" | "cancelled" | "paused")
 }
 
 /// Entities per row the action costs the account: a row read, and for a copy, delete or
@@ -251,6 +257,13 @@ mod tests {
             total,
             recent,
         )
+    }
+
+    #[test]
+    fn a_scan_has_ended_once_it_stops_moving() {
+        assert!(has_ended("cancelled") && has_ended("paused"));
+        assert!(!has_ended("cancelling"));
+        assert!(!has_ended("running"));
     }
 
     #[test]

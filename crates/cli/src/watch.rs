@@ -57,7 +57,7 @@ pub async fn follow(api: &Api, id: &str, total: Option<u64>) -> Result<Followed,
                         }
                     }
                 }
-                if has_ended(&status.read.state) {
+                if show::has_ended(&status.read.state) {
                     return Ok::<_, ApiError>(Followed::Ended(Box::new(status)));
                 }
                 tokio::time::sleep(POLL).await;
@@ -116,12 +116,6 @@ async fn read_status(api: &Api, id: &str) -> Result<Answer<StatusAnswer>, ApiErr
             Err(error) => return Err(error),
         }
     }
-}
-
-/// Whether watching is over: the scan succeeded, failed or was cancelled, or is paused
-/// (nothing moves until someone resumes it).
-pub fn has_ended(state: &str) -> bool {
-    matches!(state, "succeeded" | "failed" | "cancelled" | "paused")
 }
 
 /// The exit code a scan's state at the end of a watch gives: 0 succeeded, 1 failed, 2
@@ -222,8 +216,5 @@ mod tests {
         assert_eq!(exit_code("succeeded"), 0);
         assert_eq!(exit_code("failed"), 1);
         assert_eq!(exit_code("cancelled"), 2);
-        assert!(has_ended("cancelled"));
-        assert!(!has_ended("cancelling"));
-        assert!(!has_ended("running"));
     }
 }

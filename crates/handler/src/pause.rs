@@ -3,24 +3,32 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::{json, Value};
+use serde_json::Value;
 use time::OffsetDateTime;
 
-use crate::answers::{answer, error, scan_target};
+use crate::answers::{answer, error, json_of, scan_target};
 use crate::app::AppState;
 use crate::names::HTTP_RESPONSE;
 use crate::protocol::Outcome;
+use tablescan_api::answers::{ResumeRound, StateAnswer};
 use tablescan_ledger::pause::RESUME_ROWS_PER_ROUND;
 use tablescan_ledger::{Ledger, ScanStatus, State};
 
-/// The state as the API names it.
-fn named(state: State) -> Value {
-    serde_json::to_value(state).unwrap_or(Value::Null)
+/// The state's name in a sentence, as the API names it (no JSON quotes).
+fn in_words(state: State) -> String {
+    match serde_json::to_value(state) {
+        Ok(Value::String(name)) => name,
+        _ => String::new(),
+    }
 }
 
-/// The state's name in a sentence (no JSON quotes).
-fn in_words(state: State) -> String {
-    named(state).as_str().unwrap_or_default().to_string()
+/// The answer of a pause: the scan's state now.
+fn state_answer(id: &str, state: State) -> Response {
+    let answer_now = StateAnswer {
+        id: id.to_string(),
+        state,
+    };
+    answer(StatusCode::OK, json_of(&answer_now)).into_response()
 }
 
 /// The state to answer with after a change: as the ledger reads it now, or `fallback`.
@@ -64,13 +72,7 @@ pub async fn pause_scan(state: &AppState, body: &[u8]) -> Response {
     };
     match status.state {
         State::Pending | State::Running => {}
-        State::Pausing | State::Paused => {
-            return answer(
-                StatusCode::OK,
-                json!({ "id": id, "state": named(status.state) }),
-            )
-            .into_response()
-        }
+        State::Pausing | State::Paused => return state_answer(id, status.state),
         State::Succeeded | State::Failed | State::Cancelling | State::Cancelled => {
             return error(
                 StatusCode::CONFLICT,
@@ -86,8 +88,7 @@ pub async fn pause_scan(state: &AppState, body: &[u8]) -> Response {
         Ok(Some(_)) => {
             state.forget_record(id);
             tracing::info!(scan = id, "paused");
-            let now = state_now(ledger, id, State::Pausing).await;
-            answer(StatusCode::OK, json!({ "id": id, "state": named(now) })).into_response()
+            state_answer(id, state_now(ledger, id, State::Pausing).await)
         }
         Ok(None) => error(StatusCode::NOT_FOUND, None, "no scan has this id"),
         Err(e) => error(
@@ -159,8 +160,14 @@ pub async fn resume_scan(state: &AppState, body: &[u8]) -> Response {
     let sent = round.messages.len();
     tracing::info!(scan = id, sent, more = round.more, "resume round");
     let now = state_now(ledger, id, State::Running).await;
-    let body = json!({ "id": id, "state": named(now), "sent": sent, "more": round.more });
-    let outcome = Outcome::default().http(HTTP_RESPONSE, StatusCode::ACCEPTED, &body, &[]);
+    let body = ResumeRound {
+        id: id.to_string(),
+        state: now,
+        sent: sent as u64,
+        more: round.more,
+    };
+    let outcome =
+        Outcome::default().http(HTTP_RESPONSE, StatusCode::ACCEPTED, &json_of(&body), &[]);
     crate::send::with_items(outcome, round.messages).into_response()
 }
 

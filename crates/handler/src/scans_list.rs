@@ -5,11 +5,10 @@
 
 use axum::http::StatusCode;
 use serde::Deserialize;
-use serde_json::Value;
 
 use crate::answers::{refusal, HttpError};
 use crate::protocol::HttpRequest;
-use tablescan_api::answers::{ActionShown, ImportShown, ListEntry, ListProgress, SetShown};
+use tablescan_api::answers::{ActionShown, ImportShown, ListEntry, SetShown};
 use tablescan_api::{ActionSpec, ScanSpec};
 use tablescan_ledger::status::spec_as_requested;
 use tablescan_ledger::{ScanStatus, State};
@@ -59,16 +58,12 @@ impl ListQuery {
         };
         let state = match given("state") {
             None => None,
-            Some(text) => Some(
-                serde_json::from_value::<State>(Value::String(text.to_ascii_lowercase())).map_err(
-                    |_| {
-                        bad(
-                            "state",
-                            "must be pending, running, succeeded, failed, cancelling, cancelled, pausing or paused",
-                        )
-                    },
-                )?,
-            ),
+            Some(text) => Some(State::named(&text.to_ascii_lowercase()).ok_or_else(|| {
+                bad(
+                    "state",
+                    "must be pending, running, succeeded, failed, cancelling, cancelled, pausing or paused",
+                )
+            })?),
         };
         let action = match given("action") {
             None => None,
@@ -144,7 +139,7 @@ pub(super) fn entry(status: &ScanStatus) -> ListEntry {
         created_at: status.created_at.clone(),
         started_at: status.started_at.clone(),
         finished_at: status.finished_at.clone(),
-        progress: ListProgress::from(&status.progress),
+        progress: status.progress.clone(),
         status: format!("/api/scans/{}", status.id),
         dry_run: spec.dry_run,
         recent_rows_per_second: recent_rows_per_second(status),

@@ -1,6 +1,6 @@
-//! The short answers: a start's, the control routes' that the CLI reads typed (cancel and
-//! pause; retry) and a refusal's. `S` is the state: [`State`] where the app writes it, its name where the
-//! CLI reads it (a newer app's new state is shown, not refused).
+//! The short answers: a start's, the control routes' (cancel, pause, resume, retry, and the
+//! removals in rounds) and a refusal's. `S` is the state: [`State`] where the app writes it,
+//! its name where the CLI reads it (a newer app's new state is shown, not refused).
 
 use serde::{Deserialize, Serialize};
 
@@ -41,6 +41,45 @@ pub struct Retried<S = State> {
     pub retried: u64,
     /// Another call sends the rest.
     #[serde(default)]
+    pub more: bool,
+}
+
+/// `POST /api/scans/{id}/resume` (202): one round of the messages of the items the pause
+/// left pending.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(bound(deserialize = "S: Deserialize<'de> + Default"))]
+pub struct ResumeRound<S = State> {
+    #[serde(default)]
+    pub id: String,
+    #[serde(default)]
+    pub state: S,
+    /// Messages this round sent.
+    #[serde(default)]
+    pub sent: u64,
+    /// Items are left to send: another call (or the app's re-drive sweep) goes on.
+    #[serde(default)]
+    pub more: bool,
+}
+
+/// `DELETE /api/scans/{id}`: one round of a finished scan's removal (200 when it is complete,
+/// 202 when `more`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RemovalRound {
+    pub id: String,
+    /// Ledger rows this round deleted.
+    pub removed_rows: u64,
+    /// Rows are left: another call goes on.
+    pub more: bool,
+}
+
+/// `DELETE /api/rejected`: one round of forgetting the refused queue messages (200 when it
+/// is complete, 202 when `more`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RejectedRemovalRound {
+    /// Records this round deleted.
+    pub removed: u64,
     pub more: bool,
 }
 

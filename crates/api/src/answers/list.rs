@@ -2,8 +2,9 @@
 //! scans it could not read and the queue messages that were not valid work items. Read
 //! tolerantly by the CLI (see the module above).
 
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde::ser::Error as _;
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::{Map, Value};
 
 use super::shown::{ActionShown, ImportShown};
 use super::status::{Progress, State};
@@ -62,8 +63,10 @@ pub struct ListEntry<S = State> {
     pub started_at: Option<String>,
     #[serde(default)]
     pub finished_at: Option<String>,
-    #[serde(default)]
-    pub progress: ListProgress,
+    /// Read whole (an older app's list sends only its [`LISTED_COUNTS`], the rest default);
+    /// written as [`LISTED_COUNTS`].
+    #[serde(default, serialize_with = "listed_counts")]
+    pub progress: Progress,
     /// The scan's status route (`/api/scans/{id}`).
     #[serde(default)]
     pub status: String,
@@ -84,35 +87,30 @@ pub struct ListEntry<S = State> {
     pub import: Option<ImportShown>,
 }
 
-/// The counts a list entry shows (a status shows them all: [`Progress`]).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct ListProgress {
-    pub rows_read: u64,
-    pub rows_acted: u64,
-    pub rows_skipped: u64,
-    pub rows_failed: u64,
-    pub partitions: u64,
-    pub steps_done: u64,
-    pub steps_pending: u64,
-    pub steps_failed: u64,
-    pub requests_throttled: u64,
-    pub rows_per_second: f64,
-}
+/// The counts of [`Progress`] a list entry shows (a status shows them all), by their names in
+/// the JSON: the finer ones (failed attempts, queries, re-drives, the longest step, ...) are
+/// left out to keep a page of 100 scans small.
+pub const LISTED_COUNTS: [&str; 10] = [
+    "rowsRead",
+    "rowsActed",
+    "rowsSkipped",
+    "rowsFailed",
+    "partitions",
+    "stepsDone",
+    "stepsPending",
+    "stepsFailed",
+    "requestsThrottled",
+    "rowsPerSecond",
+];
 
-impl From<&Progress> for ListProgress {
-    fn from(p: &Progress) -> ListProgress {
-        ListProgress {
-            rows_read: p.rows_read,
-            rows_acted: p.rows_acted,
-            rows_skipped: p.rows_skipped,
-            rows_failed: p.rows_failed,
-            partitions: p.partitions,
-            steps_done: p.steps_done,
-            steps_pending: p.steps_pending,
-            steps_failed: p.steps_failed,
-            requests_throttled: p.requests_throttled,
-            rows_per_second: p.rows_per_second,
-        }
-    }
+/// Writes the counts of `progress` a list entry shows ([`LISTED_COUNTS`]).
+fn listed_counts<S: Serializer>(progress: &Progress, serializer: S) -> Result<S::Ok, S::Error> {
+    let Value::Object(all) = serde_json::to_value(progress).map_err(S::Error::custom)? else {
+        return Err(S::Error::custom("progress is not a JSON object"));
+    };
+    let listed: Map<String, Value> = all
+        .into_iter()
+        .filter(|(name, _)| LISTED_COUNTS.contains(&name.as_str()))
+        .collect();
+    listed.serialize(serializer)
 }

@@ -17,8 +17,11 @@ mod list;
 mod shown;
 mod status;
 
-pub use control::{ErrorAnswer, ErrorDetail, Retried, Started, StateAnswer};
-pub use list::{ListEntry, ListProgress, ScansPage, UnreadableScan};
+pub use control::{
+    ErrorAnswer, ErrorDetail, RejectedRemovalRound, RemovalRound, ResumeRound, Retried, Started,
+    StateAnswer,
+};
+pub use list::{ListEntry, ScansPage, UnreadableScan, LISTED_COUNTS};
 pub use shown::{ActionShown, ImportShown, ManifestShown, SetShown, SpecShown};
 pub use status::{
     spec_as_requested, Activity, CountResult, ExportProgress, NotedRow, Pace, Progress,

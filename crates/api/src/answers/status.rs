@@ -31,6 +31,39 @@ pub enum State {
     Paused,
 }
 
+impl State {
+    /// Every state, in the order of a scan's life.
+    pub const ALL: [State; 8] = [
+        State::Pending,
+        State::Running,
+        State::Succeeded,
+        State::Failed,
+        State::Cancelling,
+        State::Cancelled,
+        State::Pausing,
+        State::Paused,
+    ];
+
+    /// The state's name in the API, as its JSON spells it (`running`).
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Pending => "pending",
+            State::Running => "running",
+            State::Succeeded => "succeeded",
+            State::Failed => "failed",
+            State::Cancelling => "cancelling",
+            State::Cancelled => "cancelled",
+            State::Pausing => "pausing",
+            State::Paused => "paused",
+        }
+    }
+
+    /// The state the API names `name`.
+    pub fn named(name: &str) -> Option<State> {
+        State::ALL.into_iter().find(|state| state.name() == name)
+    }
+}
+
 /// The status document of `GET /api/scans/{id}`: `Spec` is the app's [`ScanSpec`] where the
 /// ledger writes it and the CLI's tolerant [`crate::answers::SpecShown`] where it is read;
 /// `S`, the state, likewise ([`State`], or its name).

@@ -2,13 +2,14 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::{json, Value};
+use serde_json::Value;
 use time::OffsetDateTime;
 
-use crate::answers::{answer, error, scan_target};
+use crate::answers::{answer, error, json_of, scan_target};
 use crate::app::AppState;
 use crate::names::HTTP_RESPONSE;
 use crate::protocol::Outcome;
+use tablescan_api::answers::{Retried, StateAnswer};
 use tablescan_ledger::State;
 
 /// `POST /api/scans/{id}/cancel`.
@@ -46,7 +47,11 @@ pub async fn cancel_scan(state: &AppState, body: &[u8]) -> Response {
                 Ok(Some(status)) => status.state,
                 _ => State::Cancelling,
             };
-            answer(StatusCode::OK, json!({ "id": id, "state": state })).into_response()
+            let now = StateAnswer {
+                id: id.to_string(),
+                state,
+            };
+            answer(StatusCode::OK, json_of(&now)).into_response()
         }
         Ok(None) => error(StatusCode::NOT_FOUND, None, "no scan has this id"),
         Err(e) => error(
@@ -116,7 +121,12 @@ pub async fn retry_scan(state: &AppState, body: &[u8]) -> Response {
     let answer = Outcome::default().http(
         HTTP_RESPONSE,
         StatusCode::ACCEPTED,
-        &json!({ "id": id, "state": State::Running, "retried": retried, "more": more }),
+        &json_of(&Retried {
+            id: id.to_string(),
+            state: State::Running,
+            retried: retried as u64,
+            more,
+        }),
         &[],
     );
     crate::send::with_items(answer, messages).into_response()

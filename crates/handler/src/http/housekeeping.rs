@@ -3,13 +3,13 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::{json, Value};
+use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::answers::{answer, error, json_of, request, scan_target};
 use crate::app::AppState;
 use crate::scans_list::ListQuery;
-use tablescan_api::answers::ScansPage;
+use tablescan_api::answers::{RejectedRemovalRound, RemovalRound, ScansPage};
 use tablescan_ledger::State;
 
 /// `GET /api/scans`: the most recent scans (those the query's filters keep; see
@@ -110,7 +110,14 @@ pub async fn delete_scan(state: &AppState, body: &[u8]) -> Response {
         .remove_scan(&record, std::time::Instant::now() + state.removal_time)
         .await
     {
-        Ok(removed) => removal_answer(removed, json!({ "id": id, "removedRows": removed.rows })),
+        Ok(removed) => removal_answer(
+            removed.more,
+            &RemovalRound {
+                id: id.to_string(),
+                removed_rows: removed.rows,
+                more: removed.more,
+            },
+        ),
         Err(e) => unavailable_ledger(e),
     }
 }
@@ -128,20 +135,25 @@ pub async fn clear_rejected(state: &AppState, body: &[u8]) -> Response {
         .clear_rejected(std::time::Instant::now() + state.removal_time)
         .await
     {
-        Ok(removed) => removal_answer(removed, json!({ "removed": removed.rows })),
+        Ok(removed) => removal_answer(
+            removed.more,
+            &RejectedRemovalRound {
+                removed: removed.rows,
+                more: removed.more,
+            },
+        ),
         Err(e) => unavailable_ledger(e),
     }
 }
 
 /// `200` when a removal is complete, `202` with `"more": true` when it needs another call.
-fn removal_answer(removed: tablescan_ledger::housekeeping::Removed, mut body: Value) -> Response {
-    body["more"] = Value::Bool(removed.more);
-    let status = if removed.more {
+fn removal_answer(more: bool, body: &impl Serialize) -> Response {
+    let status = if more {
         StatusCode::ACCEPTED
     } else {
         StatusCode::OK
     };
-    answer(status, body).into_response()
+    answer(status, json_of(body)).into_response()
 }
 
 fn unavailable_ledger(e: tablescan_ledger::LedgerError) -> Response {

@@ -159,6 +159,11 @@ impl Drop for Host {
 /// retries (1 s instead of 30 s before a failed message is visible again), the re-drive
 /// timer every 2 seconds instead of every minute, and the schedules' timer every second.
 pub fn assemble(dir: &Path, suffix: &str) {
+    assemble_with(dir, suffix, &handler_binary());
+}
+
+/// [`assemble`] with the handler binary `handler` (another build's, say).
+pub fn assemble_with(dir: &Path, suffix: &str, handler: &Path) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let mut host: Value =
         serde_json::from_str(&std::fs::read_to_string(root.join("host.json")).unwrap()).unwrap();
@@ -166,7 +171,7 @@ pub fn assemble(dir: &Path, suffix: &str) {
     host["extensions"]["queues"]["maxPollingInterval"] = json!("00:00:00.2");
     std::fs::create_dir_all(dir).unwrap();
     std::fs::write(dir.join("host.json"), host.to_string()).unwrap();
-    std::fs::copy(handler_binary(), dir.join("handler")).unwrap();
+    std::fs::copy(handler, dir.join("handler")).unwrap();
     for entry in std::fs::read_dir(root.join("function_app"))
         .unwrap()
         .flatten()
@@ -191,9 +196,14 @@ pub fn assemble(dir: &Path, suffix: &str) {
 
 impl Host {
     pub fn start(instances: usize, settings: &[(&str, &str)]) -> Host {
+        Self::start_with(&handler_binary(), instances, settings)
+    }
+
+    /// [`Host::start`] with the handler binary `handler` (another build's, say).
+    pub fn start_with(handler: &Path, instances: usize, settings: &[(&str, &str)]) -> Host {
         let suffix = unique("").replace('x', "-");
         let dir = std::env::temp_dir().join(format!("devhost-e2e-{suffix}"));
-        assemble(&dir, &suffix);
+        assemble_with(&dir, &suffix, handler);
         Self::start_app(dir, instances, settings)
     }
 

@@ -1,8 +1,10 @@
-//! The table of flags and actions: every flag either reaches the request or is refused.
+//! The table of flags and actions (`crate::applies`): every flag either reaches the request or
+//! is refused.
 
-use super::*;
-use crate::args::{Cli, Command};
-use crate::request::start_request;
+use super::start_request;
+use crate::applies::check;
+use crate::applies::Action::{self, *};
+use crate::args::{Cli, Command, StartArgs};
 use clap::{CommandFactory, Parser};
 
 /// The flags that choose the action, each with a value where it takes one.
@@ -45,7 +47,7 @@ const FLAGS: &[&str] = &[
     "--dry-run",
 ];
 
-/// Which actions take which flag: written out here, not derived from [`RULES`], so that a
+/// Which actions take which flag: written out here, not derived from [`crate::applies::RULES`], so that a
 /// change to the rules shows up as a failing row. `None`: every action.
 fn expected(flag: &str) -> Option<&'static [Action]> {
     let name = flag.split('=').next().unwrap();
