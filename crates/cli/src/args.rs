@@ -5,7 +5,6 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 use tablescan_api::answers::State;
 
-#[path = "schedule_args.rs"]
 mod schedule_args;
 pub use schedule_args::{ScheduleCommand, SetArgs};
 

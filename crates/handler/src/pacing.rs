@@ -163,18 +163,16 @@ pub struct StepPace {
 }
 
 /// Whether a scan has more work items than its pace runs at once, as one process sees it when
-/// it admits a step: that step took the last of the scan's slots here, other steps of the scan
-/// wait behind it, or one was given back here within the longest give-back delay
-/// ([`GIVE_BACK_MAX`]). A step admitted so splits nothing off ([`fan_out`]): more items would
-/// only wait too, each given back again and again, and the queue's length (which counts them,
-/// visible or not) would bring the platform more instances that only split the same rate.
-pub fn crowded(
-    running: usize,
-    slots: usize,
-    others_waiting: usize,
-    gave_back_lately: bool,
-) -> bool {
-    running >= slots || others_waiting > 0 || gave_back_lately
+/// it admits a step: that step took the last of the scan's slots here, or a step of the scan was
+/// given back here within the longest give-back delay ([`GIVE_BACK_MAX`]). (Steps waiting behind
+/// it while room is left are not a sign: they are admitted at their next look.) A step admitted
+/// so hands the rest of its range on whole when its budget runs out ([`fan_out`]): more items
+/// would only wait too, each given back again and again, and the queue's length (which counts
+/// them, visible or not) would bring the platform more instances that only split the same rate.
+/// The slots follow the scan's cap (set or learned) and the account's back-off in this process:
+/// a scan with neither is never crowded.
+pub fn crowded(running: usize, slots: usize, gave_back_lately: bool) -> bool {
+    running >= slots || gave_back_lately
 }
 
 /// How many pieces a step may hand the rest of its range on in: the scan's `fan_out`, or 1 (the
@@ -250,16 +248,10 @@ impl Pacing {
                 if state.running < slots {
                     state.running += 1;
                     state.idle_since = None;
-                    // `waiting` counts this step until `Waiting` is dropped below.
                     let gave_back_lately = state
                         .given_back_at
                         .is_some_and(|at| at.elapsed() < GIVE_BACK_MAX);
-                    admitted_crowded = crowded(
-                        state.running,
-                        slots,
-                        state.waiting.saturating_sub(1),
-                        gave_back_lately,
-                    );
+                    admitted_crowded = crowded(state.running, slots, gave_back_lately);
                     break;
                 }
                 if Instant::now() >= give_up_at {

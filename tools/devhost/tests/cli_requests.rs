@@ -26,7 +26,7 @@ async fn scans(url: &str) -> Vec<Value> {
 
 /// One flag per action option, each given to an action that does not use it: refused, naming
 /// both, exit 3, and no scan started (the bulk of the table is the parser's unit test,
-/// `applies_tests.rs`).
+/// `request_flags_tests.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flags_an_action_does_not_use_are_refused_and_nothing_starts() {
     let source = table_with(&[Entity::new("p", "r")]).await;

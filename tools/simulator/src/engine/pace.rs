@@ -331,12 +331,7 @@ impl InstancePace {
                     let gave_back_lately = state
                         .given_back_at
                         .is_some_and(|at| engine.now() - at < GIVE_BACK_MAX.as_secs_f64());
-                    return Some(crowded(
-                        state.running,
-                        slots,
-                        state.waiting,
-                        gave_back_lately,
-                    ));
+                    return Some(crowded(state.running, slots, gave_back_lately));
                 }
                 if engine.now() >= give_up {
                     state.given_back_at = Some(engine.now());
