@@ -176,6 +176,35 @@ fn query_limit(options: &ScanOptions) -> u32 {
     }
 }
 
+/// Every row of `expected` delivered exactly once (rows mode), or every partition of it
+/// exactly once (partition-keys mode).
+fn each_once(
+    mode: ReadMode,
+    mut delivered: Vec<(String, String)>,
+    expected: &[(String, String)],
+) -> Result<(), TestCaseError> {
+    match mode {
+        ReadMode::Rows => {
+            delivered.sort();
+            let mut want = expected.to_vec();
+            want.sort();
+            prop_assert_eq!(delivered, want);
+        }
+        ReadMode::PartitionKeys => {
+            let mut partitions: Vec<String> = delivered.into_iter().map(|(p, _)| p).collect();
+            partitions.sort();
+            let want: Vec<String> = expected
+                .iter()
+                .map(|(p, _)| p.clone())
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            prop_assert_eq!(partitions, want);
+        }
+    }
+    Ok(())
+}
+
 fn scope(case: &Case) -> (KeyRange, String) {
     let prefix = case.prefix.clone().unwrap_or_default();
     let range = KeyRange::with_prefix(&prefix).intersect(&KeyRange::between(
@@ -201,22 +230,9 @@ proptest! {
         .unwrap();
 
         let expected = rows_in_scope(&table, &range);
-        let mut delivered: Vec<(String, String)> =
+        let delivered: Vec<(String, String)> =
             report.rows.iter().map(|e| (e.partition_key.clone(), e.row_key.clone())).collect();
-        match case.options.mode {
-            ReadMode::Rows => {
-                delivered.sort();
-                let mut want = expected.clone();
-                want.sort();
-                prop_assert_eq!(delivered, want);
-            }
-            ReadMode::PartitionKeys => {
-                let mut partitions: Vec<String> = delivered.into_iter().map(|(p, _)| p).collect();
-                partitions.sort();
-                let want: Vec<String> = expected.iter().map(|(p, _)| p.clone()).collect::<BTreeSet<_>>().into_iter().collect();
-                prop_assert_eq!(partitions, want);
-            }
-        }
+        each_once(case.options.mode, delivered, &expected)?;
         // Partition counts are exact even though partitions are split across steps.
         let distinct: BTreeSet<&String> = expected.iter().map(|(p, _)| p).collect();
         prop_assert_eq!(report.partitions, distinct.len() as u64);
@@ -277,22 +293,8 @@ proptest! {
         let (range, prefix) = scope(&case);
         let clock = TickingClock { nanos: AtomicU64::new(0), tick: Duration::from_millis(case.tick_ms) };
         let root = WorkItem::root("scan", range.clone(), prefix);
-        let mut delivered = run_sometimes_crowded(&reader, root, &case.options, &clock, crowded);
-        let expected = rows_in_scope(&table, &range);
-        match case.options.mode {
-            ReadMode::Rows => {
-                delivered.sort();
-                let mut want = expected;
-                want.sort();
-                prop_assert_eq!(delivered, want);
-            }
-            ReadMode::PartitionKeys => {
-                let mut partitions: Vec<String> = delivered.into_iter().map(|(p, _)| p).collect();
-                partitions.sort();
-                let want: Vec<String> = expected.iter().map(|(p, _)| p.clone()).collect::<BTreeSet<_>>().into_iter().collect();
-                prop_assert_eq!(partitions, want);
-            }
-        }
+        let delivered = run_sometimes_crowded(&reader, root, &case.options, &clock, crowded);
+        each_once(case.options.mode, delivered, &rows_in_scope(&table, &range))?;
     }
 }
 

@@ -9,34 +9,12 @@ use super::refusal::{connection_name, refuse, refuse_unknown, SpecError};
 use super::shape::{
     BareAction, CopyFields, EnqueueFields, ExportFields, PartitionKeysFields, Queues,
 };
-use super::{ActionSpec, Compression, CopyMode, Encoding, Per, MAX_QUEUES};
+use super::{ActionKind, ActionSpec, Compression, CopyMode, Encoding, Per, MAX_QUEUES};
 use tablescan_storage::names::{
     first_dot_segment, validate_container_name, validate_queue_name, validate_table_name,
 };
 
-/// The kinds of action, as a request's `action.type` names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum ActionKind {
-    Count,
-    Copy,
-    Enqueue,
-    Delete,
-    Update,
-    PartitionKeys,
-    Export,
-}
-
 impl ActionKind {
-    const NAMES: [(&'static str, ActionKind); 7] = [
-        ("count", ActionKind::Count),
-        ("copy", ActionKind::Copy),
-        ("enqueue", ActionKind::Enqueue),
-        ("delete", ActionKind::Delete),
-        ("update", ActionKind::Update),
-        ("partition-keys", ActionKind::PartitionKeys),
-        ("export", ActionKind::Export),
-    ];
-
     /// The kind a request's `action.type` names, if it names one.
     pub(super) fn named_in(request: &Map<String, Value>) -> Option<ActionKind> {
         let kind = request.get("action")?.get("type")?;
@@ -50,8 +28,8 @@ impl ActionKind {
             Some(Value::String(text)) => text,
             Some(_) => return refuse("action.type", "must be a string"),
         };
-        match Self::NAMES.iter().find(|(name, _)| name == text) {
-            Some((_, kind)) => Ok(*kind),
+        match ActionKind::named(text) {
+            Some(kind) => Ok(kind),
             None => refuse(
                 "action.type",
                 format!(

@@ -21,6 +21,7 @@
 //! control routes' answers, a refusal), which the handler writes and the CLI reads.
 
 mod action;
+mod action_kind;
 mod age;
 pub mod answers;
 mod conditions;
@@ -38,6 +39,7 @@ mod types;
 mod update;
 
 pub use action::MAX_EXPORT_PREFIX_CHARS;
+pub use action_kind::ActionKind;
 pub use age::iso_duration_seconds;
 pub use rate::{
     parse_rate_cap, DEFAULT_MAX_ROWS_PER_SECOND, MAX_RATE_CAP, MAX_ROWS_PER_SECOND_SETTING,

@@ -6,60 +6,38 @@
 
 use crate::args::StartArgs;
 
-/// The action a start names (exactly one: clap's `action` group makes sure).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    Count,
-    Copy,
-    Enqueue,
-    Delete,
-    Update,
-    PartitionKeys,
-    Export,
+/// The action a start names (exactly one: clap's `action` group makes sure): the API's kinds.
+pub use tablescan_api::ActionKind as Action;
+
+/// The flag that chose `action`.
+pub fn flag(action: Action) -> &'static str {
+    match action {
+        Action::Count => "--count",
+        Action::Copy => "--copy",
+        Action::Enqueue => "--enqueue",
+        Action::Delete => "--delete",
+        Action::Update => "--update",
+        Action::PartitionKeys => "--partition-keys",
+        Action::Export => "--export",
+    }
 }
 
-impl Action {
-    #[cfg(test)]
-    pub const ALL: [Action; 7] = [
-        Action::Count,
-        Action::Copy,
-        Action::Enqueue,
-        Action::Delete,
-        Action::Update,
-        Action::PartitionKeys,
-        Action::Export,
-    ];
-
-    /// The flag that chose it.
-    pub fn flag(self) -> &'static str {
-        match self {
-            Action::Count => "--count",
-            Action::Copy => "--copy",
-            Action::Enqueue => "--enqueue",
-            Action::Delete => "--delete",
-            Action::Update => "--update",
-            Action::PartitionKeys => "--partition-keys",
-            Action::Export => "--export",
-        }
-    }
-
-    /// The action of a parsed start.
-    pub fn of(args: &StartArgs) -> Action {
-        if args.copy.is_some() {
-            Action::Copy
-        } else if args.enqueue.is_some() {
-            Action::Enqueue
-        } else if args.delete {
-            Action::Delete
-        } else if args.update {
-            Action::Update
-        } else if args.partition_keys.is_some() {
-            Action::PartitionKeys
-        } else if args.export.is_some() {
-            Action::Export
-        } else {
-            Action::Count
-        }
+/// The action of a parsed start.
+pub fn action_of(args: &StartArgs) -> Action {
+    if args.copy.is_some() {
+        Action::Copy
+    } else if args.enqueue.is_some() {
+        Action::Enqueue
+    } else if args.delete {
+        Action::Delete
+    } else if args.update {
+        Action::Update
+    } else if args.partition_keys.is_some() {
+        Action::PartitionKeys
+    } else if args.export.is_some() {
+        Action::Export
+    } else {
+        Action::Count
     }
 }
 
@@ -151,13 +129,13 @@ const NOT_WITH_IMPORT: &[(&str, Given)] = &[
 /// Why the flags do not make one request: the first flag the chosen action has no use for,
 /// named with the action.
 pub fn check(args: &StartArgs) -> Result<(), String> {
-    let action = Action::of(args);
+    let action = action_of(args);
     if args.import.is_some() {
         if !matches!(action, Copy | Count) {
             return Err(format!(
                 "{} does not apply to --import: an import restores an export with --copy TARGET, \
                  or checks it with --count",
-                action.flag()
+                flag(action)
             ));
         }
         if let Some((flag, _)) = NOT_WITH_IMPORT.iter().find(|(_, given)| given(args)) {
@@ -169,11 +147,11 @@ pub fn check(args: &StartArgs) -> Result<(), String> {
     }
     for rule in RULES {
         if (rule.given)(args) && !rule.applies_to.contains(&action) {
-            let users: Vec<&str> = rule.applies_to.iter().map(|a| a.flag()).collect();
+            let users: Vec<&str> = rule.applies_to.iter().map(|a| flag(*a)).collect();
             return Err(format!(
                 "{} does not apply to {}: it is for {}",
                 rule.flag,
-                action.flag(),
+                flag(action),
                 or_list(&users)
             ));
         }

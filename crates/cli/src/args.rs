@@ -4,6 +4,7 @@
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 use tablescan_api::answers::State;
+use tablescan_api::ActionKind;
 
 mod schedule_args;
 pub use schedule_args::{ScheduleCommand, SetArgs};
@@ -120,7 +121,7 @@ pub struct ListArgs {
     #[arg(long, value_parser = state_parser())]
     pub state: Option<State>,
     /// Only scans with this action
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = action_parser())]
     pub action: Option<ActionKind>,
     /// Only scans that read or write this table (its source, or a copy's or an import's
     /// target)
@@ -132,18 +133,6 @@ pub struct ListArgs {
     /// Start after this place: the one the "more" line of the previous page gives
     #[arg(long, value_name = "PLACE")]
     pub after: Option<String>,
-}
-
-/// An action, as `list --action` names it.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum ActionKind {
-    Count,
-    Copy,
-    Enqueue,
-    Delete,
-    Update,
-    PartitionKeys,
-    Export,
 }
 
 #[derive(Debug, Args)]
@@ -310,6 +299,11 @@ pub enum Strategy {
 }
 
 /// `--state`: one of the API's states, by the name the API gives it.
+fn action_parser() -> impl TypedValueParser<Value = ActionKind> {
+    PossibleValuesParser::new(ActionKind::ALL.map(ActionKind::name))
+        .try_map(|name| ActionKind::named(&name).ok_or("not an action"))
+}
+
 fn state_parser() -> impl TypedValueParser<Value = State> {
     PossibleValuesParser::new(State::ALL.map(State::name))
         .try_map(|name| State::named(&name).ok_or("not a state"))

@@ -37,7 +37,7 @@ pub struct PagesJson {
 /// Reads pages until `args.limit` scans are found or no page is left.
 pub async fn read(api: &Api, args: &ListArgs) -> Result<Listing, ApiError> {
     let state = args.state.map(State::name);
-    let action = args.action.map(value_name);
+    let action = args.action.map(|action| action.name().to_string());
     let mut listing = Listing {
         scans: Vec::new(),
         next: args.after.clone(),
@@ -132,7 +132,7 @@ fn same_filters(args: &ListArgs) -> String {
         flags.push_str(&format!(" --state {}", state.name()));
     }
     if let Some(action) = args.action {
-        flags.push_str(&format!(" --action {}", value_name(action)));
+        flags.push_str(&format!(" --action {}", action.name()));
     }
     if let Some(table) = &args.table {
         flags.push_str(&format!(" --table {table}"));
