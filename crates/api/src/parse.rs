@@ -5,7 +5,7 @@
 
 use serde_json::{Map, Value};
 
-use super::action::{ActionFields, ActionKind};
+use super::action::ActionFields;
 use super::age::resolve_age;
 use super::import::{check_import, checked_import};
 use super::kinds::{Given, Names, Object, Text};
@@ -16,6 +16,7 @@ use super::shape::{
     self, BareAction, CopyFields, EnqueueFields, ExportFields, PartitionKeysFields, Request,
     Selected, UpdateFields,
 };
+use super::ActionKind;
 use super::{ActionSpec, CopyMode, ImportSource, ScanSpec, Scope, SettingLookup, MAX_SELECT};
 use tablescan_storage::names::validate_table_name;
 use tablescan_storage::table::filter::Property;

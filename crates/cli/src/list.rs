@@ -7,7 +7,7 @@ use serde_json::Value;
 use tablescan_api::answers::{ListEntry, State, UnreadableScan};
 
 use crate::api::{Api, ApiError, ListQuery};
-use crate::args::{value_name, ListArgs};
+use crate::args::ListArgs;
 use crate::describe::{self, Scan};
 use crate::show::{age, thousands};
 
