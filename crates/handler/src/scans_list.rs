@@ -9,7 +9,7 @@ use serde::Deserialize;
 use crate::answers::{refusal, HttpError};
 use crate::protocol::HttpRequest;
 use tablescan_api::answers::{ActionShown, ImportShown, ListEntry, SetShown};
-use tablescan_api::{ActionSpec, ScanSpec};
+use tablescan_api::{ActionKind, ActionSpec, ScanSpec};
 use tablescan_ledger::status::spec_as_requested;
 use tablescan_ledger::{ScanStatus, State};
 use tablescan_storage::names::validate_table_name;
@@ -22,17 +22,6 @@ pub(super) struct ListQuery {
     action: Option<String>,
     table: Option<String>,
 }
-
-/// The action types, as requests name them.
-const ACTIONS: [&str; 7] = [
-    "count",
-    "copy",
-    "enqueue",
-    "delete",
-    "update",
-    "partition-keys",
-    "export",
-];
 
 impl ListQuery {
     pub fn parse(req: &HttpRequest) -> Result<Self, HttpError> {
@@ -67,13 +56,11 @@ impl ListQuery {
         };
         let action = match given("action") {
             None => None,
-            Some(text) => match ACTIONS.iter().find(|a| a.eq_ignore_ascii_case(text)) {
-                Some(action) => Some(action.to_string()),
+            Some(text) => match ActionKind::named(&text.to_ascii_lowercase()) {
+                Some(action) => Some(action.name().to_string()),
                 None => {
-                    return Err(bad(
-                        "action",
-                        &format!("must be one of {}", ACTIONS.join(", ")),
-                    ))
+                    let names = ActionKind::ALL.map(ActionKind::name).join(", ");
+                    return Err(bad("action", &format!("must be one of {names}")));
                 }
             },
         };
