@@ -102,11 +102,12 @@ impl TableReader for Reader {
             self.pace.source.give_back(u64::from(top));
             return Err(server_busy());
         }
-        let raw = engine.table.read(
+        let raw = engine.table.read_reusing(
             request.scope,
             top,
             request.cursor,
             engine.params.server_range_rows,
+            spare_page(),
         );
         let rows = raw.rows.len() as u64;
         let storage_request = Request {
@@ -131,9 +132,38 @@ impl TableReader for Reader {
                     continuation: raw.continuation,
                 })
             }
-            Err(()) => Err(server_busy()),
+            Err(()) => {
+                recycle_page(raw.rows);
+                Err(server_busy())
+            }
         }
     }
+}
+
+thread_local! {
+    /// Pages of rows the sinks are done with, for the reader to write the next pages over: the
+    /// simulation runs on one thread, and allocating two keys for every row read was much of
+    /// its time. What a page holds is written whole by `SyntheticTable::read_reusing`, so
+    /// which spare a read gets changes nothing.
+    static SPARE_PAGES: std::cell::RefCell<Vec<Vec<Entity>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Spare pages kept at most: more than the steps that read at once in any simulated case.
+const SPARE_PAGES_KEPT: usize = 256;
+
+/// A page's rows done with, for a read to write over.
+fn spare_page() -> Vec<Entity> {
+    SPARE_PAGES.with(|spare| spare.borrow_mut().pop().unwrap_or_default())
+}
+
+/// Keeps `rows`, done with, for a later read.
+fn recycle_page(rows: Vec<Entity>) {
+    SPARE_PAGES.with(|spare| {
+        let mut spare = spare.borrow_mut();
+        if spare.len() < SPARE_PAGES_KEPT {
+            spare.push(rows);
+        }
+    });
 }
 
 fn server_busy() -> StorageError {
@@ -172,7 +202,9 @@ impl RowSink for Sink {
         let done = engine.world().compute(self.instance, now, cpu);
         engine.until(done).await;
         if matches!(action, Action::Count | Action::Export) {
-            return Ok(rows.len());
+            let delivered = rows.len();
+            recycle_page(rows);
+            return Ok(delivered);
         }
         // The writes wait for their account's back-off and the scan's share, all of the page
         // at once (`ActionSink::accept` through `StepPace::before_write`).
@@ -276,6 +308,17 @@ impl Sink {
             world.stats.writes += 1;
         }
         let refused_after: u64 = world.storage.accounts.iter().map(|a| a.throttled).sum();
+        drop(world);
+        recycle_page(
+            transactions
+                .into_iter()
+                .flatten()
+                .filter_map(|op| match op {
+                    Operation::UpsertReplace(entity) => Some(entity),
+                    _ => None,
+                })
+                .collect(),
+        );
         let end = lanes.into_iter().fold(start, f64::max);
         (end, finished, failed, refused_after > refused_before)
     }
