@@ -400,69 +400,155 @@ pub enum Versions {
 /// one cut so that the counts add up to `rows`), in generation order. The simulator builds its
 /// compact tables from these too.
 pub fn nuget_partitions(rows: u64, seed: u64, shape: Versions) -> Vec<(String, u32)> {
-    const OWNERS: [&str; 12] = [
-        "Microsoft",
-        "System",
-        "Azure",
-        "NuGet",
-        "Serilog",
-        "Newtonsoft",
-        "AWSSDK",
-        "Xamarin",
-        "Google",
-        "Akka",
-        "Humanizer",
-        "jQuery",
-    ];
-    const WORDS: [&str; 16] = [
-        "Core",
-        "Extensions",
-        "Logging",
-        "Json",
-        "Http",
-        "Data",
-        "Client",
-        "Abstractions",
-        "Runtime",
-        "Tools",
-        "Sql",
-        "Web",
-        "Identity",
-        "Storage",
-        "Text",
-        "Collections",
-    ];
-    let mut random = seed ^ 0xD1B5_4A32_D192_ED03;
-    let mut next = |n: u64| xorshift(&mut random) % n;
-    let mut partitions = Vec::new();
-    let (mut total, mut package) = (0u64, 0u64);
-    while total < rows {
-        package += 1;
+    nuget_ids(rows, seed, shape)
+        .map(|(id, versions)| {
+            let mut key = String::with_capacity(32);
+            id.write_to(&mut key);
+            (key, versions)
+        })
+        .collect()
+}
+
+/// [`nuget_partitions`] one at a time, each id drawn but not yet written out: the simulator
+/// keeps only some of hundreds of millions of ids, and needs no list of them all.
+pub fn nuget_ids(rows: u64, seed: u64, shape: Versions) -> NugetIds {
+    NugetIds {
+        rows,
+        shape,
+        random: seed ^ 0xD1B5_4A32_D192_ED03,
+        total: 0,
+        package: 0,
+    }
+}
+
+/// The package ids of a NuGet-like table with their versions: see [`nuget_ids`].
+pub struct NugetIds {
+    rows: u64,
+    shape: Versions,
+    random: u64,
+    total: u64,
+    package: u64,
+}
+
+/// A package id of a NuGet-like table, as drawn: written out by `Display` or
+/// [`PackageId::write_to`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PackageId {
+    number: u64,
+    /// `Some(owner)`: `Owner.Word.Word<number>`; `None`: `<initial>word.Word<number>`.
+    owner: Option<u8>,
+    initial: u8,
+    words: [u8; 2],
+}
+
+const OWNERS: [&str; 12] = [
+    "Microsoft",
+    "System",
+    "Azure",
+    "NuGet",
+    "Serilog",
+    "Newtonsoft",
+    "AWSSDK",
+    "Xamarin",
+    "Google",
+    "Akka",
+    "Humanizer",
+    "jQuery",
+];
+const WORDS: [&str; 16] = [
+    "Core",
+    "Extensions",
+    "Logging",
+    "Json",
+    "Http",
+    "Data",
+    "Client",
+    "Abstractions",
+    "Runtime",
+    "Tools",
+    "Sql",
+    "Web",
+    "Identity",
+    "Storage",
+    "Text",
+    "Collections",
+];
+
+impl PackageId {
+    /// Appends the id to `out`.
+    pub fn write_to(&self, out: &mut String) {
+        let [first, second] = self.words.map(|w| WORDS[usize::from(w)]);
+        match self.owner {
+            Some(owner) => {
+                out.push_str(OWNERS[usize::from(owner)]);
+                out.push('.');
+                out.push_str(first);
+            }
+            None => {
+                out.push(char::from(self.initial));
+                out.extend(first.chars().flat_map(char::to_lowercase));
+            }
+        }
+        out.push('.');
+        out.push_str(second);
+        let mut digits = [0u8; 20];
+        let mut start = digits.len();
+        let mut n = self.number;
+        loop {
+            start -= 1;
+            digits[start] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        out.push_str(std::str::from_utf8(&digits[start..]).expect("ASCII digits"));
+    }
+}
+
+impl std::fmt::Display for PackageId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut id = String::with_capacity(32);
+        self.write_to(&mut id);
+        f.write_str(&id)
+    }
+}
+
+impl Iterator for NugetIds {
+    type Item = (PackageId, u32);
+
+    fn next(&mut self) -> Option<(PackageId, u32)> {
+        if self.total >= self.rows {
+            return None;
+        }
+        let mut next = |n: u64| (xorshift(&mut self.random) % n) as u8;
+        self.package += 1;
         // Half the packages belong to a well-known owner; the rest have their own names.
         let id = if next(2) == 0 {
-            format!(
-                "{}.{}.{}{package}",
-                OWNERS[next(12) as usize],
-                WORDS[next(16) as usize],
-                WORDS[next(16) as usize]
-            )
+            let owner = next(12);
+            PackageId {
+                number: self.package,
+                owner: Some(owner),
+                initial: 0,
+                words: [next(16), next(16)],
+            }
         } else {
-            let first = (b'A' + next(26) as u8) as char;
-            format!(
-                "{first}{}.{}{package}",
-                WORDS[next(16) as usize].to_lowercase(),
-                WORDS[next(16) as usize]
-            )
+            let initial = b'A' + next(26);
+            PackageId {
+                number: self.package,
+                owner: None,
+                initial,
+                words: [next(16), next(16)],
+            }
         };
-        let versions = match shape {
-            Versions::UpTo50 => 1 + next(50),
-            Versions::Catalog => catalog_versions(next(100), next(100)),
+        let versions = match self.shape {
+            Versions::UpTo50 => 1 + u64::from(next(50)),
+            Versions::Catalog => catalog_versions(u64::from(next(100)), u64::from(next(100))),
         }
-        .min(rows - total);
-        partitions.push((id, versions as u32));
-        total += versions;
+        .min(self.rows - self.total);
+        self.total += versions;
+        Some((id, versions as u32))
     }
-    partitions
 }
 
 /// Versions of one package id of [`Versions::Catalog`], from two uniform draws in 0..100.

@@ -1,19 +1,86 @@
 //! A compact synthetic table: partitions with a row count each, RowKeys generated as
 //! zero-padded row numbers. 35 million rows take a few tens of MB instead of gigabytes.
 
+use std::sync::Arc;
+
 use tablescan::scan::keys::{compare, KeyRange, Lower, Upper};
 use tablescan::scan::reader::ReadScope;
 use tablescan::storage::table::entity::Entity;
 use tablescan::storage::table::query::Continuation;
 
-pub struct SyntheticTable {
+/// A synthetic table: a cheap handle on its partitions, which a process builds once for all
+/// the cases of the same table (building 25 million sorted PartitionKeys for a 350M-row table
+/// takes a while).
+#[derive(Clone)]
+pub struct SyntheticTable(Arc<Partitions>);
+
+/// The partitions of a synthetic table.
+pub struct Partitions {
     /// PartitionKeys in the service's order.
-    keys: Vec<String>,
+    keys: PackedKeys,
     /// Rows in each partition.
     counts: Vec<u32>,
     /// Rows before each partition (prefix sums), for partition-server ranges.
     before: Vec<u64>,
     width: usize,
+}
+
+impl std::ops::Deref for SyntheticTable {
+    type Target = Partitions;
+
+    fn deref(&self) -> &Partitions {
+        &self.0
+    }
+}
+
+/// Strings one after another in one buffer: a `String` each would take twice the memory
+/// (a 350M-row table has 25 million PartitionKeys).
+struct PackedKeys {
+    text: String,
+    /// Where each key ends in `text`.
+    ends: Vec<usize>,
+}
+
+impl PackedKeys {
+    fn get(&self, index: usize) -> &str {
+        let start = index.checked_sub(1).map_or(0, |before| self.ends[before]);
+        &self.text[start..self.ends[index]]
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+}
+
+/// Which table a process built last, to hand the same one to the next case that asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Built {
+    Catalog { rows: u64, seed: u64 },
+    Ids { rows: u64, seed: u64, factor: usize },
+    OnePartition { rows: u64 },
+}
+
+thread_local! {
+    /// The table built last: a run's cases come size by size, so one is enough, and it is
+    /// dropped before the next is built.
+    static LAST_BUILT: std::cell::RefCell<Option<(Built, SyntheticTable)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// The table `what` names: the one built last if it is that one, or built by `build`.
+fn built(what: Built, build: impl FnOnce() -> SyntheticTable) -> SyntheticTable {
+    LAST_BUILT.with(|last| {
+        let mut last = last.borrow_mut();
+        if let Some((built, table)) = last.as_ref() {
+            if *built == what {
+                return table.clone();
+            }
+        }
+        *last = None;
+        let table = build();
+        *last = Some((what, table.clone()));
+        table
+    })
 }
 
 /// One page as the table returns it, before any latency is applied.
@@ -41,23 +108,22 @@ impl SyntheticTable {
     /// about 3.4 versions each on average, generated as the engine's model tables are.
     pub fn nuget_like(rows: u64, seed: u64) -> Self {
         use tablescan::scan::model::{nuget_partitions, Versions};
-        Self::new(nuget_partitions(rows, seed, Versions::Catalog))
+        built(Built::Catalog { rows, seed }, || {
+            Self::new(nuget_partitions(rows, seed, Versions::Catalog))
+        })
     }
 
     /// The catalog shape with `factor` times the versions per package id (ids of the catalog
     /// table taken `factor` at a time into one partition): about 13.6 rows per partition for 4.
     pub fn nuget_ids(rows: u64, seed: u64, factor: usize) -> Self {
-        use tablescan::scan::model::{nuget_partitions, Versions};
-        let partitions = nuget_partitions(rows, seed, Versions::Catalog)
-            .chunks(factor.max(1))
-            .map(|ids| (ids[0].0.clone(), ids.iter().map(|id| id.1).sum()))
-            .collect();
-        Self::new(partitions)
+        built(Built::Ids { rows, seed, factor }, || {
+            Self::new(ids_taken_together(rows, seed, factor.max(1)))
+        })
     }
 
     /// The PartitionKey of partition `index`.
     pub fn key(&self, index: usize) -> &str {
-        &self.keys[index]
+        self.keys.get(index)
     }
 
     /// The index of the partition `key`, if the table has it.
@@ -72,7 +138,9 @@ impl SyntheticTable {
 
     /// One partition of `rows` rows.
     pub fn one_partition(rows: u64) -> Self {
-        Self::new(vec![("huge".to_string(), rows as u32)])
+        built(Built::OnePartition { rows }, || {
+            Self::new(vec![("huge".to_string(), rows as u32)])
+        })
     }
 
     fn new(mut partitions: Vec<(String, u32)>) -> Self {
@@ -93,13 +161,23 @@ impl SyntheticTable {
             before.push(sum);
             sum += u64::from(p.1);
         }
-        let (keys, counts) = partitions.into_iter().unzip();
-        SyntheticTable {
+        let text_len = partitions.iter().map(|p| p.0.len()).sum();
+        let mut keys = PackedKeys {
+            text: String::with_capacity(text_len),
+            ends: Vec::with_capacity(partitions.len()),
+        };
+        let mut counts = Vec::with_capacity(partitions.len());
+        for (key, count) in partitions {
+            keys.text.push_str(&key);
+            keys.ends.push(keys.text.len());
+            counts.push(count);
+        }
+        SyntheticTable(Arc::new(Partitions {
             keys,
             counts,
             before,
             width,
-        }
+        }))
     }
 
     pub fn rows(&self) -> u64 {
@@ -164,8 +242,23 @@ impl SyntheticTable {
         self.first_row_not(p, |key| !range.above_lower(key))
     }
 
+    /// `Ok(index)` of partition `key`, or `Err(index)` where it would be (the keys are sorted
+    /// and distinct, so this is what `binary_search` answers).
     fn partition_index(&self, key: &str) -> Result<usize, usize> {
-        self.keys.binary_search_by(|k| compare(k, key))
+        let (mut lo, mut hi) = (0, self.keys.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if compare(self.keys.get(mid), key) == std::cmp::Ordering::Less {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        if lo < self.keys.len() && self.keys.get(lo) == key {
+            Ok(lo)
+        } else {
+            Err(lo)
+        }
     }
 
     /// The first partition at or past `range`'s lower bound.
@@ -254,7 +347,7 @@ impl SyntheticTable {
             (p, r) = (p, r).max(self.position_of(c));
         }
         let in_pk = |p: usize| match pk_range {
-            Some(range) => range.below_upper(&self.keys[p]),
+            Some(range) => range.below_upper(self.key(p)),
             None => Some(p) == single,
         };
         let row_end = self.row_end(&start);
@@ -289,7 +382,7 @@ impl SyntheticTable {
                 return RawPage {
                     rows,
                     continuation: Some(Continuation {
-                        next_partition_key: self.keys[p].clone(),
+                        next_partition_key: self.key(p).to_string(),
                         next_row_key: Some(self.row_key(r)),
                     }),
                     partitions,
@@ -328,17 +421,38 @@ impl SyntheticTable {
     /// a new one.
     fn put_row(&self, rows: &mut Vec<Entity>, index: usize, p: usize, r: u32) {
         let Some(entity) = rows.get_mut(index) else {
-            rows.push(Entity::new(self.keys[p].clone(), self.row_key(r)));
+            rows.push(Entity::new(self.key(p).to_string(), self.row_key(r)));
             return;
         };
         entity.partition_key.clear();
-        entity.partition_key.push_str(&self.keys[p]);
+        entity.partition_key.push_str(self.key(p));
         entity.row_key.clear();
         self.write_row_key(r, &mut entity.row_key);
         entity.timestamp = None;
         entity.etag = None;
         entity.properties.clear();
     }
+}
+
+/// The partitions of the catalog table's ids taken `factor` at a time: each named by the first
+/// of its ids, with all their versions. Only the ids kept are written out.
+fn ids_taken_together(rows: u64, seed: u64, factor: usize) -> Vec<(String, u32)> {
+    use tablescan::scan::model::{nuget_ids, Versions};
+    let mut partitions = Vec::new();
+    let mut ids = nuget_ids(rows, seed, Versions::Catalog);
+    while let Some((first, versions)) = ids.next() {
+        let mut partition_rows = versions;
+        for _ in 1..factor {
+            match ids.next() {
+                Some((_, more)) => partition_rows += more,
+                None => break,
+            }
+        }
+        let mut key = String::with_capacity(32);
+        first.write_to(&mut key);
+        partitions.push((key, partition_rows));
+    }
+    partitions
 }
 
 /// A stable 64-bit hash of a PartitionKey (FNV-1a), naming a partition for its rate limit.
@@ -404,6 +518,31 @@ mod tests {
         assert_eq!(ids.rows(), 100_000);
         let ratio = catalog.partitions() as f64 / ids.partitions() as f64;
         assert!((3.9..4.1).contains(&ratio), "{ratio}");
+    }
+
+    #[test]
+    fn a_table_asked_for_again_is_the_one_built_and_finds_its_keys() {
+        let first = SyntheticTable::nuget_ids(50_000, 7, 4);
+        let again = SyntheticTable::nuget_ids(50_000, 7, 4);
+        assert!(Arc::ptr_eq(&first.0, &again.0));
+        let other = SyntheticTable::nuget_ids(50_000, 8, 4);
+        assert!(!Arc::ptr_eq(&first.0, &other.0));
+        let keys: Vec<&str> = (0..first.partitions()).map(|i| first.key(i)).collect();
+        assert!(keys.windows(2).all(|w| compare(w[0], w[1]).is_lt()));
+        for (i, key) in keys.iter().enumerate().step_by(97) {
+            assert_eq!(first.partition_index(key), Ok(i));
+            let before = format!("{key}\u{0}");
+            assert_eq!(first.partition_index(&before), Err(i + 1));
+        }
+        assert_eq!(first.partition_index(""), Err(0));
+    }
+
+    #[test]
+    fn row_keys_are_zero_padded_row_numbers() {
+        let table = SyntheticTable::one_partition(123_456);
+        assert_eq!(table.row_key(42), "000042");
+        assert_eq!(table.row_key(123_455), "123455");
+        assert_eq!(table.row_key(7_654_321), "7654321");
     }
 
     #[test]
