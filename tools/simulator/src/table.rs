@@ -352,12 +352,7 @@ impl SyntheticTable {
         };
         let row_end = self.row_end(&start);
         let below_rk = |p: usize, r: u32| single != Some(p) || r < row_end;
-        let start_global = if p < self.keys.len() {
-            self.before[p] + u64::from(r)
-        } else {
-            0
-        };
-        let boundary = (start_global / server_range_rows + 1) * server_range_rows;
+        let boundary = self.server_range_end(p, r, server_range_rows);
         let mut filled = 0;
         let mut partitions: Vec<(usize, u32)> = Vec::new();
         // The partition last found in the scope: whether one is depends on it alone.
@@ -404,6 +399,17 @@ impl SyntheticTable {
             continuation: None,
             partitions,
         }
+    }
+
+    /// The first global row past the partition-server range that row `r` of partition `p`
+    /// lies in: a page stops there.
+    fn server_range_end(&self, p: usize, r: u32, server_range_rows: u64) -> u64 {
+        let start_global = if p < self.keys.len() {
+            self.before[p] + u64::from(r)
+        } else {
+            0
+        };
+        (start_global / server_range_rows + 1) * server_range_rows
     }
 
     /// Where a read within one partition ends: the first row at or past its RowKeys' upper
