@@ -285,6 +285,23 @@ impl Storage {
         start + self.params.queue_put_ms / 1000.0 * self.jitter()
     }
 
+    /// A message the scan's action puts on its output queue `queue` (an index apart from the
+    /// work queues') in the scanned account, arriving at `t`: when it is on the queue. It waits
+    /// for the queue's target and the account's (never refused), and counts as the scan's work,
+    /// not its bookkeeping.
+    pub fn put_output_message(&mut self, t: f64, queue: usize) -> f64 {
+        let rate = self.params.queue_messages_per_second;
+        let start = self
+            .queues
+            .entry(queue)
+            .or_insert_with(|| Limit::new(rate))
+            .admit(t, 1.0);
+        let account = self.account_of(Role::Source);
+        let start = start.max(self.accounts[account].limit.admit(t, 1.0));
+        self.accounts[account].entities += 1.0;
+        start + self.params.queue_put_ms / 1000.0 * self.jitter()
+    }
+
     /// The host's get and delete of one delivered message: two messages' worth of the app
     /// account's target (they are never what a step waits on, so they take capacity at once).
     pub fn take_message(&mut self, t: f64) {
