@@ -194,9 +194,10 @@ fn print_diagnostics(o: &Outcome) {
     let (expected, what) = o.acted_expected();
     let read: u64 = s.rows_per_window.iter().sum();
     eprintln!(
-        "simulator: {}: {} queries, {} entities read ({:.3} per {}), {} rows written, {} {what} \
-         acted on",
+        "simulator: {}: {:.1} s, {} queries, {} entities read ({:.3} per {}), {} rows written, \
+         {} {what} acted on",
         o.case,
+        s.seconds,
         s.queries,
         read,
         read as f64 / expected.max(1) as f64,
