@@ -195,7 +195,7 @@ fn print_diagnostics(o: &Outcome) {
     let read: u64 = s.rows_per_window.iter().sum();
     eprintln!(
         "simulator: {}: {:.1} s, {} queries, {} entities read ({:.3} per {}), {} rows written, \
-         {} {what} acted on",
+         {} {what} acted on; steps failed on the ledger {}, on a read {}, on a write {}",
         o.case,
         s.seconds,
         s.queries,
@@ -204,6 +204,9 @@ fn print_diagnostics(o: &Outcome) {
         what.trim_end_matches('s'),
         s.rows_written,
         s.rows_acted,
+        s.failed_on_ledger,
+        s.failed_on_read,
+        s.failed_on_write,
     );
     if s.rows_acted != expected && s.failed_for_good == 0 {
         eprintln!(
