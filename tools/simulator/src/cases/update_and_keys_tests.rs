@@ -142,8 +142,7 @@ fn seeking_through_large_partitions_costs_about_a_query_and_an_entity_each() {
 fn an_update_writes_each_row_it_reads_once() {
     let p = params(&["--status-poll-s", "0"]);
     for rows in [Some(60_000), None] {
-        let mut update = case("update-3.5m", rows);
-        update.rows = rows;
+        let update = case("update-3.5m", rows);
         let table = match rows {
             Some(rows) => SyntheticTable::nuget_ids(rows, 3, 4),
             None => SyntheticTable::one_partition(20_000),
