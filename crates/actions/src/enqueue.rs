@@ -14,7 +14,8 @@ use tablescan_storage::queue::{
 use tablescan_storage::table::entity::Entity;
 use tablescan_storage::{QueueClient, StorageError};
 
-const CONCURRENCY: usize = 16;
+/// Messages one step keeps in flight.
+pub const CONCURRENCY: usize = 16;
 
 /// What each message holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

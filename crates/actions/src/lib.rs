@@ -18,10 +18,10 @@ use tablescan_storage::StorageError;
 
 pub use copy::{plan_transactions, CopyMode, CopyRows, CONCURRENCY as COPY_CONCURRENCY};
 pub use delete::DeleteRows;
-pub use enqueue::{xml_safe_json, EnqueueRows, MessageBody};
+pub use enqueue::{xml_safe_json, EnqueueRows, MessageBody, CONCURRENCY as ENQUEUE_CONCURRENCY};
 pub use export::{ExportRows, Written};
 pub use report::{ActionCounts, Applied, GoOn, RowFailure, FAILURES_KEPT};
-pub use update::{Change, UpdateRows};
+pub use update::{Change, UpdateRows, CONCURRENCY as UPDATE_CONCURRENCY};
 pub use writes::PROCESS_WRITES_IN_FLIGHT;
 
 /// A scan's action.

@@ -12,7 +12,8 @@ use tablescan_storage::table::batch::{IfMatch, Operation};
 use tablescan_storage::table::entity::{Entity, Value};
 use tablescan_storage::{ErrorKind, Reason, StorageError, TableClient};
 
-const CONCURRENCY: usize = 8;
+/// Transactions one step keeps in flight.
+pub const CONCURRENCY: usize = 8;
 
 /// What an update does to each row.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,6 +28,12 @@ impl Change {
     /// Whether the whole row must be read and written back (a replace), not only merged into.
     pub fn needs_whole_rows(&self) -> bool {
         !self.remove.is_empty()
+    }
+
+    /// The transactions that update `rows` (in table order): a partition's rows per chunk, at
+    /// most a transaction's 100 each, each row's write as [`Change::operation`] makes it.
+    pub fn transactions(&self, rows: Vec<Entity>) -> Vec<Vec<Operation>> {
+        partition_chunks(rows, |row| self.operation(row))
     }
 
     /// The write for `row` (read with its etag, and with every property when
@@ -67,11 +74,15 @@ impl UpdateRows {
 
     /// Updates `rows`, in order, a partition's chunk per transaction, until `go_on` says no.
     pub async fn apply(&self, rows: Vec<Entity>, go_on: GoOn<'_>) -> Result<Applied, StorageError> {
-        let chunks = partition_chunks(rows, |row| self.change.operation(row));
-        send_transactions(chunks, CONCURRENCY, go_on, |chunk| {
-            let table = self.table.clone();
-            async move { update_chunk(&table, chunk).await }
-        })
+        send_transactions(
+            self.change.transactions(rows),
+            CONCURRENCY,
+            go_on,
+            |chunk| {
+                let table = self.table.clone();
+                async move { update_chunk(&table, chunk).await }
+            },
+        )
         .await
     }
 }

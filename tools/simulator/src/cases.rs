@@ -28,13 +28,18 @@ impl Case {
             ("copy-", Action::Copy, false),
             ("delete-", Action::Delete, false),
             ("export-", Action::Export, false),
+            ("update-", Action::Update, false),
+            ("partition-keys-", Action::PartitionKeys, false),
         ]
         .into_iter()
         .find_map(|(prefix, action, within)| {
             name.strip_prefix(prefix).map(|size| (action, within, size))
         })
         .ok_or_else(|| {
-            format!("{name:?}: the action is count, copy, copy-within, delete or export")
+            format!(
+                "{name:?}: the action is count, copy, copy-within, delete, export, update or \
+                 partition-keys"
+            )
         })?;
         let rows = match size {
             "3.5m" => Some(3_500_000),
@@ -83,57 +88,58 @@ pub struct Outcome {
     pub design: DesignName,
     pub params: Params,
     pub table_rows: u64,
+    pub table_partitions: u64,
+    pub action: Action,
     pub stats: Stats,
     pub bound: Bound,
     /// The share of the application's entities the scanned account refused.
     pub app_refused_share: f64,
 }
 
+impl Outcome {
+    /// What the scan should act on once each: its table's rows, or for partition keys its
+    /// partitions; and what they are.
+    pub fn acted_expected(&self) -> (u64, &'static str) {
+        if self.action == Action::PartitionKeys {
+            (self.table_partitions, "partitions")
+        } else {
+            (self.table_rows, "rows")
+        }
+    }
+}
+
 /// The shortest run the storage targets allow, whatever the design: every row read once (and
-/// written or deleted once) at its account's target, and the largest partition at its target.
-/// The scan's bookkeeping is left out: it is overhead a design adds.
+/// written or deleted once) at its account's target, and the largest partition at its target;
+/// for partition keys, one entity read and one message put per partition (see
+/// [`partition_keys_bound`]). The scan's bookkeeping is left out: it is overhead a design adds.
 #[derive(Debug, Clone, Copy)]
 pub struct Bound {
     pub seconds: f64,
     pub by: &'static str,
 }
 
-fn bound(case: &Case, rows: u64, largest: u64, params: &Params) -> Bound {
-    let rows = rows as f64;
-    let account = params.account_entities_per_second;
-    // The application's load is served first: the scan has what is left.
-    let account = (account - params.app_load).max(1.0);
-    let writes = match case.action {
-        Action::Count | Action::Export => 0.0,
-        _ => rows,
-    };
-    let same_account = case.action == Action::Delete || case.within;
-    let (source, target) = if same_account {
-        (rows + writes, 0.0)
-    } else {
-        (rows, writes)
-    };
-    // A delete reads and deletes in the same partition; a copy writes into another table.
-    let partition_factor = if case.action == Action::Delete {
-        2.0
-    } else {
-        1.0
-    };
-    let partition = largest as f64 * partition_factor / params.partition_entities_per_second;
-    // A cap counts every entity the scan moves: rows read, and rows written or deleted.
-    let capped = if params.cap > 0.0 {
-        (rows + writes) / params.cap
-    } else {
-        0.0
-    };
-    [
-        (capped, "cap"),
-        (source / account, "source account"),
-        (target / account, "target account"),
-        (partition, "largest partition"),
-    ]
-    .into_iter()
-    .fold(
+/// What the bound needs to know of a table.
+#[derive(Debug, Clone, Copy)]
+pub struct TableSize {
+    pub rows: u64,
+    /// Rows of the largest partition.
+    pub largest: u64,
+    pub partitions: u64,
+}
+
+impl TableSize {
+    pub fn of(table: &SyntheticTable) -> Self {
+        TableSize {
+            rows: table.rows(),
+            largest: table.largest_partition(),
+            partitions: table.partitions() as u64,
+        }
+    }
+}
+
+/// The longest of `(seconds, what bounds them)`.
+fn longest(terms: impl IntoIterator<Item = (f64, &'static str)>) -> Bound {
+    terms.into_iter().fold(
         Bound {
             seconds: 0.0,
             by: "",
@@ -148,58 +154,139 @@ fn bound(case: &Case, rows: u64, largest: u64, params: &Params) -> Bound {
     )
 }
 
+fn bound(case: &Case, size: TableSize, params: &Params) -> Bound {
+    if case.action == Action::PartitionKeys {
+        return partition_keys_bound(size, params);
+    }
+    let rows = size.rows as f64;
+    let account = params.account_entities_per_second;
+    // The application's load is served first: the scan has what is left.
+    let account = (account - params.app_load).max(1.0);
+    let writes = if case.action.writes_rows() { rows } else { 0.0 };
+    let same_account = case.action.writes_source() || case.within;
+    let (source, target) = if same_account {
+        (rows + writes, 0.0)
+    } else {
+        (rows, writes)
+    };
+    // A delete or an update reads and writes in the same partition; a copy writes into another
+    // table.
+    let partition_factor = if case.action.writes_source() {
+        2.0
+    } else {
+        1.0
+    };
+    let partition = size.largest as f64 * partition_factor / params.partition_entities_per_second;
+    // A cap counts every entity the scan moves: rows read, and rows written or deleted.
+    let capped = if params.cap > 0.0 {
+        (rows + writes) / params.cap
+    } else {
+        0.0
+    };
+    longest([
+        (capped, "cap"),
+        (source / account, "source account"),
+        (target / account, "target account"),
+        (partition, "largest partition"),
+    ])
+}
+
+/// A partition-keys scan cannot do with less than one entity read per partition (the seek that
+/// finds it) and one message put per partition on its output queue, which takes 2,000 messages
+/// a second (`--queue-messages-per-second`); the queue is in the scanned account, so the puts
+/// count against the account's target too. A cap counts the entities read (the action writes
+/// no table). No partition is read past its first two rows, so the largest partition bounds
+/// nothing: on one partition the bound is milliseconds, and the scan's fixed costs (its first
+/// invocation, the ledger) are all there is.
+fn partition_keys_bound(size: TableSize, params: &Params) -> Bound {
+    let partitions = size.partitions as f64;
+    let account = (params.account_entities_per_second - params.app_load).max(1.0);
+    let capped = if params.cap > 0.0 {
+        partitions / params.cap
+    } else {
+        0.0
+    };
+    longest([
+        (capped, "cap"),
+        (2.0 * partitions / account, "source account"),
+        (
+            partitions / params.queue_messages_per_second,
+            "output queue",
+        ),
+        (
+            size.largest.min(2) as f64 / params.partition_entities_per_second,
+            "largest partition",
+        ),
+    ])
+}
+
 /// Simulates `case` with `design`.
 pub fn run(case: &Case, design: DesignName, params: &Params) -> Result<Outcome, String> {
-    let table = case.table(params);
+    run_on(case, design, params, case.table(params), None)
+}
+
+/// Simulates a partition-keys `case` with tablescan on `table`, keeping the PartitionKeys it
+/// puts on its output queue (in `stats.partition_keys`).
+#[cfg(test)]
+pub fn run_collecting_keys(
+    case: &Case,
+    params: &Params,
+    table: SyntheticTable,
+) -> Result<Outcome, String> {
+    run_on(case, DesignName::Tablescan, params, table, Some(Vec::new()))
+}
+
+fn run_on(
+    case: &Case,
+    design: DesignName,
+    params: &Params,
+    table: SyntheticTable,
+    keys: Option<Vec<String>>,
+) -> Result<Outcome, String> {
+    let size = TableSize::of(&table);
     let storage = Storage::new(params.clone(), case.within || case.action == Action::Delete);
-    let world = World::new(params.clone(), storage);
+    let mut world = World::new(params.clone(), storage);
+    world.stats.partition_keys = keys;
     let world = match design {
-        DesignName::Tablescan => {
-            let rows = table.rows();
-            let largest = table.largest_partition();
-            let table = std::sync::Arc::new(table);
-            let world = crate::engine::simulate(
-                table,
-                case.action,
-                case.within,
-                world,
-                Tablescan::options(params),
-            )?;
-            return Ok(outcome(case, design, params, rows, largest, world));
-        }
+        DesignName::Tablescan => crate::engine::simulate(
+            std::sync::Arc::new(table),
+            case.action,
+            case.within,
+            world,
+            Tablescan::options(params, case.action),
+        )?,
         DesignName::Published => {
             let mut scan = Published::new(&table);
             simulate(&mut scan, Message::Start, 1, world)?
         }
     };
-    Ok(outcome(
-        case,
-        design,
-        params,
-        table.rows(),
-        table.largest_partition(),
-        world,
-    ))
+    Ok(outcome(case, design, params, size, world))
 }
 
 fn outcome(
     case: &Case,
     design: DesignName,
     params: &Params,
-    rows: u64,
-    largest: u64,
+    size: TableSize,
     world: World,
 ) -> Outcome {
     let source = world.storage.account_of(Role::Source);
     let source = &world.storage.accounts[source];
+    let mut stats = world.stats;
+    // The platform starts with the instance the start request woke (`Platform::new`); the peak
+    // is recorded at scaling decisions, the first of them 30 s in, which a short scan never
+    // reaches.
+    stats.peak_instances = stats.peak_instances.max(1);
     Outcome {
         case: case.name.clone(),
         design,
         params: params.clone(),
-        table_rows: rows,
-        bound: bound(case, rows, largest, params),
+        table_rows: size.rows,
+        table_partitions: size.partitions,
+        action: case.action,
+        bound: bound(case, size, params),
         app_refused_share: source.app_refused / (source.app_served + source.app_refused).max(1.0),
-        stats: world.stats,
+        stats,
     }
 }
 
@@ -225,30 +312,23 @@ mod tests {
     #[test]
     fn the_bound_counts_entities_on_each_account() {
         let p = params(&[]);
-        let table = SyntheticTable::nuget_ids(1_000_000, 1, 4);
-        let (rows, largest) = (table.rows(), table.largest_partition());
-        let count = bound(&Case::parse("count-3.5m").unwrap(), rows, largest, &p);
+        let size = TableSize::of(&SyntheticTable::nuget_ids(1_000_000, 1, 4));
+        let count = bound(&Case::parse("count-3.5m").unwrap(), size, &p);
         assert!((count.seconds - 50.0).abs() < 1e-9, "{count:?}");
-        let within = bound(&Case::parse("copy-within-3.5m").unwrap(), rows, largest, &p);
+        let within = bound(&Case::parse("copy-within-3.5m").unwrap(), size, &p);
         assert!((within.seconds - 100.0).abs() < 1e-9, "{within:?}");
-        let other = bound(&Case::parse("copy-3.5m").unwrap(), rows, largest, &p);
+        let other = bound(&Case::parse("copy-3.5m").unwrap(), size, &p);
         assert!((other.seconds - 50.0).abs() < 1e-9, "{other:?}");
         // A cap counts the rows read and the rows written.
         let capped = bound(
             &Case::parse("copy-3.5m").unwrap(),
-            rows,
-            largest,
+            size,
             &params(&["--cap", "10000"]),
         );
         assert_eq!(capped.by, "cap");
         assert!((capped.seconds - 200.0).abs() < 1e-9, "{capped:?}");
-        let huge = SyntheticTable::one_partition(5_000_000);
-        let delete = bound(
-            &Case::parse("delete-5m-partition").unwrap(),
-            huge.rows(),
-            huge.largest_partition(),
-            &p,
-        );
+        let huge = TableSize::of(&SyntheticTable::one_partition(5_000_000));
+        let delete = bound(&Case::parse("delete-5m-partition").unwrap(), huge, &p);
         assert_eq!(delete.by, "largest partition");
         assert!((delete.seconds - 5_000.0).abs() < 1e-9);
     }
@@ -378,3 +458,6 @@ mod tests {
         assert_eq!(capped.stats.rows_acted, 100_000);
     }
 }
+
+#[cfg(test)]
+mod update_and_keys_tests;

@@ -46,8 +46,10 @@ pub enum DesignName {
     name = "simulator",
     about = "Simulates scans of huge Azure tables on virtual time and prints one Markdown row per case",
     after_help = "Cases: ACTION-SIZE with ACTION count, copy (to another account), copy-within \
-                  (the same account) or delete, and SIZE 3.5m, 7m, 35m, 350m or 5m-partition \
-                  (one partition of 5 million rows). Example: simulator --case copy-35m --plan flex"
+                  (the same account), delete, export (to blobs), update (a property merged into \
+                  every row, in place) or partition-keys (one message per distinct PartitionKey, \
+                  found by seeking), and SIZE 3.5m, 7m, 35m, 350m or 5m-partition (one \
+                  partition of 5 million rows). Example: simulator --case copy-35m --plan flex"
 )]
 struct Cli {
     #[arg(long, value_enum, default_value_t = DesignName::Tablescan)]

@@ -191,10 +191,27 @@ fn print_diagnostics(o: &Outcome) {
         s.redriven,
         s.caps_learned,
     );
-    if s.rows_acted != o.table_rows && s.failed_for_good == 0 {
+    let (expected, what) = o.acted_expected();
+    let read: u64 = s.rows_per_window.iter().sum();
+    eprintln!(
+        "simulator: {}: {:.1} s, {} queries, {} entities read ({:.3} per {}), {} rows written, \
+         {} {what} acted on; steps failed on the ledger {}, on a read {}, on a write {}",
+        o.case,
+        s.seconds,
+        s.queries,
+        read,
+        read as f64 / expected.max(1) as f64,
+        what.trim_end_matches('s'),
+        s.rows_written,
+        s.rows_acted,
+        s.failed_on_ledger,
+        s.failed_on_read,
+        s.failed_on_write,
+    );
+    if s.rows_acted != expected && s.failed_for_good == 0 {
         eprintln!(
-            "simulator: {}: {} rows acted of {}",
-            o.case, s.rows_acted, o.table_rows
+            "simulator: {}: {} {what} acted of {}",
+            o.case, s.rows_acted, expected
         );
     }
 }

@@ -8,11 +8,13 @@ pub const EXECUTION_WINDOW: f64 = 30.0;
 #[derive(Debug, Default, Clone)]
 pub struct Stats {
     pub seconds: f64,
-    /// Rows acted on (copied, deleted, counted).
+    /// Rows acted on (copied, deleted, updated, counted; for partition keys, partitions found).
     pub rows_acted: u64,
     pub queries: u64,
     /// Entity group transactions written by the action.
     pub writes: u64,
+    /// Rows those transactions wrote (copied, deleted or updated).
+    pub rows_written: u64,
     /// Executions started, and those that ended without failing.
     pub executions: u64,
     pub executions_done_ok: u64,
@@ -59,6 +61,9 @@ pub struct Stats {
     pub caps_learned: u64,
     /// The scan's learned cap at its end.
     pub learned_cap: Option<f64>,
+    /// The PartitionKeys a partition-keys scan put on its output queue, in the order put, when
+    /// the run collects them (`cases::run_collecting_keys`, for tests).
+    pub partition_keys: Option<Vec<String>>,
 }
 
 impl Stats {

@@ -285,6 +285,28 @@ impl Storage {
         start + self.params.queue_put_ms / 1000.0 * self.jitter()
     }
 
+    /// One attempt at a message the scan's action puts on its output queue `queue` (an index
+    /// apart from the work queues') in the scanned account, arriving at `t`: when it is on the
+    /// queue, or `Err(when)` the 503 comes back if the queue's target or the account's would make
+    /// it wait too long (as `attempt`). It counts as the scan's work, not its bookkeeping.
+    pub fn put_output_message(&mut self, t: f64, queue: usize) -> Result<f64, f64> {
+        let rate = self.params.queue_messages_per_second;
+        let account = self.account_of(Role::Source);
+        let queue = self.queues.entry(queue).or_insert_with(|| Limit::new(rate));
+        let start = queue
+            .peek(t, 1.0)
+            .max(self.accounts[account].limit.peek(t, 1.0));
+        if start - t > self.params.throttle_after_ms / 1000.0 {
+            self.accounts[account].throttled += 1;
+            return Err(t + self.params.busy_reply_ms / 1000.0 * self.jitter());
+        }
+        let served = queue
+            .admit(t, 1.0)
+            .max(self.accounts[account].limit.admit(t, 1.0));
+        self.accounts[account].entities += 1.0;
+        Ok(served + self.params.queue_put_ms / 1000.0 * self.jitter())
+    }
+
     /// The host's get and delete of one delivered message: two messages' worth of the app
     /// account's target (they are never what a step waits on, so they take capacity at once).
     pub fn take_message(&mut self, t: f64) {

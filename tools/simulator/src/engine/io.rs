@@ -7,16 +7,16 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tablescan::actions::{plan_transactions, COPY_CONCURRENCY, PROCESS_WRITES_IN_FLIGHT};
+use tablescan::actions::PROCESS_WRITES_IN_FLIGHT;
 use tablescan::scan::reader::{PageRequest, TableReader};
 use tablescan::scan::{Clock, RowSink};
 use tablescan::storage::pacing::Governor;
 use tablescan::storage::retry::RetryPolicy;
-use tablescan::storage::table::batch::Operation;
 use tablescan::storage::table::entity::Entity;
 use tablescan::storage::table::query::Page;
 use tablescan::storage::StorageError;
 
+use super::action_writes;
 use super::pace::InstancePace;
 use super::Engine;
 use crate::sim::{batch_latency, query_latency};
@@ -206,9 +206,14 @@ impl RowSink for Sink {
             recycle_page(rows);
             return Ok(delivered);
         }
+        if action == Action::PartitionKeys {
+            let deadline = deadline.as_secs_f64();
+            let instance = self.instance;
+            return action_writes::put_partition_keys(&engine, instance, rows, deadline).await;
+        }
         // The writes wait for their account's back-off and the scan's share, all of the page
         // at once (`ActionSink::accept` through `StepPace::before_write`).
-        let same_account = self.within || action == Action::Delete;
+        let same_account = self.within || action.writes_source();
         let governor = if same_account {
             self.pace.source.clone()
         } else {
@@ -226,7 +231,7 @@ impl RowSink for Sink {
         // each lane taking the next as soon as its last is answered, none started after the
         // deadline (but the first).
         let deadline = deadline.as_secs_f64();
-        let role = if action == Action::Delete {
+        let role = if action.writes_source() {
             Role::Source
         } else {
             Role::Target
@@ -257,8 +262,8 @@ impl Sink {
     ) -> (f64, usize, Option<f64>, bool) {
         let engine = &self.engine;
         let action = engine.action;
-        let transactions = plan_transactions(rows);
-        let mut lanes = vec![start; COPY_CONCURRENCY];
+        let (transactions, lanes) = action_writes::transactions(action, rows);
+        let mut lanes = vec![start; lanes];
         let mut finished = 0;
         let policy = RetryPolicy::default();
         let mut world = engine.world();
@@ -273,18 +278,13 @@ impl Sink {
             if started > 0 && *lane >= deadline {
                 break;
             }
-            let key = match &ops[0] {
-                Operation::UpsertReplace(e) => e.partition_key.as_str(),
-                Operation::Delete { partition_key, .. } => partition_key.as_str(),
-                _ => "",
-            };
-            let hash = partition_hash(key);
+            let hash = partition_hash(ops[0].keys().0);
             let entities = ops.len() as f64;
             let request = Request {
                 role,
                 purpose: Purpose::Rows,
                 entities,
-                partition: (ops.len() >= 100).then_some(if action == Action::Delete {
+                partition: (ops.len() >= 100).then_some(if action.writes_source() {
                     Partition::Source(hash)
                 } else {
                     Partition::Target(hash)
@@ -306,6 +306,7 @@ impl Sink {
             }
             finished += ops.len();
             world.stats.writes += 1;
+            world.stats.rows_written += ops.len() as u64;
         }
         let refused_after: u64 = world.storage.accounts.iter().map(|a| a.throttled).sum();
         drop(world);

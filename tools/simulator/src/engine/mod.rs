@@ -6,6 +6,7 @@
 //! the counter shard's conflicts. Storage answers on the same clock (`storage::Storage`), and
 //! the platform adds instances as documented (`sim::Platform`).
 
+pub mod action_writes;
 pub mod io;
 pub mod pace;
 pub mod step;
