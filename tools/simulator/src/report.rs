@@ -191,6 +191,10 @@ fn print_diagnostics(o: &Outcome) {
         s.redriven,
         s.caps_learned,
     );
+    eprintln!(
+        "simulator: {}: {} parked, {} unparked by steps with room, {} sent by the sweep",
+        o.case, s.parked, s.unparked, s.swept,
+    );
     if s.rows_acted != o.table_rows && s.failed_for_good == 0 {
         eprintln!(
             "simulator: {}: {} rows acted of {}",
