@@ -438,6 +438,13 @@ impl StepPace {
         self.crowded
     }
 
+    /// The scan's steps here now: how many may run at once, run (this one among them) and wait
+    /// to be admitted; what `park::unpark_room` decides from.
+    pub fn occupancy(&self) -> (usize, usize, usize) {
+        let state = self.pace.lock();
+        (self.pace.slots(&self.source), state.running, state.waiting)
+    }
+
     /// How many rows to ask for in the next page: half a second's worth of the step's part of the
     /// rate (at least 100 rows), at most `top`.
     pub fn page_size(&self, top: u16) -> u16 {
@@ -590,6 +597,7 @@ impl Drop for StepPace {
     }
 }
 
+pub mod park;
 mod refresher;
 
 #[cfg(test)]

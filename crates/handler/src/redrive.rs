@@ -12,9 +12,12 @@ use time::OffsetDateTime;
 
 use super::app::AppState;
 use super::names::STORAGE_CONNECTION;
+use super::pacing::park::SWEEP_PARKED_AFTER;
 use super::protocol::{Failure, Invocation, Outcome};
+use super::send::send_items;
 use tablescan_ledger::active::Listing;
 use tablescan_ledger::cancel_drop::DROP_LOOKS_PER_SWEEP;
+use tablescan_ledger::parked::UNPARK_PAGE;
 use tablescan_ledger::redrive::Stranded;
 use tablescan_ledger::WorkItem;
 use tablescan_ledger::{Ledger, ScanStatus, State};
@@ -285,7 +288,8 @@ async fn sweep_scan(
 }
 
 /// Keeps scan `id`, in flight, going where nobody else does: the next round of a resume
-/// nobody went on with, the manifest the last step did not write, and its `stranded` items.
+/// nobody went on with, the manifest the last step did not write, its `stranded` items and
+/// its items parked too long.
 async fn go_on_with(
     state: &AppState,
     ledger: &Ledger,
@@ -308,7 +312,38 @@ async fn go_on_with(
         super::manifest::seal_if_done(state, ledger, id).await;
     }
     done.sent += redrive_stranded(state, ledger, id, stranded, deadline).await?;
+    done.sent += send_parked(state, ledger, id, deadline).await?;
     Ok(())
+}
+
+/// Sends the messages of scan `id`'s items parked for longer than `SWEEP_PARKED_AFTER`
+/// (`pacing::park`), a page at a time until none is left or `deadline`: no finishing step had
+/// room for them, perhaps because no process runs the scan any more. Each page is deleted
+/// before it is sent; a page another taker took first is simply not sent here. If a send fails,
+/// its items stay pending in the ledger, and the re-drive's look sends them again once they are
+/// stranded.
+async fn send_parked(
+    state: &AppState,
+    ledger: &Ledger,
+    id: &str,
+    deadline: Instant,
+) -> Result<u64, String> {
+    let before = OffsetDateTime::now_utc() - SWEEP_PARKED_AFTER;
+    let mut sent = 0;
+    while Instant::now() < deadline {
+        let messages = ledger
+            .unpark(id, UNPARK_PAGE, Some(before))
+            .await
+            .map_err(|e| e.to_string())?;
+        if messages.is_empty() {
+            break;
+        }
+        sent += send_items(state, &messages).await?;
+    }
+    if sent > 0 {
+        tracing::info!(scan = id, sent, "sent parked work items");
+    }
+    Ok(sent)
 }
 
 /// Drops the unclaimed pending items of cancelled scan `listing` (see `job::cancel_drop`), and
@@ -330,6 +365,14 @@ async fn drop_cancelled(
         .await
         .map_err(|e| e.to_string())?;
     done.dropped += dropped.dropped;
+    // Parked messages of a cancelled scan are dropped as its queue's are on delivery (their
+    // pending rows are dropped above, counted).
+    while Instant::now() < deadline {
+        let parked = ledger.unpark(id, UNPARK_PAGE, None).await;
+        if parked.map_err(|e| e.to_string())?.is_empty() {
+            break;
+        }
+    }
     if dropped.dropped > 0 {
         tracing::info!(
             scan = id,

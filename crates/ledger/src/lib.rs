@@ -16,7 +16,7 @@
 //! 2. `ledger`: the handle and the core of a scan's life (its rows, claims, finishes, failures,
 //!    counter shards), on the forms alone.
 //! 3. Operations added to the handle, each on `ledger` and the forms: `window`, `active`,
-//!    `cancel_drop`, `export_records`, `housekeeping`, `learning`, `slices`, `schedules`; then
+//!    `cancel_drop`, `export_records`, `housekeeping`, `learning`, `parked`, `slices`, `schedules`; then
 //!    `activity` and `redrive` (on `window`), and `pause` (on `activity`).
 //! 4. `status`, the one that reads through the others (activity, pause, re-drive, notes,
 //!    exports, history).
@@ -34,6 +34,7 @@ pub mod housekeeping;
 pub mod learning;
 pub mod ledger;
 pub mod notes;
+pub mod parked;
 pub mod pause;
 #[cfg(test)]
 mod races;

@@ -77,6 +77,23 @@ pub const REDRIVE_LOOK: Cost = Cost {
 };
 pub const REDRIVE_LOOK_EVERY_S: f64 = 60.0;
 
+/// `Ledger::park` (crates/ledger/src/parked.rs): one transaction of the parked row's insert
+/// and the pending row's touch.
+pub const PARK: Cost = Cost {
+    requests: 1,
+    entities: 2,
+};
+
+/// `Ledger::unpark` of `taken` rows: the query of the oldest (one request, what it returns),
+/// then, if it found any, one transaction of their deletes.
+pub fn unpark(taken: usize) -> Cost {
+    let taken = taken as u64;
+    Cost {
+        requests: if taken > 0 { 2 } else { 1 },
+        entities: 2 * taken,
+    }
+}
+
 /// A finish of a step with `children` follow-ups, without conflicts.
 pub fn finish(children: usize) -> Cost {
     Cost {

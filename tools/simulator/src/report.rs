@@ -208,6 +208,10 @@ fn print_diagnostics(o: &Outcome) {
         s.failed_on_read,
         s.failed_on_write,
     );
+    eprintln!(
+        "simulator: {}: {} parked, {} unparked by steps with room, {} sent by the sweep",
+        o.case, s.parked, s.unparked, s.swept,
+    );
     if s.rows_acted != expected && s.failed_for_good == 0 {
         eprintln!(
             "simulator: {}: {} {what} acted of {}",

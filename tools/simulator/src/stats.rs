@@ -49,6 +49,11 @@ pub struct Stats {
     pub instance_seconds: f64,
     /// Invocations not admitted by the scan's pace in time: the item went back to its queue.
     pub given_back: u64,
+    /// Invocations not admitted that parked their item in the ledger instead.
+    pub parked: u64,
+    /// Parked items sent by finishing steps with room, and by the re-drive sweep.
+    pub unparked: u64,
+    pub swept: u64,
     /// Items handed on in a fresh message at their message's last delivery.
     pub handed_on: u64,
     /// Items sent again by the re-drive after their message went to the poison queue.

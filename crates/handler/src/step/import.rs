@@ -125,6 +125,7 @@ async fn run_part(
         notes: RowNotes::default(),
         blob: None,
         follow_ups,
+        room: 0,
     })
 }
 
@@ -265,6 +266,7 @@ fn blob_step_done(sink: ActionSink<'_>, rows_read: u64, follow_ups: Vec<WorkItem
         notes: sink.notes,
         blob: None,
         follow_ups,
+        room: 0,
     }
 }
 

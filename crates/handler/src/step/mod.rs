@@ -5,11 +5,13 @@
 //! and records its finish (`record`), and answers the host. `admission` admits a step by its
 //! scan's pace and waits for a busy claim; `run` runs the claimed step, keeping its claim;
 //! `sink` holds the action's side of a step and the paced reader; `failure` records a failed
-//! step and hands it on.
+//! step and hands it on; `parking` parks an item that keeps finding no room, and sends parked
+//! items with the follow-ups of a step that leaves room.
 
 mod admission;
 mod failure;
 mod import;
+mod parking;
 mod run;
 mod sink;
 
@@ -114,6 +116,10 @@ async fn begin(
     // soon is given back to the queue for later, without a ledger write.
     let mut admitted = match admit_before_claim(state, ledger, item).await {
         Admission::Admitted(pace) => Some(pace),
+        Admission::NotNow(why) if parking::park_if_due(ledger, item).await => {
+            tracing::debug!("not run here now ({why})");
+            return Err(Outcome::default().into_response());
+        }
         Admission::NotNow(why) => return Err(give_back(state, kind, item, &why).await),
         Admission::Undecided => None,
     };
@@ -207,6 +213,7 @@ async fn record(
         notes,
         blob,
         follow_ups,
+        room,
     } = done;
     let finish = ledger
         .finish_noting(
@@ -249,17 +256,19 @@ async fn record(
             .into_response()
         }
     }
-    answer_recorded(state, ledger, claim, &counts, &follow_ups).await
+    let parked = parking::unpark_for_room(ledger, &item.scan, room).await;
+    answer_recorded(state, ledger, claim, &counts, &follow_ups, parked).await
 }
 
-/// The answer for a step whose finish is recorded: its follow-ups, sent; an export's manifest
-/// written if this was its last step.
+/// The answer for a step whose finish is recorded: its follow-ups and the `parked` messages
+/// taken for its room, sent; an export's manifest written if this was its last step.
 async fn answer_recorded(
     state: &AppState,
     ledger: &tablescan_ledger::Ledger,
     claim: &Claim,
     counts: &StepCounts,
     follow_ups: &[WorkItem],
+    parked: Vec<String>,
 ) -> Response {
     tracing::info!(
         "done: {} rows read, {} acted on, {} skipped, {} failed, {} queries, {} follow-ups, {} ms",
@@ -275,11 +284,9 @@ async fn answer_recorded(
         // Perhaps the export's last step: then its manifest is written now.
         crate::manifest::seal_record_if_done(state, ledger, &claim.scan).await;
     }
-    with_items(
-        Outcome::default(),
-        follow_ups.iter().map(WorkItem::encode).collect(),
-    )
-    .into_response()
+    // Parked items taken out of the ledger for the room this step leaves go with its own.
+    let messages = follow_ups.iter().map(WorkItem::encode).chain(parked);
+    with_items(Outcome::default(), messages.collect()).into_response()
 }
 
 /// Answers for a step finished by another delivery (or an earlier one): sends again its

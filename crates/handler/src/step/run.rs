@@ -9,6 +9,7 @@ use super::failure::{FailureKind, StepFailure};
 use super::sink::{ActionSink, PacedReader};
 use crate::app::AppState;
 use crate::config::STORAGE_DEADLINE_BUDGETS;
+use crate::pacing::park::unpark_room;
 use crate::pacing::{StepPace, ADMIT_WAIT};
 use crate::plan::{action_for, scan_options};
 use tablescan_actions::{Action, ExportRows};
@@ -85,6 +86,9 @@ pub(crate) struct StepDone {
     /// The blob an export step wrote.
     pub blob: Option<BlobEntry>,
     pub follow_ups: Vec<WorkItem>,
+    /// How many parked items of the scan the step may send with its follow-ups: the room it
+    /// leaves in its scan's pace here (`pacing::park::unpark_room`).
+    pub room: usize,
 }
 
 /// Runs the step: reads and acts, paced by its place in the scan's pace (`admitted` before
@@ -103,7 +107,8 @@ async fn run(
     let range = match &item.task {
         Task::Table(range) => item.with_task(range.clone()),
         Task::Import(task) => {
-            return super::import::run(state, item, task, scan, lost, &pace).await
+            let done = super::import::run(state, item, task, scan, lost, &pace).await?;
+            return Ok(with_room(done, &pace));
         }
     };
     let source = state
@@ -155,12 +160,22 @@ async fn run(
         }
         _ => None,
     };
-    Ok(StepDone {
+    let done = StepDone {
         counts,
         notes: sink.notes,
         blob,
         follow_ups,
-    })
+        room: 0,
+    };
+    Ok(with_room(done, &pace))
+}
+
+/// `done` with the room its step leaves in its scan's pace here, read while the step still
+/// holds its place.
+fn with_room(done: StepDone, pace: &StepPace) -> StepDone {
+    let (slots, running, waiting) = pace.occupancy();
+    let room = unpark_room(slots, running, waiting, done.follow_ups.len());
+    StepDone { room, ..done }
 }
 
 /// The step's place in its scan's pace: the one it was admitted to before its claim, or one

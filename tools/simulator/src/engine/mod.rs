@@ -9,6 +9,7 @@
 pub mod action_writes;
 pub mod io;
 pub mod pace;
+pub mod parking;
 pub mod step;
 
 use std::cmp::{Ordering, Reverse};
@@ -93,6 +94,8 @@ pub struct Engine {
     platform: Mutex<Platform>,
     wake: Notify,
     pub pacing: pace::ScanPacing,
+    /// Items parked in the ledger (`parking`), not in a queue.
+    pub parked: parking::Parked,
     /// Invocations running now.
     running: Mutex<usize>,
     done: std::sync::atomic::AtomicBool,
@@ -120,7 +123,7 @@ impl Engine {
         lock(&self.world)
     }
 
-    fn queue_of(item: &WorkItem) -> usize {
+    pub fn queue_of(item: &WorkItem) -> usize {
         use tablescan::scan::item::ReadRange;
         match item.task {
             ReadRange::Range { .. } => 0,
@@ -194,7 +197,9 @@ impl Engine {
             let t = self.now();
             let outstanding = {
                 let queues = lock(&self.queues);
-                queues.waiting.iter().map(BinaryHeap::len).sum::<usize>() + *lock(&self.running)
+                queues.waiting.iter().map(BinaryHeap::len).sum::<usize>()
+                    + *lock(&self.running)
+                    + self.parked.len()
             };
             if outstanding == 0 {
                 break;
@@ -285,6 +290,7 @@ impl Engine {
             }
             if t >= next_look {
                 self.charge_ledger(ledger_costs::REDRIVE_LOOK, t);
+                parking::sweep(&self, t);
                 next_look += ledger_costs::REDRIVE_LOOK_EVERY_S;
             }
             if t >= next_cancel_check {
@@ -376,6 +382,7 @@ pub fn simulate(
                     }),
                     platform: Mutex::new(platform),
                     wake: Notify::new(),
+                    parked: Default::default(),
                     running: Mutex::new(0),
                     done: Default::default(),
                 });

@@ -344,6 +344,12 @@ impl InstancePace {
         }
     }
 
+    /// The scan's steps here: how many may run at once, run and wait (`StepPace::occupancy`).
+    pub fn occupancy(&self) -> (usize, usize, usize) {
+        let state = lock(&self.state);
+        (self.slots(), state.running, state.waiting)
+    }
+
     /// A step admitted by [`admit`](Self::admit) ended.
     pub fn step_ended(&self, now: f64) {
         let mut state = lock(&self.state);

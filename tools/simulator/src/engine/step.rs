@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tablescan::functions::pacing::park::{parks, unpark_room};
 use tablescan::functions::pacing::{fan_out, give_back_delay};
 use tablescan::scan::item::WorkItem;
 use tablescan::scan::run_step;
@@ -25,13 +26,14 @@ use crate::tablescan::Action;
 
 /// How an invocation ended.
 enum Outcome {
-    Done(Vec<tablescan::scan::item::WorkItem>),
+    /// Its follow-ups, and the room it left in its scan's pace on its instance.
+    Done(Vec<tablescan::scan::item::WorkItem>, usize),
     /// Not admitted in time: given back to its queue for a moment later.
     GivenBack,
+    /// Not admitted, given back often enough before: parked in the ledger.
+    Parked,
     /// Failed transiently; `recorded` if the ledger took the failure.
-    Failed {
-        recorded: bool,
-    },
+    Failed { recorded: bool },
 }
 
 /// Runs one delivered message on `instance` and hands its follow-ups on.
@@ -40,8 +42,12 @@ pub async fn invoke(engine: Arc<Engine>, instance: usize, queue: usize, message:
     let outcome = run(&engine, instance, &message).await;
     let end = engine.now();
     match outcome {
-        Outcome::Done(follow_ups) => send_follow_ups(&engine, started, end, follow_ups),
+        Outcome::Done(follow_ups, room) => {
+            send_follow_ups(&engine, started, end, follow_ups);
+            super::parking::unpark_for_room(&engine, instance, end, room);
+        }
         Outcome::GivenBack => give_back(&engine, end, queue, message),
+        Outcome::Parked => super::parking::park(&engine, end, message),
         Outcome::Failed { recorded } => failed(&engine, started, end, queue, message, recorded),
     }
     engine.invocation_ended(instance, queue);
@@ -148,9 +154,19 @@ async fn run(engine: &Arc<Engine>, instance: usize, message: &Message) -> Outcom
     tokio::time::sleep(Duration::from_secs_f64(p.invocation_ms / 1000.0)).await;
     let pace = engine.pacing.instance(engine, instance);
     let Some(crowded) = pace.admit(engine).await else {
+        if parks(message.item.given_back) {
+            return Outcome::Parked;
+        }
         return Outcome::GivenBack;
     };
-    let outcome = claimed(engine, instance, message, &pace, crowded).await;
+    let outcome = match claimed(engine, instance, message, &pace, crowded).await {
+        Outcome::Done(follow_ups, _) => {
+            let (slots, running, waiting) = pace.occupancy();
+            let room = unpark_room(slots, running, waiting, follow_ups.len());
+            Outcome::Done(follow_ups, room)
+        }
+        other => other,
+    };
     pace.step_ended(engine.now());
     outcome
 }
@@ -196,7 +212,7 @@ async fn claimed(
         world.stats.rows_acted += report.rows_delivered;
         world.stats.queries += u64::from(report.queries);
     }
-    Outcome::Done(report.follow_ups)
+    Outcome::Done(report.follow_ups, 0)
 }
 
 /// `Ledger::begin`: the scan row, the pending row, the claim, one after another.

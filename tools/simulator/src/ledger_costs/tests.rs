@@ -114,4 +114,28 @@ async fn the_counts_are_what_the_ledger_asks_of_its_table() {
     let before = mark(&table);
     ledger.scan(&root.scan).await.unwrap().expect("the scan");
     assert_eq!(since(&table, before), CANCEL_CHECK, "scan row read");
+
+    // Parking the children not started, and taking them back.
+    let before = mark(&table);
+    let item = &children[1];
+    assert!(ledger
+        .park(&item.scan, &item.id(), &item.encode(), t0())
+        .await
+        .unwrap());
+    assert_eq!(since(&table, before), PARK, "park");
+    for item in &children[2..] {
+        ledger
+            .park(&item.scan, &item.id(), &item.encode(), t0())
+            .await
+            .unwrap();
+    }
+    let before = mark(&table);
+    assert_eq!(ledger.unpark(&root.scan, 2, None).await.unwrap().len(), 2);
+    assert_eq!(since(&table, before), unpark(2), "unpark of two");
+    let before = mark(&table);
+    assert_eq!(ledger.unpark(&root.scan, 4, None).await.unwrap().len(), 1);
+    assert_eq!(since(&table, before), unpark(1), "unpark of the last");
+    let before = mark(&table);
+    assert!(ledger.unpark(&root.scan, 4, None).await.unwrap().is_empty());
+    assert_eq!(since(&table, before), unpark(0), "a look that finds none");
 }
