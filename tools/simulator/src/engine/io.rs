@@ -12,6 +12,7 @@ use tablescan::scan::reader::{PageRequest, TableReader};
 use tablescan::scan::{Clock, RowSink};
 use tablescan::storage::pacing::Governor;
 use tablescan::storage::retry::RetryPolicy;
+use tablescan::storage::table::batch::Operation;
 use tablescan::storage::table::entity::Entity;
 use tablescan::storage::table::query::Page;
 use tablescan::storage::StorageError;
