@@ -491,18 +491,7 @@ impl PackageId {
         }
         out.push('.');
         out.push_str(second);
-        let mut digits = [0u8; 20];
-        let mut start = digits.len();
-        let mut n = self.number;
-        loop {
-            start -= 1;
-            digits[start] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        out.push_str(std::str::from_utf8(&digits[start..]).expect("ASCII digits"));
+        push_decimal(out, self.number, 0);
     }
 }
 
@@ -586,4 +575,23 @@ mod tests {
         let ids: HashSet<&str> = partitions.iter().map(|p| p.0.as_str()).collect();
         assert_eq!(ids.len(), partitions.len(), "every package id once");
     }
+}
+
+/// Appends `n` in decimal, zero-padded to `width` digits (at most 20), as
+/// `format!("{n:0width$}")` writes it but without the formatter's cost: the synthetic tables
+/// write a key for every row they serve.
+pub fn push_decimal(out: &mut String, n: u64, width: usize) {
+    let mut digits = [b'0'; 20];
+    let mut start = digits.len();
+    let mut n = n;
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let start = start.min(digits.len() - width.min(digits.len()));
+    out.push_str(std::str::from_utf8(&digits[start..]).expect("ASCII digits"));
 }

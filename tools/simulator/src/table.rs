@@ -202,19 +202,7 @@ impl SyntheticTable {
     /// Appends row `row`'s RowKey to `out`: the row number zero-padded to the table's width
     /// (as `format!("{row:0width$}")`, without the formatter's cost on every row read).
     fn write_row_key(&self, row: u32, out: &mut String) {
-        let mut digits = [b'0'; 16];
-        let mut start = digits.len();
-        let mut n = row;
-        loop {
-            start -= 1;
-            digits[start] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        let start = start.min(digits.len() - self.width.min(digits.len()));
-        out.push_str(std::str::from_utf8(&digits[start..]).expect("ASCII digits"));
+        tablescan::scan::model::push_decimal(out, u64::from(row), self.width);
     }
 
     /// The first row index of partition `p` whose RowKey `holds` is false for, when `holds` is
