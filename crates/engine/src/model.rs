@@ -560,23 +560,6 @@ fn xorshift(state: &mut u64) -> u64 {
     *state
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn catalog_tables_have_three_to_four_rows_per_partition_and_a_long_tail() {
-        let partitions = nuget_partitions(1_000_000, 1, Versions::Catalog);
-        let rows: u64 = partitions.iter().map(|p| u64::from(p.1)).sum();
-        assert_eq!(rows, 1_000_000);
-        let mean = rows as f64 / partitions.len() as f64;
-        assert!((3.0..4.0).contains(&mean), "{mean} rows per partition");
-        assert!(partitions.iter().any(|p| p.1 > 50));
-        let ids: HashSet<&str> = partitions.iter().map(|p| p.0.as_str()).collect();
-        assert_eq!(ids.len(), partitions.len(), "every package id once");
-    }
-}
-
 /// Appends `n` in decimal, zero-padded to `width` digits (at most 20), as
 /// `format!("{n:0width$}")` writes it but without the formatter's cost: the synthetic tables
 /// write a key for every row they serve.
@@ -594,4 +577,21 @@ pub fn push_decimal(out: &mut String, n: u64, width: usize) {
     }
     let start = start.min(digits.len() - width.min(digits.len()));
     out.push_str(std::str::from_utf8(&digits[start..]).expect("ASCII digits"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalog_tables_have_three_to_four_rows_per_partition_and_a_long_tail() {
+        let partitions = nuget_partitions(1_000_000, 1, Versions::Catalog);
+        let rows: u64 = partitions.iter().map(|p| u64::from(p.1)).sum();
+        assert_eq!(rows, 1_000_000);
+        let mean = rows as f64 / partitions.len() as f64;
+        assert!((3.0..4.0).contains(&mean), "{mean} rows per partition");
+        assert!(partitions.iter().any(|p| p.1 > 50));
+        let ids: HashSet<&str> = partitions.iter().map(|p| p.0.as_str()).collect();
+        assert_eq!(ids.len(), partitions.len(), "every package id once");
+    }
 }
