@@ -271,7 +271,7 @@ impl AppState {
         };
         let here = std::env::current_dir().unwrap_or_default();
         let state = AppState {
-            pacing: crate::pacing::Pacing::default(),
+            pacing: crate::pacing::Pacing::new(tablescan_pace::SystemClock),
             governors: Governors::default(),
             tokens: TokenCredentials::default(),
             settings,

@@ -28,11 +28,24 @@ use tablescan_ledger::{Ledger, ScanRecord};
 use tablescan_pace::ScanShare;
 use tablescan_storage::pacing::{Governor, RecentUse, Ticket, TokenBucket};
 
-/// The wall clock leases are written in; in tests, one that moves with tokio's paused clock.
-#[cfg(not(test))]
-type LeaseClock = tablescan_pace::SystemClock;
-#[cfg(test)]
-type LeaseClock = tablescan_pace::TokioClock;
+/// The wall clock a process's leases and learning rounds are written in, chosen when its
+/// [`Pacing`] is made: the machine's clock in the handler (`tablescan_pace::SystemClock`), one
+/// that moves with tokio's clock in tests and in the simulator, which run on a paused clock
+/// that the machine's clock would not follow.
+#[derive(Clone)]
+pub struct LeaseClock(Arc<dyn tablescan_pace::Clock>);
+
+impl LeaseClock {
+    pub fn new(clock: impl tablescan_pace::Clock) -> Self {
+        LeaseClock(Arc::new(clock))
+    }
+}
+
+impl tablescan_pace::Clock for LeaseClock {
+    fn now_ms(&self) -> u64 {
+        self.0.now_ms()
+    }
+}
 
 /// How long a step waits to be admitted before its work item is given back.
 pub const ADMIT_WAIT: Duration = Duration::from_secs(3);
@@ -77,6 +90,7 @@ const MIN_PAGE: u16 = 100;
 pub struct Pacing {
     /// Names this process in the slices it leases.
     process: String,
+    clock: LeaseClock,
     scans: Scans,
 }
 
@@ -84,10 +98,12 @@ pub struct Pacing {
 /// step that arrives meanwhile finds the scan gone and starts afresh, never a removed one.
 type Scans = Arc<tokio::sync::Mutex<HashMap<String, Arc<ScanPace>>>>;
 
-impl Default for Pacing {
-    fn default() -> Self {
+impl Pacing {
+    /// A process's pacing, its leases and learning rounds timed by `clock`.
+    pub fn new(clock: impl tablescan_pace::Clock) -> Self {
         Pacing {
             process: tablescan_ledger::ledger::new_scan_id(),
+            clock: LeaseClock::new(clock),
             scans: Scans::default(),
         }
     }
@@ -106,6 +122,8 @@ pub struct ScanPace {
     ledger: Ledger,
     /// Names this process in the slices it leases.
     process: String,
+    /// The clock its leases and learning rounds are written in.
+    clock: LeaseClock,
     /// The back-off of the account the scan reads, as its first step here found it, and how
     /// many cuts it had made then (those were not this scan's).
     source: Mutex<Option<(Arc<Governor>, u64)>>,
@@ -295,7 +313,7 @@ impl Pacing {
         let pace = scans
             .entry(scan.id.clone())
             .or_insert_with(|| {
-                let pace = Arc::new(ScanPace::new(ledger, &self.process, scan));
+                let pace = Arc::new(ScanPace::new(ledger, &self.process, &self.clock, scan));
                 let refresher = refresher::Refresher::new(pace.clone(), self.scans.clone());
                 tokio::spawn(refresher.run());
                 pace
@@ -324,7 +342,7 @@ pub fn cap_of(set: Option<f64>, learned: Option<f64>) -> Option<f64> {
 }
 
 impl ScanPace {
-    fn new(ledger: &Ledger, process: &str, scan: &ScanRecord) -> Self {
+    fn new(ledger: &Ledger, process: &str, clock: &LeaseClock, scan: &ScanRecord) -> Self {
         let set = scan.spec.max_rows_per_second.map(f64::from);
         let pace = ScanPace {
             scan: scan.id.clone(),
@@ -333,6 +351,7 @@ impl ScanPace {
             slices: Mutex::new(None),
             ledger: ledger.clone(),
             process: process.to_string(),
+            clock: clock.clone(),
             source: Mutex::new(None),
             share: TokenBucket::new(None),
             recent: RecentUse::new(None),
@@ -383,7 +402,7 @@ impl ScanPace {
                 let holder = format!("{}.{}", self.process, &nonce[..8]);
                 *slices = Some(Arc::new(ScanShare::new(
                     self.ledger.clone(),
-                    LeaseClock::default(),
+                    self.clock.clone(),
                     &self.scan,
                     &holder,
                     cap,
@@ -600,5 +619,7 @@ impl Drop for StepPace {
 pub mod park;
 mod refresher;
 
+#[cfg(test)]
+mod learning_tests;
 #[cfg(test)]
 mod tests;

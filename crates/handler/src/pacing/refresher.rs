@@ -157,7 +157,7 @@ impl Refresher {
     /// Reports a new cut of the account's back-off into the scan's learning round, and closes
     /// the round this process reported into once it is over.
     async fn learn(&mut self) {
-        let now_ms = LeaseClock::default().now_ms();
+        let now_ms = self.pace.clock.now_ms();
         let source = lock(&self.pace.source).clone();
         let Some((source, cuts_before)) = source else {
             return;
@@ -319,7 +319,7 @@ impl Refresher {
             return;
         }
         self.raise_tried = Some(now);
-        let now_ms = LeaseClock::default().now_ms();
+        let now_ms = self.pace.clock.now_ms();
         match self
             .pace
             .ledger

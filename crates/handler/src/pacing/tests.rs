@@ -5,7 +5,7 @@ use super::*;
 use tablescan_storage::table::in_memory::InMemoryTable;
 
 /// A scan record as a process reads it: id, and cap if any.
-fn record(id: &str, cap: Option<u32>) -> ScanRecord {
+pub(super) fn record(id: &str, cap: Option<u32>) -> ScanRecord {
     let settings = |name: &str| {
         (name == tablescan_api::DEFAULT_CONNECTION).then(|| "UseDevelopmentStorage=true".into())
     };
@@ -29,7 +29,7 @@ fn record(id: &str, cap: Option<u32>) -> ScanRecord {
     }
 }
 
-async fn ledger() -> Ledger {
+pub(super) async fn ledger() -> Ledger {
     let table = InMemoryTable::new("ledger");
     table.create_if_missing().await.unwrap();
     Ledger::in_memory(table)
@@ -38,7 +38,7 @@ async fn ledger() -> Ledger {
 #[tokio::test(start_paused = true)]
 async fn a_capped_scans_first_step_runs_at_once_at_the_whole_cap() {
     let ledger = ledger().await;
-    let pacing = Pacing::default();
+    let pacing = Pacing::new(tablescan_pace::TokioClock);
     let source = Arc::new(Governor::default());
     let start = Instant::now();
     let step = pacing
@@ -71,7 +71,7 @@ async fn a_capped_scans_first_step_runs_at_once_at_the_whole_cap() {
 #[tokio::test(start_paused = true)]
 async fn an_uncapped_step_is_admitted_at_once_and_reads_whole_pages() {
     let ledger = ledger().await;
-    let pacing = Pacing::default();
+    let pacing = Pacing::new(tablescan_pace::TokioClock);
     let step = pacing
         .admit(
             &ledger,
@@ -92,7 +92,7 @@ async fn an_uncapped_step_is_admitted_at_once_and_reads_whole_pages() {
 #[tokio::test(start_paused = true)]
 async fn a_process_without_a_share_gives_the_step_back_and_gets_one_when_the_holder_leaves() {
     let ledger = ledger().await;
-    let first = Pacing::default();
+    let first = Pacing::new(tablescan_pace::TokioClock);
     let source = Arc::new(Governor::default());
     // The first process takes the whole cap and keeps it while its step runs.
     let held = first
@@ -105,7 +105,7 @@ async fn a_process_without_a_share_gives_the_step_back_and_gets_one_when_the_hol
         .await
         .unwrap();
     held.before_read(100).await;
-    let second = Pacing::default();
+    let second = Pacing::new(tablescan_pace::TokioClock);
     let start = Instant::now();
     let refused = second
         .admit(
@@ -143,7 +143,7 @@ async fn two_busy_processes_never_use_more_than_the_cap_together() {
     let end = start + Duration::from_secs(30);
     let mut tasks = Vec::new();
     for process in 0..2 {
-        let pacing = Arc::new(Pacing::default());
+        let pacing = Arc::new(Pacing::new(tablescan_pace::TokioClock));
         for _ in 0..6 {
             let (pacing, ledger, log) = (pacing.clone(), ledger.clone(), log.clone());
             tasks.push(tokio::spawn(async move {
@@ -203,7 +203,7 @@ async fn two_busy_processes_never_use_more_than_the_cap_together() {
 #[tokio::test(start_paused = true)]
 async fn an_uncapped_scan_learns_a_cap_from_a_refusal_and_is_paced_by_it() {
     let ledger = ledger().await;
-    let pacing = Pacing::default();
+    let pacing = Pacing::new(tablescan_pace::TokioClock);
     let source = Arc::new(Governor::default());
     let scan = record("scan5", None);
     let row = tablescan_ledger::rows::ScanRow::new("{}".into(), time::OffsetDateTime::now_utc());
@@ -313,7 +313,7 @@ fn each_give_back_in_a_row_waits_about_twice_as_long_up_to_16_seconds() {
 #[tokio::test(start_paused = true)]
 async fn the_step_that_fills_the_scans_slots_here_splits_nothing_off() {
     let ledger = ledger().await;
-    let pacing = Pacing::default();
+    let pacing = Pacing::new(tablescan_pace::TokioClock);
     let source = Arc::new(Governor::default());
     // 900 entities/s: three steps' worth at STEP_RATE, plus one: four slots.
     let scan = record("scan1", Some(900));
@@ -357,7 +357,7 @@ async fn the_step_that_fills_the_scans_slots_here_splits_nothing_off() {
 #[tokio::test(start_paused = true)]
 async fn steps_arriving_together_that_all_fit_are_not_crowded() {
     let ledger = ledger().await;
-    let pacing = Pacing::default();
+    let pacing = Pacing::new(tablescan_pace::TokioClock);
     let source = Arc::new(Governor::default());
     for cap in [None, Some(30_000)] {
         let scan = record(&format!("scan-{cap:?}"), cap);

@@ -3,7 +3,6 @@
 //! for its account's back-off (the real `Governor` of its instance) and, for a capped scan, for
 //! the instance's share of the cap, as the handler's `PacedReader` and `ActionSink` do.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -98,11 +97,7 @@ impl TableReader for Reader {
     async fn read_page(&self, request: &PageRequest<'_>) -> Result<Page, StorageError> {
         let engine = &self.engine;
         let top = self.pace.page_size(request.top);
-        self.pace.source.take(u64::from(top)).await;
-        if !self.pace.take_share(u64::from(top)).await {
-            self.pace.source.give_back(u64::from(top));
-            return Err(server_busy());
-        }
+        let ticket = self.pace.before_read(u64::from(top)).await?;
         let raw = engine.table.read_reusing(
             request.scope,
             top,
@@ -120,12 +115,11 @@ impl TableReader for Reader {
         };
         let policy = tablescan::scan::budget::read_retry_policy();
         let sent = send(engine, &policy, &storage_request, Some(&self.pace.source)).await;
-        let unused = u64::from(top).saturating_sub(if sent.is_ok() { rows } else { 0 });
-        self.pace.source.give_back(unused);
-        self.pace.give_back_share(unused);
+        let used = if sent.is_ok() { rows } else { 0 };
+        self.pace
+            .after_read(ticket, used, u64::from(top).saturating_sub(used));
         match sent {
             Ok(()) => {
-                self.pace.moved.fetch_add(rows, Ordering::Relaxed);
                 let now = engine.now();
                 engine.world().stats.count_rows(now, rows);
                 Ok(Page {
@@ -220,13 +214,10 @@ impl RowSink for Sink {
         } else {
             self.pace.target.clone()
         };
-        governor.take(rows.len() as u64).await;
-        if !self.pace.take_share(rows.len() as u64).await {
-            return Err("no share of the scan's rate in time".into());
-        }
         self.pace
-            .moved
-            .fetch_add(rows.len() as u64, Ordering::Relaxed);
+            .before_write(rows.len() as u64, &governor)
+            .await
+            .map_err(|e| e.to_string())?;
         // The action keeps up to COPY_CONCURRENCY transactions in flight, within the
         // process's PROCESS_WRITES_IN_FLIGHT; the transactions of one page are booked at once,
         // each lane taking the next as soon as its last is answered, none started after the

@@ -1,8 +1,8 @@
 //! tablescan as it ships, on tokio's paused clock: every invocation is a task that begins its
 //! item in the ledger, is admitted by its scan's pace, runs the real `run_step` with a reader
 //! and a sink that wait for the real back-off (`storage::pacing::Governor`, one per account in
-//! each instance) and, for a capped scan, for the instance's share of the cap (the real slices
-//! protocol, `tablescan_pace::ScanShare`), keeps its claim renewed, and records its finish with
+//! each instance) and for the scan's pace there (the handler's own `Pacing`, one per instance,
+//! on a ledger they share: see `pace`), keeps its claim renewed, and records its finish with
 //! the counter shard's conflicts. Storage answers on the same clock (`storage::Storage`), and
 //! the platform adds instances as documented (`sim::Platform`).
 
@@ -105,11 +105,6 @@ impl Engine {
     /// Virtual seconds since the scan started.
     pub fn now(&self) -> f64 {
         self.start.elapsed().as_secs_f64()
-    }
-
-    /// Whether the scan is over.
-    pub fn is_done(&self) -> bool {
-        self.done.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Waits until virtual second `t`.
@@ -277,7 +272,6 @@ impl Engine {
         let mut next_look = ledger_costs::REDRIVE_LOOK_EVERY_S;
         let mut next_cancel_check = ledger_costs::CANCEL_CHECK_EVERY_S;
         let mut next_forget = 60.0;
-        let mut slices_charged = (0u64, 0u64);
         while !self.done.load(std::sync::atomic::Ordering::SeqCst) {
             tokio::time::sleep(Duration::from_secs(1)).await;
             let t = self.now();
@@ -294,24 +288,18 @@ impl Engine {
                 next_look += ledger_costs::REDRIVE_LOOK_EVERY_S;
             }
             if t >= next_cancel_check {
-                // Each instance running steps of the scan reads the scan row.
-                let busy = self.pacing.busy_instances(t);
-                for _ in 0..busy {
-                    self.charge_ledger(ledger_costs::CANCEL_CHECK, t);
-                }
+                // Each instance running steps of the scan reads the scan row, and takes its
+                // learned cap and learning round into its pace.
+                self.pacing.read_by_busy_instances(t).await;
                 next_cancel_check += ledger_costs::CANCEL_CHECK_EVERY_S;
             }
-            // The slices' traffic, as the in-memory store counted it.
-            let (requests, entities) = self.pacing.slice_counts();
-            let delta = Cost {
-                requests: requests - slices_charged.0,
-                entities: entities - slices_charged.1,
-            };
+            // The pacing's ledger traffic (the slices, the learning rounds, the scan-row
+            // reads), as the ledger's table counted it.
+            let delta = self.pacing.uncharged();
             if delta.requests > 0 {
                 self.charge_ledger(delta, t);
                 self.world().stats.slice_requests += delta.requests;
             }
-            slices_charged = (requests, entities);
             if t >= next_forget {
                 self.world().storage.forget_before((t - 600.0).max(0.0));
                 next_forget = t + 60.0;
@@ -365,6 +353,7 @@ pub fn simulate(
         let local = tokio::task::LocalSet::new();
         local
             .run_until(async move {
+                let pacing = pace::ScanPacing::new(&params).await?;
                 let engine = Arc::new(Engine {
                     world: Mutex::new(world),
                     table,
@@ -372,7 +361,7 @@ pub fn simulate(
                     within,
                     options,
                     shards: Mutex::new(vec![0; ledger_costs::SHARDS]),
-                    pacing: pace::ScanPacing::new(&params),
+                    pacing,
                     params,
                     start: Instant::now(),
                     queues: Mutex::new(Queues {
@@ -399,7 +388,6 @@ pub fn simulate(
                 engine.clone().dispatch().await;
                 let _ = books.await;
                 let _ = app.await;
-                engine.pacing.leave_all().await;
                 let seconds = engine.now();
                 // Tickers that still hold the engine stop at their next tick (the scan is done).
                 let empty = World::new(
@@ -409,6 +397,7 @@ pub fn simulate(
                 let mut world = std::mem::replace(&mut *engine.world(), empty);
                 world.stats.seconds = seconds;
                 world.stats.learned_cap = engine.pacing.learned();
+                world.stats.caps_learned = engine.pacing.caps_learned();
                 Ok::<World, String>(world)
             })
             .await

@@ -1,83 +1,50 @@
-//! A scan's pace in each simulated instance, as `functions::pacing` keeps it in a process:
-//! the account's back-off (the real `Governor`, one per account per instance), admission of
-//! steps by the rate (`STEP_RATE` a step), pages sized to half a second of a step's part of
-//! it, and for a capped scan the instance's share of the cap: the real slices protocol
-//! (`tablescan_pace::ScanShare`, ticked every 100 ms) on an in-memory store whose requests are
-//! charged to the ledger's partition. A scan without a cap learns one from the account's
-//! refusals as `job::learning` describes it: a cut opens a round, every instance reports what
-//! it moves, and the round's sum sets the cap (`learning::next_cap`), raised when it held
-//! quietly and lowered when refused while used in full.
+//! A scan's pace in each simulated instance: the handler's own pacing
+//! (`tablescan::functions::pacing::Pacing`, one per instance) on tokio's paused clock, against
+//! one ledger that the instances share (the ledger's code on its in-memory table). Admission,
+//! the step pace, page sizing and crowding, the refresher's slices of a cap, its learning
+//! rounds, reports and the raising and lowering of a learned cap, and the scan-row reads every
+//! `CANCEL_CHECK_EVERY` all run as the handler runs them; the requests they make of the ledger
+//! are counted by its table and charged to the scan's ledger partition (without their latency:
+//! the in-memory table answers at once).
 //!
-//! Approximated (the handler's `Pacing` keeps its leases on the wall clock, which a paused
-//! clock cannot move, so its code cannot run here as it is): the learning rounds are kept in
-//! memory (their ledger requests are charged, their latency is not waited for), every
-//! instance sees a round or a learned cap at once rather than at its next read of the scan
-//! row, and pages are not reserved ahead.
+//! What is left here: the account's back-off is one `Governor` per account per instance, as
+//! `Governors` keeps it in a process; and the steps of the engine (`step.rs`, `io.rs`) hold
+//! the instance's pace rather than their own [`StepPace`], so their reads and writes go through
+//! any step of the scan admitted in the instance (alike but for `crowded`, which `admit`
+//! returns), and a page's share is not reserved ahead as `PacedReader` does.
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use tablescan::functions::pacing::{
-    cap_of, crowded, ADMIT_WAIT, GIVE_BACK_MAX, SHARE_WAIT, STEP_RATE,
-};
-use tablescan::job::learning::{next_cap, BETWEEN_ROUNDS, LOWER, LOWER_EVERY, QUIET, RAISE, ROUND};
-use tablescan::storage::pacing::{Governor, TokenBucket};
-use tablescan_pace::{Clock, Demand, InMemorySlices, ScanShare};
+use tablescan::functions::pacing::{no_share, Pacing, StepPace, ADMIT_WAIT, SHARE_WAIT};
+use tablescan::job::{Ledger, ScanRecord, ScanSpec, WorkItem};
+use tablescan::scan::keys::KeyRange;
+use tablescan::storage::pacing::{Governor, Ticket};
+use tablescan::storage::table::in_memory::InMemoryTable;
+use tablescan::storage::StorageError;
+use tablescan_pace::Clock;
 
 use super::{lock, Engine};
-use crate::ledger_costs::Cost;
+use crate::ledger_costs::{Cost, CANCEL_CHECK};
 use crate::params::Params;
 
-/// The refresher's tick (`functions::pacing::refresher::TICK`).
-const TICK: Duration = Duration::from_millis(100);
-/// How long an instance stays in a scan after its last step (`refresher::GRACE`).
+/// How long an instance counts as running steps of the scan after its last one ended
+/// (`functions::pacing::refresher::GRACE`): it reads the scan row meanwhile.
 const GRACE: f64 = 5.0;
-/// How long after a cut an instance reports (`refresher::REPORT_DELAY`).
-const REPORT_DELAY: f64 = 4.0;
-/// What an instance moved over this long is its rate (`refresher::RATE_SPAN`).
-const RATE_SPAN: f64 = 2.0;
-/// A refused instance moving this share of its grant presses on the account
-/// (`refresher::PRESSING`).
-const PRESSING: f64 = 0.8;
-/// Half a second of a step's part of the rate per page, at least 100 rows
-/// (`functions::pacing::{PAGE_SECONDS, MIN_PAGE}`).
-const PAGE_SECONDS: f64 = 0.5;
-const MIN_PAGE: u16 = 100;
-/// A learning report: a read and a conditional write of the learning row.
-const REPORT: Cost = Cost {
-    requests: 2,
-    entities: 2,
-};
 
-#[derive(Default)]
-struct Learning {
-    learned: Option<f64>,
-    peak: f64,
-    round: Option<Round>,
-    last_round_at: f64,
-    changed_at: f64,
-    last_lower_at: f64,
-    refused_since_change: bool,
-}
-
-struct Round {
-    opened: f64,
-    sum: f64,
-    reported: HashSet<usize>,
-}
-
-/// The scan's pace across instances.
+/// The scan's pace across instances: its ledger, and each instance's pacing.
 pub struct ScanPacing {
-    /// The cap the scan's request set.
-    set: Option<f64>,
-    learning: Mutex<Learning>,
-    store: InMemorySlices,
-    /// The slices' clock: this case's own, so that a case's leases do not depend on the cases
-    /// run before it in the same process.
+    ledger: Ledger,
+    table: InMemoryTable,
+    scan: String,
+    /// The case's own clock, for every instance's leases and learning rounds.
     clock: CaseClock,
     instances: Mutex<HashMap<usize, Arc<InstancePace>>>,
+    /// What of the table's counts was charged already, or is charged elsewhere (the scan row
+    /// each step's begin reads, in `ledger_costs::BEGIN`).
+    charged: Mutex<Cost>,
+    /// The learned cap as last read, and how often it changed.
+    learned: Mutex<(Option<f64>, u64)>,
 }
 
 /// Milliseconds since the case's first reading of the clock, on tokio's (paused) clock, from a
@@ -97,415 +64,221 @@ impl Clock for CaseClock {
     }
 }
 
+/// Whether an instance runs steps of the scan, and since when it has not.
 #[derive(Default)]
-struct PaceState {
+struct Activity {
     running: usize,
     waiting: usize,
     last_step_end: f64,
-    /// When a step was last given back here for want of room.
-    given_back_at: Option<f64>,
-    ticking: bool,
-    cuts_seen: u64,
-    report_at: Option<f64>,
-    /// (time, moved so far), a tick apart.
-    moved_log: VecDeque<(f64, u64)>,
 }
 
-/// One instance's pace of the scan.
+/// One instance's pace of the scan: its `Pacing`, and the steps it admitted.
 pub struct InstancePace {
-    instance: usize,
     pub source: Arc<Governor>,
     pub target: Arc<Governor>,
-    share: TokenBucket,
-    slices: Mutex<Option<Arc<ScanShare<InMemorySlices, CaseClock>>>>,
-    cap_in_use: Mutex<Option<f64>>,
-    state: Mutex<PaceState>,
-    /// Entities this instance moved for the scan (rows read, rows written).
-    pub moved: AtomicU64,
+    pacing: Pacing,
+    steps: Mutex<Vec<Arc<StepPace>>>,
+    activity: Mutex<Activity>,
 }
 
 impl ScanPacing {
-    pub fn new(params: &Params) -> Self {
-        ScanPacing {
-            set: (params.cap > 0.0).then_some(params.cap),
-            learning: Mutex::default(),
-            store: InMemorySlices::default(),
-            clock: CaseClock::default(),
+    /// The scan in a ledger of its own, its cap the one `params` sets.
+    pub async fn new(params: &Params) -> Result<Self, String> {
+        let clock = CaseClock::default();
+        let table = InMemoryTable::new("ledger");
+        let now = time::OffsetDateTime::from_unix_timestamp((clock.now_ms() / 1000) as i64)
+            .map_err(|e| format!("the case's clock: {e}"))?;
+        table.set_now(now);
+        let ledger = Ledger::in_memory(table.clone());
+        let spec = scan_spec(params)?;
+        let root = WorkItem::root(tablescan::job::ledger::new_scan_id(), KeyRange::all(), "");
+        ledger.ensure().await.map_err(|e| e.to_string())?;
+        ledger
+            .create_scan(&spec, &root, now)
+            .await
+            .map_err(|e| e.to_string())?;
+        let charged = Cost {
+            requests: table.requests(),
+            entities: table.entities(),
+        };
+        Ok(ScanPacing {
+            ledger,
+            table,
+            scan: root.scan,
+            clock,
             instances: Mutex::default(),
+            charged: Mutex::new(charged),
+            learned: Mutex::default(),
+        })
+    }
+
+    /// The learned cap as last read.
+    pub fn learned(&self) -> Option<f64> {
+        lock(&self.learned).0
+    }
+
+    /// How often the learned cap was seen to change.
+    pub fn caps_learned(&self) -> u64 {
+        lock(&self.learned).1
+    }
+
+    /// What the pacing asked of the ledger since the last call, not charged elsewhere.
+    pub fn uncharged(&self) -> Cost {
+        let mut charged = lock(&self.charged);
+        let delta = Cost {
+            requests: self.table.requests().saturating_sub(charged.requests),
+            entities: self.table.entities().saturating_sub(charged.entities),
+        };
+        charged.requests += delta.requests;
+        charged.entities += delta.entities;
+        delta
+    }
+
+    /// The scan row, read as a step's begin reads it (charged in `BEGIN`), or as an instance's
+    /// cancel check does (charged through the table's counts) when `charged_here`.
+    async fn read_scan(&self, charged_here: bool) -> Option<ScanRecord> {
+        let record = self.ledger.scan(&self.scan).await.ok().flatten()?;
+        if !charged_here {
+            // One read of the scan row, as `ledger_costs` counts it.
+            let mut charged = lock(&self.charged);
+            charged.requests += CANCEL_CHECK.requests;
+            charged.entities += CANCEL_CHECK.entities;
+        }
+        let mut learned = lock(&self.learned);
+        if record.learned_cap != learned.0 {
+            *learned = (record.learned_cap, learned.1 + 1);
+        }
+        Some(record)
+    }
+
+    /// Each instance that ran a step of the scan lately reads the scan row, and takes it into
+    /// its pace (`AppState`'s cancel check, `Pacing::read`).
+    pub async fn read_by_busy_instances(&self, now: f64) {
+        let busy: Vec<Arc<InstancePace>> = lock(&self.instances)
+            .values()
+            .filter(|p| {
+                let a = lock(&p.activity);
+                a.running + a.waiting > 0 || now - a.last_step_end < GRACE
+            })
+            .cloned()
+            .collect();
+        for instance in busy {
+            if let Some(record) = self.read_scan(true).await {
+                instance.pacing.read(&record).await;
+            }
         }
     }
 
-    /// The cap the scan is paced at now, set or learned.
-    pub fn cap(&self) -> Option<f64> {
-        cap_of(self.set, lock(&self.learning).learned)
-    }
-
-    /// The learned cap, if any.
-    pub fn learned(&self) -> Option<f64> {
-        lock(&self.learning).learned
-    }
-
-    /// Requests and entities the slices protocol asked of its store so far.
-    pub fn slice_counts(&self) -> (u64, u64) {
-        let counts = &self.store.counts;
-        (counts.requests.load(Ordering::Relaxed), counts.entities())
-    }
-
-    /// Instances that ran a step of the scan in the last few seconds.
-    pub fn busy_instances(&self, now: f64) -> usize {
+    /// `instance`'s pace, made when it first runs a step of the scan.
+    pub fn instance(&self, _engine: &Arc<Engine>, instance: usize) -> Arc<InstancePace> {
         lock(&self.instances)
-            .values()
-            .filter(|p| {
-                let s = lock(&p.state);
-                s.running + s.waiting > 0 || now - s.last_step_end < GRACE
-            })
-            .count()
-    }
-
-    /// `instance`'s pace, its ticker started if it was not running.
-    pub fn instance(&self, engine: &Arc<Engine>, instance: usize) -> Arc<InstancePace> {
-        let pace = lock(&self.instances)
             .entry(instance)
             .or_insert_with(|| {
                 Arc::new(InstancePace {
-                    instance,
                     source: Arc::new(Governor::default()),
                     target: Arc::new(Governor::default()),
-                    share: TokenBucket::new(None),
-                    slices: Mutex::default(),
-                    cap_in_use: Mutex::default(),
-                    state: Mutex::default(),
-                    moved: AtomicU64::new(0),
+                    pacing: Pacing::new(self.clock.clone()),
+                    steps: Mutex::default(),
+                    activity: Mutex::default(),
                 })
             })
-            .clone();
-        let start = {
-            let mut state = lock(&pace.state);
-            !std::mem::replace(&mut state.ticking, true)
-        };
-        if start {
-            tokio::task::spawn_local(tick(engine.clone(), pace.clone()));
-        }
-        pace
-    }
-
-    /// Every instance gives its slices back (the scan is over).
-    pub async fn leave_all(&self) {
-        let paces: Vec<Arc<InstancePace>> = lock(&self.instances).values().cloned().collect();
-        for pace in paces {
-            let share = lock(&pace.slices).take();
-            if let Some(share) = share {
-                share.leave().await;
-            }
-        }
-    }
-
-    /// An instance's report into the scan's learning round (opening one if none is open and
-    /// the last was long enough ago).
-    fn report(&self, engine: &Engine, instance: usize, rate: f64, now: f64, opens: bool) {
-        let mut learning = lock(&self.learning);
-        let between = BETWEEN_ROUNDS.as_secs_f64();
-        if learning.round.is_none() && opens && now - learning.last_round_at >= between {
-            learning.round = Some(Round {
-                opened: now,
-                sum: 0.0,
-                reported: HashSet::new(),
-            });
-            learning.last_round_at = now;
-        }
-        if let Some(round) = learning.round.as_mut() {
-            if round.reported.insert(instance) {
-                round.sum += rate;
-                drop(learning);
-                engine.charge_ledger(REPORT, now);
-            }
-        }
-    }
-
-    /// Closes the round if it is over; raises a cap that held quietly while used in full.
-    fn settle(&self, engine: &Engine, now: f64) {
-        let mut learning = lock(&self.learning);
-        let closing = learning
-            .round
-            .as_ref()
-            .is_some_and(|r| now >= r.opened + ROUND.as_secs_f64());
-        if closing {
-            let round = learning.round.take().expect("a round");
-            let first = learning.learned.is_none();
-            let cap = next_cap(learning.learned, learning.peak, round.sum);
-            learning.learned = Some(cap);
-            learning.peak = learning.peak.max(cap);
-            learning.changed_at = now;
-            learning.refused_since_change = false;
-            drop(learning);
-            engine.charge_ledger(REPORT, now);
-            engine.world().stats.caps_learned += 1;
-            if first {
-                // The learned cap takes over from each instance's back-off (`Governor::lift`
-                // in `ScanPace::learned`).
-                for pace in lock(&self.instances).values() {
-                    pace.source.lift();
-                }
-            }
-            return;
-        }
-        let Some(cap) = learning.learned else {
-            return;
-        };
-        if now - learning.changed_at >= QUIET.as_secs_f64() && !learning.refused_since_change {
-            drop(learning);
-            let used: f64 = lock(&self.instances)
-                .values()
-                .map(|p| p.rate_moved(now))
-                .sum();
-            if used >= cap * 0.9 {
-                let mut learning = lock(&self.learning);
-                learning.learned = Some(cap * RAISE);
-                learning.peak = learning.peak.max(cap * RAISE);
-                learning.changed_at = now;
-                drop(learning);
-                engine.charge_ledger(REPORT, now);
-            }
-        }
-    }
-
-    /// A refusal of an instance using its whole share of a learned cap lowers it.
-    fn refused_pressing(&self, engine: &Engine, now: f64) {
-        let mut learning = lock(&self.learning);
-        learning.refused_since_change = true;
-        let Some(cap) = learning.learned else {
-            return;
-        };
-        if now - learning.changed_at.max(learning.last_lower_at) < LOWER_EVERY.as_secs_f64() {
-            return;
-        }
-        learning.learned = Some((cap * LOWER).max(learning.peak * 0.25));
-        learning.last_lower_at = now;
-        learning.changed_at = now;
-        drop(learning);
-        engine.charge_ledger(REPORT, now);
+            .clone()
     }
 }
 
+/// The spec the scan's ledger row holds: what pacing reads of it is the cap.
+fn scan_spec(params: &Params) -> Result<ScanSpec, String> {
+    let cap = if params.cap > 0.0 {
+        format!(r#","maxRowsPerSecond":{}"#, params.cap.round() as u64)
+    } else {
+        String::new()
+    };
+    let json = format!(r#"{{"table":"source","action":{{"type":"count"}}{cap}}}"#);
+    ScanSpec::parse(&json, &|name: &str| {
+        (name == "AzureWebJobsStorage").then(|| "UseDevelopmentStorage=true".into())
+    })
+    .map_err(|e| format!("the scan's spec: {e:?}"))
+}
+
 impl InstancePace {
-    /// The rate this instance's steps may use now, if anything limits it.
-    fn rate(&self) -> Option<f64> {
-        let capped = lock(&self.cap_in_use).is_some();
-        match (self.share.rate().filter(|_| capped), self.source.rate()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+    /// Waits up to `ADMIT_WAIT` for the handler's pacing to admit a step (with the scan row as
+    /// the step's begin read it): whether it was admitted crowded, or `None`: the item is
+    /// given back.
+    pub async fn admit(&self, engine: &Engine) -> Option<bool> {
+        lock(&self.activity).waiting += 1;
+        let admitted = match engine.pacing.read_scan(false).await {
+            Some(record) => self
+                .pacing
+                .admit(
+                    &engine.pacing.ledger,
+                    &record,
+                    self.source.clone(),
+                    ADMIT_WAIT,
+                )
+                .await
+                .ok(),
+            None => None,
+        };
+        let mut activity = lock(&self.activity);
+        activity.waiting -= 1;
+        let Some(step) = admitted else {
+            activity.last_step_end = engine.now();
+            return None;
+        };
+        activity.running += 1;
+        let crowded = step.crowded();
+        lock(&self.steps).push(Arc::new(step));
+        Some(crowded)
     }
 
-    /// Steps that may run at once (`ScanPace::slots`).
-    fn slots(&self) -> usize {
-        match self.rate() {
-            Some(rate) if rate < 1e-6 => 0,
-            Some(rate) => ((rate / STEP_RATE).ceil() as usize + 1).clamp(2, 64),
-            None => usize::MAX,
-        }
+    /// The scan's steps here: how many may run at once, run and wait, as the latest admitted
+    /// step's `StepPace::occupancy` reads them (what `park::unpark_room` decides from).
+    pub fn occupancy(&self) -> (usize, usize, usize) {
+        self.step().map_or((0, 0, 0), |step| step.occupancy())
+    }
+
+    /// A step admitted by [`admit`](Self::admit) ended: its place in the pace is given up.
+    pub fn step_ended(&self, now: f64) {
+        let step = lock(&self.steps).pop();
+        drop(step);
+        let mut activity = lock(&self.activity);
+        activity.running -= 1;
+        activity.last_step_end = now;
+    }
+
+    fn step(&self) -> Option<Arc<StepPace>> {
+        lock(&self.steps).last().cloned()
     }
 
     /// Rows the next page asks for (`StepPace::page_size`).
     pub fn page_size(&self, top: u16) -> u16 {
-        let Some(rate) = self.rate() else {
-            return top;
+        self.step().map_or(top, |step| step.page_size(top))
+    }
+
+    /// Waits for `entities` of the account's back-off and the scan's share, at most
+    /// `SHARE_WAIT` (as `PacedReader::read_page` does).
+    pub async fn before_read(&self, entities: u64) -> Result<Option<Ticket>, StorageError> {
+        let Some(step) = self.step() else {
+            return Ok(None);
         };
-        let running = lock(&self.state).running.max(1) as f64;
-        let top = top.max(1);
-        ((rate / running * PAGE_SECONDS) as u16).clamp(MIN_PAGE.min(top), top)
-    }
-
-    /// Waits up to `ADMIT_WAIT` for room to run a step: whether it was admitted crowded
-    /// (`tablescan::functions::pacing::crowded`), or `None`: the item is given back.
-    pub async fn admit(&self, engine: &Engine) -> Option<bool> {
-        lock(&self.state).waiting += 1;
-        let give_up = engine.now() + ADMIT_WAIT.as_secs_f64();
-        loop {
-            {
-                let mut state = lock(&self.state);
-                let slots = self.slots();
-                if state.running < slots {
-                    state.running += 1;
-                    state.waiting -= 1;
-                    let gave_back_lately = state
-                        .given_back_at
-                        .is_some_and(|at| engine.now() - at < GIVE_BACK_MAX.as_secs_f64());
-                    return Some(crowded(state.running, slots, gave_back_lately));
-                }
-                if engine.now() >= give_up {
-                    state.given_back_at = Some(engine.now());
-                    state.waiting -= 1;
-                    state.last_step_end = engine.now();
-                    return None;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// The scan's steps here: how many may run at once, run and wait (`StepPace::occupancy`).
-    pub fn occupancy(&self) -> (usize, usize, usize) {
-        let state = lock(&self.state);
-        (self.slots(), state.running, state.waiting)
-    }
-
-    /// A step admitted by [`admit`](Self::admit) ended.
-    pub fn step_ended(&self, now: f64) {
-        let mut state = lock(&self.state);
-        state.running -= 1;
-        state.last_step_end = now;
-    }
-
-    /// Waits for `entities` of the instance's share of a capped scan (at most `SHARE_WAIT`);
-    /// `false` if it did not come.
-    pub async fn take_share(&self, entities: u64) -> bool {
-        if lock(&self.cap_in_use).is_none() {
-            return true;
-        }
-        tokio::time::timeout(SHARE_WAIT, self.share.take(entities))
+        tokio::time::timeout(SHARE_WAIT, step.before_read(entities))
             .await
-            .is_ok()
+            .map(Some)
+            .map_err(|_| no_share("query entities", step.scan()))
     }
 
-    pub fn give_back_share(&self, entities: u64) {
-        if lock(&self.cap_in_use).is_some() {
-            self.share.give_back(entities);
+    /// Gives back what a read paid for and did not use; counts `used` as moved.
+    pub fn after_read(&self, ticket: Option<Ticket>, used: u64, unused: u64) {
+        if let (Some(step), Some(ticket)) = (self.step(), ticket) {
+            step.after_read(ticket, used, unused);
         }
     }
 
-    /// Entities per second moved over the last `RATE_SPAN`.
-    fn rate_moved(&self, now: f64) -> f64 {
-        let state = lock(&self.state);
-        let Some(&(from, before)) = state.moved_log.front() else {
-            return 0.0;
-        };
-        let moved = self.moved.load(Ordering::Relaxed);
-        if now - from < 0.5 {
-            return 0.0;
-        }
-        (moved - before) as f64 / (now - from)
-    }
-}
-
-/// The instance's refresher: every tick while it runs steps of the scan and for `GRACE`
-/// after, learning from its back-off's cuts and keeping its share of a cap.
-async fn tick(engine: Arc<Engine>, pace: Arc<InstancePace>) {
-    let scan = &engine.pacing;
-    loop {
-        tokio::time::sleep(TICK).await;
-        if engine.is_done() {
-            break;
-        }
-        let now = engine.now();
-        if note_moved_and_idle(&pace, now) {
-            leave(&pace).await;
-            return;
-        }
-        let rate = learn(&engine, &pace, now);
-        // A capped scan: the instance's share.
-        let Some(cap) = scan.cap() else {
-            continue;
-        };
-        keep_share(&engine, &pace, cap, rate).await;
-    }
-}
-
-/// Logs what the instance moved by `now`; `true` when it has run no step for `GRACE`.
-fn note_moved_and_idle(pace: &InstancePace, now: f64) -> bool {
-    let moved = pace.moved.load(Ordering::Relaxed);
-    let mut state = lock(&pace.state);
-    state.moved_log.push_back((now, moved));
-    while state
-        .moved_log
-        .front()
-        .is_some_and(|(t, _)| now - t > RATE_SPAN)
-    {
-        state.moved_log.pop_front();
-    }
-    state.running + state.waiting == 0 && now - state.last_step_end > GRACE
-}
-
-/// The instance leaves the scan: its slices given back, its share cleared.
-async fn leave(pace: &InstancePace) {
-    let share = lock(&pace.slices).take();
-    *lock(&pace.cap_in_use) = None;
-    pace.share.set_rate(None);
-    if let Some(share) = share {
-        share.leave().await;
-    }
-    lock(&pace.state).ticking = false;
-}
-
-/// Learning from the back-off's cuts: reports into the scan's round, settles it; the rate the
-/// instance moved over the last `RATE_SPAN`.
-fn learn(engine: &Arc<Engine>, pace: &InstancePace, now: f64) -> f64 {
-    let scan = &engine.pacing;
-    let cuts = pace.source.cuts();
-    let cut = {
-        let mut state = lock(&pace.state);
-        let cut = cuts > state.cuts_seen;
-        state.cuts_seen = cuts;
-        if cut && state.report_at.is_none() {
-            state.report_at = Some(now + REPORT_DELAY);
-        }
-        cut
-    };
-    let rate = pace.rate_moved(now);
-    if cut && scan.learned().is_some() {
-        let granted = pace.share.rate().unwrap_or(f64::INFINITY);
-        if rate >= granted * PRESSING {
-            scan.refused_pressing(engine, now);
+    /// Waits for `entities` of `target`'s back-off and the scan's share (`StepPace::before_write`).
+    pub async fn before_write(&self, entities: u64, target: &Governor) -> Result<(), StorageError> {
+        match self.step() {
+            Some(step) => step.before_write(entities, target).await,
+            None => Ok(()),
         }
     }
-    let report_due = {
-        let mut state = lock(&pace.state);
-        match state.report_at {
-            Some(at) if now >= at => {
-                state.report_at = None;
-                true
-            }
-            _ => false,
-        }
-    };
-    // Without a cut of its own, the instance reports what it moves into an open round.
-    scan.report(engine, pace.instance, rate, now, report_due);
-    scan.settle(engine, now);
-    rate
-}
-
-/// Keeps the instance's share of a capped scan: its slices ticked with its demand, its rate
-/// set to what they grant.
-async fn keep_share(engine: &Arc<Engine>, pace: &InstancePace, cap: f64, rate: f64) {
-    let scan = &engine.pacing;
-    let share = {
-        let mut slices = lock(&pace.slices);
-        let share = slices.get_or_insert_with(|| {
-            pace.share.set_rate(Some(0.0));
-            Arc::new(ScanShare::new(
-                scan.store.clone(),
-                scan.clock.clone(),
-                "scan",
-                &format!("instance-{}", pace.instance),
-                cap,
-            ))
-        });
-        if (share.cap() - cap).abs() > 1e-9 {
-            share.set_cap(cap);
-        }
-        share.clone()
-    };
-    *lock(&pace.cap_in_use) = Some(cap);
-    let waiting = lock(&pace.state).waiting > 0;
-    let held_back = pace.share.held_since(
-        tokio::time::Instant::now()
-            .checked_sub(Duration::from_secs(1))
-            .unwrap_or_else(tokio::time::Instant::now),
-    );
-    let demand = Demand {
-        wants_more: held_back || waiting || share.granted() <= 0.0,
-        used: rate,
-    };
-    share.tick(demand).await;
-    pace.share.set_rate(Some(share.granted()));
 }
