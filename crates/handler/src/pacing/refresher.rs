@@ -3,8 +3,9 @@
 //! rate to what the process holds; for every scan, learns from the account's refusals
 //! (`job::learning`): a cut of the account's back-off is reported with what the process moved,
 //! the round closed when it is over, and a learned cap that held quietly while used in full
-//! raised. When the process has had no step of the scan for [`GRACE`], it gives its slices back
-//! and removes the scan.
+//! raised (asked for only while the account has not refused this process for a quiet while;
+//! the ledger checks that the scan as a whole uses most of it). When the process has had no
+//! step of the scan for [`GRACE`], it gives its slices back and removes the scan.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -60,6 +61,9 @@ pub(super) struct Refresher {
     raise_tried: Option<Instant>,
     /// When this process last tried to lower it.
     lower_tried: Option<Instant>,
+    /// When the account's back-off here last cut (the account refused this process), once the
+    /// scan has a learned cap: no raise is asked for within [`QUIET`] of it.
+    last_cut: Option<Instant>,
 }
 
 impl Refresher {
@@ -74,6 +78,7 @@ impl Refresher {
             reported_round: 0,
             raise_tried: None,
             lower_tried: None,
+            last_cut: None,
         }
     }
 
@@ -191,6 +196,9 @@ impl Refresher {
         self.report_at = None;
         self.close_at_ms = None;
         self.cuts_seen = Some(cuts);
+        if cuts > seen {
+            self.last_cut = Some(now);
+        }
         let tried_lately = self
             .lower_tried
             .is_some_and(|at| now.saturating_duration_since(at) < LOWER_EVERY);
@@ -309,9 +317,16 @@ impl Refresher {
     }
 
     /// Raises the scan's learned cap, if it has one, has held it quietly for a while, and this
-    /// process would use more (at most one try per [`QUIET`] half).
+    /// process would use more (at most one try per [`QUIET`] half); the ledger raises it only
+    /// if the scan as a whole uses most of it (`learning::raised_cap`). A process the account
+    /// refused within [`QUIET`] does not ask, whether or not the refusal lowered the cap: its
+    /// back-off took the refusal, and the cap is not what holds it.
     async fn raise(&mut self, now: Instant) {
+        let refused_lately = self
+            .last_cut
+            .is_some_and(|at| now.saturating_duration_since(at) < QUIET);
         if !self.learned_in_force()
+            || refused_lately
             || self
                 .raise_tried
                 .is_some_and(|at| now.saturating_duration_since(at) < QUIET / 2)
