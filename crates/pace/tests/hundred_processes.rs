@@ -7,7 +7,7 @@
 //!
 //! All 100 join in the first 10 s; each stays 60 to 120 s and is replaced half a second after it
 //! leaves or crashes, so 100 are present at once through the measured window (20 s to 95 s),
-//! which sees 48 of them replaced. (With stays of 30 to 60 s, 2.3 replacements a second, the
+//! 48 of them replaced from 60 s on. (With stays of 30 to 60 s, 2.3 replacements a second, the
 //! slices cost 153 entities/s and only 80% of the cap is used: docs/scan.md.)
 //! Checked: over every 5-second window the entities let through stay within 10% of the cap, over
 //! the measured window at least 90% of it is used on average, and what the pacing, the cancel
