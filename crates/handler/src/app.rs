@@ -93,8 +93,8 @@ fn no_endpoint(
 
 /// How stale a process's knowledge of a scan (its cap, whether it was cancelled) may be: a
 /// cancel stops the steps of other processes within this long. One read of the scan row per
-/// scan per process this often: 20 entities a second at 100 processes.
-pub const CANCEL_CHECK_EVERY: Duration = Duration::from_secs(5);
+/// scan per process this often. Defined in the ledger, beside the read.
+pub use tablescan_ledger::CANCEL_CHECK_EVERY;
 
 /// How long one removal call works before it answers `"more": true`: well inside the 230 s
 /// Azure's front end gives an HTTP call.

@@ -70,7 +70,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             budget: Budget::default(),
-            lease: Duration::from_secs(60),
+            lease: tablescan_ledger::DEFAULT_STEP_LEASE,
             // Past the host's 10-minute hold on a message being processed and the function
             // timeout, so a message that still exists has surely been delivered by then.
             redrive_after: Duration::from_secs(15 * 60),

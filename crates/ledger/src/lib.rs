@@ -53,6 +53,7 @@ pub mod work_item;
 
 pub use ledger::{
     Begin, Claim, Created, FailureRecord, Finish, Ledger, LedgerError, ScanRecord, StepCounts,
+    CANCEL_CHECK_EVERY, DEFAULT_STEP_LEASE,
 };
 pub use status::{Activity, Pace, ScanStatus, State, StatusRead};
 pub use store::LedgerTable;

@@ -15,6 +15,13 @@ use tablescan_storage::table::entity::Entity;
 use tablescan_storage::table::WriteMode;
 use tablescan_storage::ErrorKind;
 
+/// How long a step's claim on its work item lasts unless the app sets another
+/// (`TABLESCAN_STEP_LEASE_SECONDS`, the handler's `Config::lease`); a running step renews it
+/// every third of it (`functions::step::run::run_claimed`). Here, beside [`Ledger::renew`], so
+/// that what renewals cost the ledger can be measured apart from the handler
+/// (`crates/pace/tests/hundred_processes.rs`).
+pub const DEFAULT_STEP_LEASE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// What a step should do, according to the ledger.
 #[derive(Debug)]
 pub enum Begin {

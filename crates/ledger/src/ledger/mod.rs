@@ -25,11 +25,11 @@ mod shards;
 
 pub use crate::step_counts::StepCounts;
 pub(crate) use claims::Ahead;
-pub use claims::{Begin, Claim};
+pub use claims::{Begin, Claim, DEFAULT_STEP_LEASE};
 pub use failures::FailureRecord;
 pub use finish::Finish;
 pub(crate) use scans::index_key;
-pub use scans::{Created, Rejected, ScanRecord};
+pub use scans::{Created, Rejected, ScanRecord, CANCEL_CHECK_EVERY};
 
 use time::OffsetDateTime;
 

@@ -71,6 +71,14 @@ pub struct Rejected {
     pub at: Option<String>,
 }
 
+/// How stale a process's knowledge of a scan (its cap, whether it was cancelled) may be: a
+/// cancel stops the steps of other processes within this long. One read of the scan row per
+/// scan per process this often ([`Ledger::scan`]): 20 entities a second at 100 processes. Here,
+/// beside the read, so that its cost can be measured apart from the handler
+/// (`crates/pace/tests/hundred_processes.rs`); the handler names it
+/// `functions::app::CANCEL_CHECK_EVERY`.
+pub const CANCEL_CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Ledger {
     /// Records a new scan, its counter shards and its first work item, in one transaction.
     /// If a scan with this id exists already (a start retried with the same idempotency key),
