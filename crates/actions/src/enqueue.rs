@@ -8,6 +8,8 @@
 
 use crate::writes::write_until;
 use crate::{Applied, GoOn, RowFailure};
+use std::sync::Arc;
+use tablescan_storage::pacing::Governor;
 use tablescan_storage::queue::{
     MessageEncoding, PutOptions, TimeToLive, MAX_BASE64_PAYLOAD_BYTES, MAX_MESSAGE_TEXT_BYTES,
 };
@@ -148,6 +150,23 @@ impl EnqueueRows {
         (placed, refused)
     }
 
+    /// How many messages `apply` would put on each queue for `rows` (those given a row, at
+    /// most `rows_per_message` rows each; rows too large for a message counted as sent: at
+    /// most one message too many is waited for), with each queue's back-off.
+    pub fn messages_per_queue(&self, rows: &[Entity]) -> Vec<(u64, Arc<Governor>)> {
+        let mut per_queue = vec![0u64; self.queues.len()];
+        for row in rows {
+            per_queue[self.queue_of(row)] += 1;
+        }
+        let per_message = self.rows_per_message as u64;
+        per_queue
+            .into_iter()
+            .zip(&self.queues)
+            .filter(|(rows, _)| *rows > 0)
+            .map(|(rows, queue)| (rows.div_ceil(per_message), queue.governor()))
+            .collect()
+    }
+
     /// What `apply` would do, without sending anything: every row that fits a message would
     /// be enqueued, the others fail.
     pub fn preview(&self, rows: &[Entity]) -> Applied {
@@ -182,10 +201,14 @@ impl EnqueueRows {
                 let queue = self.queues[message.queue].clone();
                 let options = self.options.clone();
                 let governor = queue.governor();
+                // The queue's back-off was waited for before (`Action::queue_writes`, for the
+                // whole page); a refused put cuts it and its retry waits for it (the pipeline),
+                // and so does a put that waited long in the queue's backlog.
                 async move {
-                    // The queue's own back-off: a queue takes about 2,000 messages a second.
-                    governor.take(1).await;
-                    queue.put_message(text.as_bytes(), &options).await.map(drop)
+                    let sent = std::time::Instant::now();
+                    let put = queue.put_message(text.as_bytes(), &options).await;
+                    tablescan_storage::pacing::queue::put_answered(&governor, sent.elapsed());
+                    put.map(drop)
                 }
             })
             .collect();

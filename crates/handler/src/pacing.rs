@@ -127,6 +127,11 @@ pub struct ScanPace {
     /// The back-off of the account the scan reads, as its first step here found it, and how
     /// many cuts it had made then (those were not this scan's).
     source: Mutex<Option<(Arc<Governor>, u64)>>,
+    /// The back-off of the queue the scan's steps put their messages on, once one put there
+    /// ([`StepPace::before_put`]): a queue takes about 2,000 messages a second, far less than
+    /// an account's entities, so the steps' slots and pages follow it as they follow the
+    /// source's.
+    output: Mutex<Option<Arc<Governor>>>,
     /// What the process may use of the scan's rate: its slices' worth for a capped scan,
     /// unlimited otherwise.
     share: TokenBucket,
@@ -353,6 +358,7 @@ impl ScanPace {
             process: process.to_string(),
             clock: clock.clone(),
             source: Mutex::new(None),
+            output: Mutex::new(None),
             share: TokenBucket::new(None),
             recent: RecentUse::new(None),
             moved: AtomicU64::new(0),
@@ -431,10 +437,11 @@ impl ScanPace {
     /// The rate this process's steps of the scan may use now, if anything limits it.
     fn rate(&self, source: &Governor) -> Option<f64> {
         let capped = lock(&self.cap).is_some();
-        match (self.share.rate().filter(|_| capped), source.rate()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let output = lock(&self.output).as_ref().and_then(|queue| queue.rate());
+        [self.share.rate().filter(|_| capped), source.rate(), output]
+            .into_iter()
+            .flatten()
+            .reduce(f64::min)
     }
 
     /// How many steps may run at once: all of them unless something limits the rate; none
@@ -567,6 +574,19 @@ impl StepPace {
         Ok(())
     }
 
+    /// Waits until `messages` may be put on the queue behind `queue` (its back-off, then the
+    /// scan's share, as [`before_write`](Self::before_write)), and from then on holds the
+    /// scan's slots and pages here to the queue's rate too: steps beyond what the queue takes
+    /// are given back (and park) instead of running slowly, many at once.
+    pub async fn before_put(
+        &self,
+        messages: u64,
+        queue: &Arc<Governor>,
+    ) -> Result<(), tablescan_storage::StorageError> {
+        lock(&self.pace.output).get_or_insert_with(|| queue.clone());
+        self.before_write(messages, queue).await
+    }
+
     /// The scan this step belongs to.
     pub fn scan(&self) -> &str {
         &self.pace.scan
@@ -621,5 +641,7 @@ mod refresher;
 
 #[cfg(test)]
 mod learning_tests;
+#[cfg(test)]
+mod queue_tests;
 #[cfg(test)]
 mod tests;

@@ -163,6 +163,9 @@ impl RowSink for ActionSink<'_> {
         if let Some((entities, target)) = self.action.table_writes(&rows) {
             self.pace.before_write(entities, &target).await?;
         }
+        for (messages, queue) in self.action.queue_writes(&rows) {
+            self.pace.before_put(messages, &queue).await?;
+        }
         let clock = self.clock;
         let go_on = move || clock.now() < deadline;
         let applied = self.action.apply(rows, &go_on).await?;

@@ -6,6 +6,7 @@
 
 mod bucket;
 mod governor;
+pub mod queue;
 mod window;
 
 pub use bucket::{Rate, TokenBucket};

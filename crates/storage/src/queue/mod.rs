@@ -258,9 +258,13 @@ impl QueueClient {
             }
         }
         let body = xml::message_body(&text).map_err(refuse)?;
+        // One message against the queue's target (about 2,000 a second): a put sent again
+        // after a refusal waits for the queue's back-off, and slow answers hold it (see
+        // `Pipeline::send`).
         let request = request
             .body("application/xml", body.into_bytes())
-            .idempotent(options.at_least_once);
+            .idempotent(options.at_least_once)
+            .entities(1);
         let response = self.pipeline.send(request).await?;
         let messages = xml::parse_message_list(&response.body)
             .map_err(|why| StorageError::invalid_response(OP, self.resource(), why))?;

@@ -85,16 +85,33 @@ fn an_update_is_bound_like_a_delete_and_partition_keys_by_their_queue() {
 
 /// The sorted PartitionKeys a partition-keys scan of `table` put on its queue, with the scan.
 fn keys_found(table: SyntheticTable) -> (Vec<String>, Vec<String>, Outcome) {
+    keys_found_with(table, params(&["--status-poll-s", "0"]))
+}
+
+fn keys_found_with(table: SyntheticTable, p: Params) -> (Vec<String>, Vec<String>, Outcome) {
     let mut expected: Vec<String> = (0..table.partitions())
         .map(|i| table.key(i).to_string())
         .collect();
     expected.sort_by(|a, b| compare(a, b));
-    let p = params(&["--status-poll-s", "0"]);
     let outcome =
         run_collecting_keys(&case("partition-keys-3.5m", None), &p, table).expect("simulated");
     let mut found = outcome.stats.partition_keys.clone().expect("collected");
     found.sort_by(|a, b| compare(a, b));
     (found, expected, outcome)
+}
+
+#[test]
+fn partition_keys_on_a_slow_queue_are_put_exactly_once_at_its_pace() {
+    // A queue of 100 messages a second: its puts wait in its backlog, slow puts cut each
+    // instance's back-off of the queue (`pacing::queue::put_answered`), and the steps follow.
+    // (It ran 2.25 times its bound when written: the pace of a queue this slow is not tuned.)
+    let mut p = params(&["--status-poll-s", "0"]);
+    p.queue_messages_per_second = 100.0;
+    let (found, expected, outcome) = keys_found_with(SyntheticTable::nuget_like(20_000, 7), p);
+    assert_eq!(outcome.stats.failed_for_good, 0);
+    assert!(found == expected, "other keys than the table's");
+    assert_eq!(outcome.bound.by, "output queue");
+    assert_eq!(outcome.stats.rows_acted, expected.len() as u64);
 }
 
 #[test]

@@ -204,7 +204,10 @@ impl RowSink for Sink {
         if action == Action::PartitionKeys {
             let deadline = deadline.as_secs_f64();
             let instance = self.instance;
-            return action_writes::put_partition_keys(&engine, instance, rows, deadline).await;
+            return action_writes::put_partition_keys(
+                &engine, &self.pace, instance, rows, deadline,
+            )
+            .await;
         }
         // The writes wait for their account's back-off and the scan's share, all of the page
         // at once (`ActionSink::accept` through `StepPace::before_write`).

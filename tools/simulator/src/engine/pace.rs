@@ -76,6 +76,8 @@ struct Activity {
 pub struct InstancePace {
     pub source: Arc<Governor>,
     pub target: Arc<Governor>,
+    /// The output queue's back-off in this process (the handler's `QueueClient::governor`).
+    pub queue: Arc<Governor>,
     pacing: Pacing,
     steps: Mutex<Vec<Arc<StepPace>>>,
     activity: Mutex<Activity>,
@@ -177,6 +179,7 @@ impl ScanPacing {
                 Arc::new(InstancePace {
                     source: Arc::new(Governor::default()),
                     target: Arc::new(Governor::default()),
+                    queue: Arc::new(Governor::default()),
                     pacing: Pacing::new(self.clock.clone()),
                     steps: Mutex::default(),
                     activity: Mutex::default(),
@@ -271,6 +274,15 @@ impl InstancePace {
     pub fn after_read(&self, ticket: Option<Ticket>, used: u64, unused: u64) {
         if let (Some(step), Some(ticket)) = (self.step(), ticket) {
             step.after_read(ticket, used, unused);
+        }
+    }
+
+    /// Waits for `messages` of the output queue's back-off and the scan's share, and holds
+    /// the scan's slots and pages to the queue's rate (`StepPace::before_put`).
+    pub async fn before_put(&self, messages: u64) -> Result<(), StorageError> {
+        match self.step() {
+            Some(step) => step.before_put(messages, &self.queue).await,
+            None => Ok(()),
         }
     }
 
