@@ -29,11 +29,15 @@
 //! under for [`CEILING_HOLD`]: probing above where the account refused a moment ago costs the
 //! application that owns it refusals of its own.
 //!
+//! Every change of the cap is written to the learning row and the scan row in one transaction
+//! (both are in the scan's partition): written apart, a failure between the two writes left
+//! the learning row saying a cap was set that no process read, until the next change.
+//!
 //! Cost: a report is a read and a conditional write of one row (retried at most [`TRIES`]
-//! times when processes report at once); a round at most every [`BETWEEN_ROUNDS`]; a raise two
-//! writes and a read of the slices (at most 16 rows) at most every [`QUIET`], or one write when
-//! the cap is found not to bind; a lowering, per process, a read at most every
-//! [`LOWER_EVERY`] while it is refused, and two writes per scan at most that often.
+//! times when processes report at once); a round at most every [`BETWEEN_ROUNDS`]; a raise a
+//! transaction of two rows and a read of the slices (at most 16 rows) at most every [`QUIET`],
+//! or one write when the cap is found not to bind; a lowering, per process, a read at most
+//! every [`LOWER_EVERY`] while it is refused, and a transaction per scan at most that often.
 
 use std::time::Duration;
 
@@ -41,7 +45,6 @@ use super::ledger::{Ledger, LedgerError};
 use super::rows::{number, ScanRow, LEARN_ROW};
 use tablescan_storage::table::batch::IfMatch;
 use tablescan_storage::table::entity::{Entity, Value};
-use tablescan_storage::table::WriteMode;
 
 /// How long a round takes reports: long enough for every process running the scan to read
 /// the scan (every few seconds, `functions::app::CANCEL_CHECK_EVERY`), see the round and report.
@@ -268,12 +271,13 @@ impl Ledger {
                     ..other.clone().unwrap_or_default()
                 },
             };
-            if self.write_learning(scan, &next, current.as_ref()).await? {
-                if next.reporters == 1 {
-                    // Opened: every process running the scan sees it with the scan.
-                    self.publish(ScanRow::learn_round(scan, next.round_at_ms))
-                        .await?;
-                }
+            // Opened: every process running the scan sees it with the scan.
+            let opened =
+                (next.reporters == 1).then(|| ScanRow::learn_round(scan, next.round_at_ms));
+            if self
+                .write_learning(scan, &next, current.as_ref(), opened)
+                .await?
+            {
                 return Ok(Reported::In(next.round_at_ms));
             }
         }
@@ -301,10 +305,13 @@ impl Ledger {
             cap_at_ms: now_ms,
             ..current.clone()
         };
-        if !self.write_learning(scan, &next, Some(&current)).await? {
+        let published = Some(ScanRow::learned(scan, cap));
+        if !self
+            .write_learning(scan, &next, Some(&current), published)
+            .await?
+        {
             return Ok(None);
         }
-        self.publish_cap(scan, cap).await?;
         tracing::info!(
             scan,
             cap,
@@ -343,7 +350,8 @@ impl Ledger {
                 looked_at_ms: now_ms,
                 ..current.clone()
             };
-            self.write_learning(scan, &looked, Some(&current)).await?;
+            self.write_learning(scan, &looked, Some(&current), None)
+                .await?;
             tracing::debug!(scan, cap, scan_rate, "the learned cap is not raised");
             return Ok(None);
         };
@@ -353,10 +361,13 @@ impl Ledger {
             cap_at_ms: now_ms,
             ..current.clone()
         };
-        if !self.write_learning(scan, &next, Some(&current)).await? {
+        let published = Some(ScanRow::learned(scan, raised));
+        if !self
+            .write_learning(scan, &next, Some(&current), published)
+            .await?
+        {
             return Ok(None);
         }
-        self.publish_cap(scan, raised).await?;
         tracing::info!(
             scan,
             cap = raised,
@@ -414,10 +425,14 @@ impl Ledger {
             cap_at_ms: now_ms,
             ..current.refused(cap, now_ms)
         };
-        if !self.write_learning(scan, &next, Some(&current)).await? || lowered >= cap {
+        let published = (lowered < cap).then(|| ScanRow::learned(scan, lowered));
+        if !self
+            .write_learning(scan, &next, Some(&current), published)
+            .await?
+            || lowered >= cap
+        {
             return Ok(None);
         }
-        self.publish_cap(scan, lowered).await?;
         tracing::info!(
             scan,
             cap = lowered,
@@ -426,44 +441,28 @@ impl Ledger {
         Ok(Some(lowered))
     }
 
-    /// Writes the learned cap where every process reads the scan.
-    async fn publish_cap(&self, scan: &str, cap: f64) -> Result<(), LedgerError> {
-        self.publish(ScanRow::learned(scan, cap)).await
-    }
-
-    /// Merges `change` into the scan row (a scan removed meanwhile has nothing to pace).
-    async fn publish(&self, change: Entity) -> Result<(), LedgerError> {
-        match self
-            .table()
-            .update(&change, WriteMode::Merge, &IfMatch::Any)
-            .await
-        {
-            Err(e) if !e.is_not_found() => Err(e.into()),
-            _ => Ok(()),
-        }
-    }
-
-    /// Writes `next` over `current` (as read) if nobody wrote the row meanwhile; whether it did.
+    /// Writes `next` over `current` (as read) if nobody wrote the row meanwhile, and with it
+    /// `publish`, a change to the scan row (merged), in one transaction (both rows are in the
+    /// scan's partition); whether it did. Written apart, a crash or a failed request between
+    /// the two left the learning row saying a cap was set that no process ever read, and
+    /// nothing published it until the next change. A scan whose row was removed meanwhile has
+    /// nothing to pace: its transaction fails as lost.
     async fn write_learning(
         &self,
         scan: &str,
         next: &Learning,
         current: Option<&Learning>,
+        publish: Option<Entity>,
     ) -> Result<bool, LedgerError> {
+        use tablescan_storage::table::batch::Operation;
         let entity = next.to_entity(scan);
-        let written = match current.and_then(|c| c.etag.clone()) {
-            Some(etag) => {
-                self.table()
-                    .update(&entity, WriteMode::Replace, &IfMatch::Etag(etag))
-                    .await
-            }
-            None => self
-                .table()
-                .submit_transaction(&[tablescan_storage::table::batch::Operation::Insert(entity)])
-                .await
-                .map(|_| String::new()),
+        let learning = match current.and_then(|c| c.etag.clone()) {
+            Some(etag) => Operation::Update(entity, IfMatch::Etag(etag)),
+            None => Operation::Insert(entity),
         };
-        match written {
+        let mut operations = vec![learning];
+        operations.extend(publish.map(|change| Operation::Merge(change, IfMatch::Any)));
+        match self.table().submit_transaction(&operations).await {
             Ok(_) => Ok(true),
             Err(e) if lost_to_another_writer(&e) => Ok(false),
             Err(e) => Err(e.into()),

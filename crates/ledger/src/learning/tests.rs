@@ -2,10 +2,15 @@
 
 use super::*;
 use tablescan_storage::table::in_memory::InMemoryTable;
+use tablescan_storage::table::WriteMode;
 
 /// A ledger with scan `s`'s row.
 async fn ledger() -> Ledger {
-    let table = InMemoryTable::new("ledger");
+    ledger_on(InMemoryTable::new("ledger")).await
+}
+
+/// The same on `table` (a test that makes its requests fail keeps it).
+async fn ledger_on(table: InMemoryTable) -> Ledger {
     table.create_if_missing().await.unwrap();
     let ledger = Ledger::in_memory(table);
     let row = ScanRow::new("{}".into(), time::OffsetDateTime::now_utc());
@@ -285,4 +290,77 @@ async fn a_refusal_at_the_learned_cap_lowers_it_at_most_once_a_while_and_not_far
     // Refused at the floor, the cap is not raised a quiet while later: the quiet while
     // counts from the last refusal.
     assert_eq!(ledger.raise_learned_cap("s", at + 1).await.unwrap(), None);
+}
+
+/// Makes the `n`th request from now fail; the number of the request that fails.
+fn fail_request(table: &InMemoryTable, n: u64) -> u64 {
+    table.fail_request(n);
+    table.requests() + n
+}
+
+/// Spends on reads a failure (request number `due`) that the change it was meant for did not
+/// reach, having made fewer requests.
+async fn spend_failure(table: &InMemoryTable, ledger: &Ledger, due: u64) {
+    while table.requests() < due {
+        let _ = ledger.learning("s").await;
+    }
+}
+
+/// Whether the cap every process reads with the scan is the one the learning row last set.
+async fn agree(ledger: &Ledger) -> bool {
+    let learned = ledger.learning("s").await.unwrap().and_then(|l| l.cap);
+    published(ledger).await == learned
+}
+
+/// A close, a raise and a lowering, each with its `fail_at`-th request failing (a crash or an
+/// outage at that point: before, between or after its writes), then tried again: the scan row
+/// never says another cap than the learning row, so every process runs at the cap learned
+/// (were the learning row written alone, it would say the change was made, and nothing would
+/// publish it until the next one).
+#[tokio::test]
+async fn a_failure_at_any_request_of_a_change_leaves_every_process_reading_the_learned_cap() {
+    for fail_at in 1..=5 {
+        let table = InMemoryTable::new("ledger");
+        let ledger = ledger_on(table.clone()).await;
+        let t = 9_000_000;
+        ledger.report_refusal("s", 10_000.0, t).await.unwrap();
+        let closed = t + ms(ROUND);
+        let due = fail_request(&table, fail_at);
+        let _ = ledger.close_round("s", closed).await;
+        spend_failure(&table, &ledger, due).await;
+        assert!(agree(&ledger).await, "close, request {fail_at} failed");
+        ledger.close_round("s", closed).await.unwrap();
+        assert!(agree(&ledger).await, "close tried again after {fail_at}");
+        let learned = 10_000.0 * LEARNED_SHARE;
+        assert_eq!(published(&ledger).await, Some(learned));
+
+        let mut at = closed + ms(QUIET);
+        scan_moves(&ledger, learned, at + 5_000).await;
+        let due = fail_request(&table, fail_at);
+        let _ = ledger.raise_learned_cap("s", at).await;
+        spend_failure(&table, &ledger, due).await;
+        assert!(agree(&ledger).await, "raise, request {fail_at} failed");
+        // Tried again by the next process to ask (a failed read of the slices counts as a
+        // cap not binding: the next look is a quiet while later).
+        for _ in 0..3 {
+            if published(&ledger).await != Some(learned) {
+                break;
+            }
+            ledger.raise_learned_cap("s", at).await.unwrap();
+            assert!(agree(&ledger).await, "raise tried again after {fail_at}");
+            at += ms(QUIET);
+            scan_moves(&ledger, learned, at + 5_000).await;
+        }
+        let raised = learned * RAISE;
+        assert_eq!(published(&ledger).await, Some(raised));
+
+        let lowered_at = at + ms(LOWER_EVERY);
+        let due = fail_request(&table, fail_at);
+        let _ = ledger.lower_learned_cap("s", lowered_at).await;
+        spend_failure(&table, &ledger, due).await;
+        assert!(agree(&ledger).await, "lowering, request {fail_at} failed");
+        ledger.lower_learned_cap("s", lowered_at).await.unwrap();
+        assert!(agree(&ledger).await, "lowering tried again after {fail_at}");
+        assert_eq!(published(&ledger).await, Some(raised * LOWER));
+    }
 }
