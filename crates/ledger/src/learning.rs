@@ -29,11 +29,15 @@
 //! under for [`CEILING_HOLD`]: probing above where the account refused a moment ago costs the
 //! application that owns it refusals of its own.
 //!
+//! Every change of the cap is written to the learning row and the scan row in one transaction
+//! (both are in the scan's partition): written apart, a failure between the two writes left
+//! the learning row saying a cap was set that no process read, until the next change.
+//!
 //! Cost: a report is a read and a conditional write of one row (retried at most [`TRIES`]
-//! times when processes report at once); a round at most every [`BETWEEN_ROUNDS`]; a raise two
-//! writes and a read of the slices (at most 16 rows) at most every [`QUIET`], or one write when
-//! the cap is found not to bind; a lowering, per process, a read at most every
-//! [`LOWER_EVERY`] while it is refused, and two writes per scan at most that often.
+//! times when processes report at once); a round at most every [`BETWEEN_ROUNDS`]; a raise a
+//! transaction of two rows and a read of the slices (at most 16 rows) at most every [`QUIET`],
+//! or one write when the cap is found not to bind; a lowering, per process, a read at most
+//! every [`LOWER_EVERY`] while it is refused, and a transaction per scan at most that often.
 
 use std::time::Duration;
 
@@ -41,7 +45,6 @@ use super::ledger::{Ledger, LedgerError};
 use super::rows::{number, ScanRow, LEARN_ROW};
 use tablescan_storage::table::batch::IfMatch;
 use tablescan_storage::table::entity::{Entity, Value};
-use tablescan_storage::table::WriteMode;
 
 /// How long a round takes reports: long enough for every process running the scan to read
 /// the scan (every few seconds, `functions::app::CANCEL_CHECK_EVERY`), see the round and report.
@@ -268,12 +271,13 @@ impl Ledger {
                     ..other.clone().unwrap_or_default()
                 },
             };
-            if self.write_learning(scan, &next, current.as_ref()).await? {
-                if next.reporters == 1 {
-                    // Opened: every process running the scan sees it with the scan.
-                    self.publish(ScanRow::learn_round(scan, next.round_at_ms))
-                        .await?;
-                }
+            // Opened: every process running the scan sees it with the scan.
+            let opened =
+                (next.reporters == 1).then(|| ScanRow::learn_round(scan, next.round_at_ms));
+            if self
+                .write_learning(scan, &next, current.as_ref(), opened)
+                .await?
+            {
                 return Ok(Reported::In(next.round_at_ms));
             }
         }
@@ -301,10 +305,13 @@ impl Ledger {
             cap_at_ms: now_ms,
             ..current.clone()
         };
-        if !self.write_learning(scan, &next, Some(&current)).await? {
+        let published = Some(ScanRow::learned(scan, cap));
+        if !self
+            .write_learning(scan, &next, Some(&current), published)
+            .await?
+        {
             return Ok(None);
         }
-        self.publish_cap(scan, cap).await?;
         tracing::info!(
             scan,
             cap,
@@ -343,7 +350,8 @@ impl Ledger {
                 looked_at_ms: now_ms,
                 ..current.clone()
             };
-            self.write_learning(scan, &looked, Some(&current)).await?;
+            self.write_learning(scan, &looked, Some(&current), None)
+                .await?;
             tracing::debug!(scan, cap, scan_rate, "the learned cap is not raised");
             return Ok(None);
         };
@@ -353,10 +361,13 @@ impl Ledger {
             cap_at_ms: now_ms,
             ..current.clone()
         };
-        if !self.write_learning(scan, &next, Some(&current)).await? {
+        let published = Some(ScanRow::learned(scan, raised));
+        if !self
+            .write_learning(scan, &next, Some(&current), published)
+            .await?
+        {
             return Ok(None);
         }
-        self.publish_cap(scan, raised).await?;
         tracing::info!(
             scan,
             cap = raised,
@@ -414,10 +425,14 @@ impl Ledger {
             cap_at_ms: now_ms,
             ..current.refused(cap, now_ms)
         };
-        if !self.write_learning(scan, &next, Some(&current)).await? || lowered >= cap {
+        let published = (lowered < cap).then(|| ScanRow::learned(scan, lowered));
+        if !self
+            .write_learning(scan, &next, Some(&current), published)
+            .await?
+            || lowered >= cap
+        {
             return Ok(None);
         }
-        self.publish_cap(scan, lowered).await?;
         tracing::info!(
             scan,
             cap = lowered,
@@ -426,44 +441,28 @@ impl Ledger {
         Ok(Some(lowered))
     }
 
-    /// Writes the learned cap where every process reads the scan.
-    async fn publish_cap(&self, scan: &str, cap: f64) -> Result<(), LedgerError> {
-        self.publish(ScanRow::learned(scan, cap)).await
-    }
-
-    /// Merges `change` into the scan row (a scan removed meanwhile has nothing to pace).
-    async fn publish(&self, change: Entity) -> Result<(), LedgerError> {
-        match self
-            .table()
-            .update(&change, WriteMode::Merge, &IfMatch::Any)
-            .await
-        {
-            Err(e) if !e.is_not_found() => Err(e.into()),
-            _ => Ok(()),
-        }
-    }
-
-    /// Writes `next` over `current` (as read) if nobody wrote the row meanwhile; whether it did.
+    /// Writes `next` over `current` (as read) if nobody wrote the row meanwhile, and with it
+    /// `publish`, a change to the scan row (merged), in one transaction (both rows are in the
+    /// scan's partition); whether it did. Written apart, a crash or a failed request between
+    /// the two left the learning row saying a cap was set that no process ever read, and
+    /// nothing published it until the next change. A scan whose row was removed meanwhile has
+    /// nothing to pace: its transaction fails as lost.
     async fn write_learning(
         &self,
         scan: &str,
         next: &Learning,
         current: Option<&Learning>,
+        publish: Option<Entity>,
     ) -> Result<bool, LedgerError> {
+        use tablescan_storage::table::batch::Operation;
         let entity = next.to_entity(scan);
-        let written = match current.and_then(|c| c.etag.clone()) {
-            Some(etag) => {
-                self.table()
-                    .update(&entity, WriteMode::Replace, &IfMatch::Etag(etag))
-                    .await
-            }
-            None => self
-                .table()
-                .submit_transaction(&[tablescan_storage::table::batch::Operation::Insert(entity)])
-                .await
-                .map(|_| String::new()),
+        let learning = match current.and_then(|c| c.etag.clone()) {
+            Some(etag) => Operation::Update(entity, IfMatch::Etag(etag)),
+            None => Operation::Insert(entity),
         };
-        match written {
+        let mut operations = vec![learning];
+        operations.extend(publish.map(|change| Operation::Merge(change, IfMatch::Any)));
+        match self.table().submit_transaction(&operations).await {
             Ok(_) => Ok(true),
             Err(e) if lost_to_another_writer(&e) => Ok(false),
             Err(e) => Err(e.into()),
@@ -472,292 +471,4 @@ impl Ledger {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use tablescan_storage::table::in_memory::InMemoryTable;
-
-    /// A ledger with scan `s`'s row.
-    async fn ledger() -> Ledger {
-        let table = InMemoryTable::new("ledger");
-        table.create_if_missing().await.unwrap();
-        let ledger = Ledger::in_memory(table);
-        let row = ScanRow::new("{}".into(), time::OffsetDateTime::now_utc());
-        ledger
-            .table()
-            .upsert(&row.to_entity("s"), WriteMode::Replace)
-            .await
-            .unwrap();
-        ledger
-    }
-
-    /// The learned cap on scan `s`'s row, as every process reads it.
-    async fn published(ledger: &Ledger) -> Option<f64> {
-        let row = ledger
-            .table()
-            .get_entity("s", super::super::rows::SCAN_ROW)
-            .await;
-        ScanRow::from_entity(&row.unwrap().unwrap())
-            .unwrap()
-            .learned_cap
-    }
-
-    #[tokio::test]
-    async fn reports_of_a_round_add_up_and_its_close_sets_the_cap_once() {
-        let ledger = ledger().await;
-        let t = 1_000_000;
-        let round = ms(ROUND);
-        assert_eq!(
-            ledger.report_refusal("s", 1_000.0, t).await.unwrap(),
-            Reported::In(t)
-        );
-        // Every process sees the round on the scan row.
-        let row = ledger
-            .table()
-            .get_entity("s", super::super::rows::SCAN_ROW)
-            .await;
-        let row = ScanRow::from_entity(&row.unwrap().unwrap()).unwrap();
-        assert_eq!(row.learn_round_ms, t);
-        assert_eq!(
-            ledger.report_refusal("s", 800.0, t + 500).await.unwrap(),
-            Reported::In(t)
-        );
-        assert_eq!(
-            ledger
-                .report_refusal("s", 700.0, t + round - 100)
-                .await
-                .unwrap(),
-            Reported::In(t)
-        );
-        // Not over yet: nothing to close.
-        assert_eq!(ledger.close_round("s", t + 1_000).await.unwrap(), None);
-        let cap = ledger.close_round("s", t + round + 100).await.unwrap();
-        assert_eq!(cap, Some(2_500.0 * LEARNED_SHARE));
-        assert_eq!(published(&ledger).await, cap);
-        // Closed once.
-        assert_eq!(
-            ledger.close_round("s", t + round + 200).await.unwrap(),
-            None
-        );
-        let learning = ledger.learning("s").await.unwrap().unwrap();
-        assert_eq!(learning.reporters, 3);
-        // A refusal a moment after the round is not a new round...
-        assert_eq!(
-            ledger
-                .report_refusal("s", 100.0, t + round + 1_000)
-                .await
-                .unwrap(),
-            Reported::Skipped
-        );
-        // ...a later one is.
-        let later = t + ms(BETWEEN_ROUNDS) + 1_000;
-        assert_eq!(
-            ledger.report_refusal("s", 2_000.0, later).await.unwrap(),
-            Reported::In(later)
-        );
-        assert_eq!(
-            ledger.close_round("s", later + round).await.unwrap(),
-            Some(2_000.0 * LEARNED_SHARE)
-        );
-    }
-
-    #[test]
-    fn a_round_lowers_a_cap_only_when_the_scan_pressed_on_it_and_never_far_below_its_peak() {
-        // First round: what the scan moved, less the margin.
-        assert_eq!(next_cap(None, 0.0, 2_000.0), 2_000.0 * LEARNED_SHARE);
-        // Moving at its cap when refused: lowered to what it moved.
-        assert_eq!(
-            next_cap(Some(2_000.0), 2_000.0, 1_800.0),
-            1_800.0 * LEARNED_SHARE
-        );
-        // Well under its cap: the refusal was not its volume; the cap stays.
-        assert_eq!(next_cap(Some(2_000.0), 2_000.0, 1_000.0), 2_000.0);
-        // Never under a quarter of the highest cap learned, nor above the largest cap.
-        assert_eq!(next_cap(Some(600.0), 4_000.0, 500.0), 1_000.0);
-        assert_eq!(next_cap(None, 0.0, 1e12), MOST_CAP);
-        assert_eq!(next_cap(None, 0.0, 0.0), LEAST_CAP);
-    }
-
-    /// Scan `s` learned a cap from one report of `rate` at `t`; when its round closed.
-    async fn learned_at(ledger: &Ledger, t: u64, rate: f64) -> u64 {
-        ledger.report_refusal("s", rate, t).await.unwrap();
-        let closed = t + ms(ROUND);
-        ledger.close_round("s", closed).await.unwrap();
-        closed
-    }
-
-    /// Scan `s`'s slices, all held until `until_ms`, report `rate` entities a second in all,
-    /// as their holders' renewals write it.
-    async fn scan_moves(ledger: &Ledger, rate: f64, until_ms: u64) {
-        use tablescan_pace::{SliceRow, SliceStore, SLICES};
-        let stored = ledger.read_all("s").await.unwrap();
-        let rows: Vec<SliceRow> = (0..SLICES)
-            .map(|index| {
-                let row = stored.iter().find(|r| r.index == index).cloned();
-                let row = row.unwrap_or_else(|| SliceRow::unwritten(index));
-                row.held("p", until_ms, rate / f64::from(SLICES))
-            })
-            .collect();
-        ledger.write("s", &rows).await.unwrap();
-    }
-
-    #[test]
-    fn a_raise_needs_the_scan_to_use_most_of_its_cap_and_stays_under_a_refusal_s_ceiling() {
-        // Binding: raised by RAISE.
-        assert_eq!(raised_cap(1_000.0, 950.0, None), Some(1_000.0 * RAISE));
-        assert_eq!(
-            raised_cap(1_000.0, 1_000.0 * BINDING, None),
-            Some(1_000.0 * RAISE)
-        );
-        // Something else holds the scan back (the account answers slower, the back-offs): a
-        // higher cap would hold nothing back.
-        assert_eq!(raised_cap(1_000.0, 600.0, None), None);
-        assert_eq!(raised_cap(1_000.0, f64::NAN, None), None);
-        // Under a refusal's ceiling: up to it, and no further.
-        assert_eq!(raised_cap(1_000.0, 990.0, Some(1_020.0)), Some(1_020.0));
-        assert_eq!(raised_cap(1_020.0, 1_010.0, Some(1_020.0)), None);
-        assert_eq!(raised_cap(MOST_CAP, MOST_CAP, None), None);
-    }
-
-    #[tokio::test]
-    async fn a_quiet_cap_the_scan_moves_well_under_is_not_raised() {
-        let ledger = ledger().await;
-        let closed = learned_at(&ledger, 3_000_000, 10_000.0).await;
-        let cap = 10_000.0 * LEARNED_SHARE;
-        let quiet = ms(QUIET);
-        // Quiet for a long while, every process using its own share, but the scan as a whole
-        // moves half its cap: something else limits it.
-        let mut at = closed;
-        for _ in 0..20 {
-            at += quiet;
-            scan_moves(&ledger, cap * 0.5, at + 5_000).await;
-            assert_eq!(ledger.raise_learned_cap("s", at).await.unwrap(), None);
-        }
-        assert_eq!(published(&ledger).await, Some(cap));
-        // A look that found it not binding waits a quiet while before the next.
-        at += quiet;
-        scan_moves(&ledger, cap, at + 5_000).await;
-        let looked = ledger.learning("s").await.unwrap().unwrap().looked_at_ms;
-        assert_eq!(looked, at - quiet);
-        assert!(ledger.raise_learned_cap("s", at).await.unwrap().is_some());
-    }
-
-    #[tokio::test]
-    async fn raises_stay_under_the_ceiling_a_refusal_at_the_cap_left_while_it_holds() {
-        let ledger = ledger().await;
-        let closed = learned_at(&ledger, 4_000_000, 10_000.0).await;
-        let learned = 10_000.0 * LEARNED_SHARE;
-        // A round leaves no ceiling (its sum counts estimates, under what the scan met).
-        let learning = ledger.learning("s").await.unwrap().unwrap();
-        assert_eq!(learning.ceiling_at(closed), None);
-        // Refused while it pressed on its cap: lowered, and a ceiling just under that cap.
-        let refused = closed + ms(LOWER_EVERY);
-        ledger.lower_learned_cap("s", refused).await.unwrap();
-        let ceiling = learned * CEILING_SHARE;
-        let learning = ledger.learning("s").await.unwrap().unwrap();
-        assert_eq!(learning.ceiling_at(refused), Some(ceiling));
-        // Raised while binding, up to the ceiling and not over it.
-        let quiet = ms(QUIET);
-        let mut at = refused;
-        for _ in 0..10 {
-            at += quiet;
-            let cap = ledger.learning("s").await.unwrap().unwrap().cap.unwrap();
-            scan_moves(&ledger, cap, at + 5_000).await;
-            ledger.raise_learned_cap("s", at).await.unwrap();
-        }
-        assert_eq!(published(&ledger).await, Some(ceiling));
-        // Once the ceiling is old, a binding cap probes above it again.
-        let after = refused + ms(CEILING_HOLD);
-        scan_moves(&ledger, ceiling, after + 5_000).await;
-        let raised = ledger.raise_learned_cap("s", after).await.unwrap();
-        assert_eq!(raised, Some(ceiling * RAISE));
-        // A refusal under a ceiling that holds brings the ceiling down with it.
-        let again = after + ms(LOWER_EVERY);
-        ledger.lower_learned_cap("s", again).await.unwrap();
-        let later = again + ms(LOWER_EVERY);
-        ledger.lower_learned_cap("s", later).await.unwrap();
-        let learning = ledger.learning("s").await.unwrap().unwrap();
-        let lowered_once = ceiling * RAISE * LOWER;
-        assert_eq!(
-            learning.ceiling_at(later),
-            Some(lowered_once * CEILING_SHARE)
-        );
-    }
-
-    #[tokio::test]
-    async fn a_cap_that_held_quietly_is_raised_at_most_once_a_quiet_while() {
-        let ledger = ledger().await;
-        let closed = learned_at(&ledger, 5_000_000, 1_000.0).await;
-        let quiet = ms(QUIET);
-        // The scan moves all of its cap.
-        scan_moves(&ledger, 1_000.0 * LEARNED_SHARE, closed + quiet + 5_000).await;
-        assert_eq!(
-            ledger
-                .raise_learned_cap("s", closed + quiet - 1)
-                .await
-                .unwrap(),
-            None
-        );
-        let raised = ledger
-            .raise_learned_cap("s", closed + quiet)
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(
-            (raised - 1_000.0 * LEARNED_SHARE * RAISE).abs() < 1e-6,
-            "{raised}"
-        );
-        assert_eq!(published(&ledger).await, Some(raised));
-        assert_eq!(
-            ledger
-                .raise_learned_cap("s", closed + quiet + 10)
-                .await
-                .unwrap(),
-            None
-        );
-    }
-
-    #[tokio::test]
-    async fn a_refusal_at_the_learned_cap_lowers_it_at_most_once_a_while_and_not_far_below_its_peak(
-    ) {
-        let ledger = ledger().await;
-        // No learned cap yet: nothing to lower (a round learns one).
-        assert_eq!(ledger.lower_learned_cap("s", 1).await.unwrap(), None);
-        let closed = learned_at(&ledger, 7_000_000, 4_000.0).await;
-        let learned = 4_000.0 * LEARNED_SHARE;
-        let every = ms(LOWER_EVERY);
-        // Too soon after the cap was set: the refusal may come from before every process had it.
-        assert_eq!(
-            ledger
-                .lower_learned_cap("s", closed + every - 1)
-                .await
-                .unwrap(),
-            None
-        );
-        let lowered = ledger
-            .lower_learned_cap("s", closed + every)
-            .await
-            .unwrap()
-            .unwrap();
-        assert!((lowered - learned * LOWER).abs() < 1e-6, "{lowered}");
-        assert_eq!(published(&ledger).await, Some(lowered));
-        assert_eq!(
-            ledger
-                .lower_learned_cap("s", closed + every + 10)
-                .await
-                .unwrap(),
-            None
-        );
-        // Refusals that keep coming (an account failing a share of requests whatever the rate)
-        // stop at a quarter of the highest cap learned.
-        let mut at = closed + every;
-        for _ in 0..40 {
-            at += every;
-            ledger.lower_learned_cap("s", at).await.unwrap();
-        }
-        let cap = ledger.learning("s").await.unwrap().unwrap().cap.unwrap();
-        assert!((cap - learned * LEAST_OF_PEAK).abs() < 1e-6, "{cap}");
-        // Refused at the floor, the cap is not raised a quiet while later: the quiet while
-        // counts from the last refusal.
-        assert_eq!(ledger.raise_learned_cap("s", at + 1).await.unwrap(), None);
-    }
-}
+mod tests;

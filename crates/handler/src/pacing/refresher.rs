@@ -3,8 +3,9 @@
 //! rate to what the process holds; for every scan, learns from the account's refusals
 //! (`job::learning`): a cut of the account's back-off is reported with what the process moved,
 //! the round closed when it is over, and a learned cap that held quietly while used in full
-//! raised (asked for only while the account has not refused this process for a quiet while;
-//! the ledger checks that the scan as a whole uses most of it). When the process has had no
+//! raised (asked for only while the account has not refused this process for a quiet while
+//! and answers it at its usual speed; the ledger checks that the scan as a whole uses most of
+//! it). When the process has had no
 //! step of the scan for [`GRACE`], it gives its slices back and removes the scan.
 
 use std::collections::VecDeque;
@@ -320,13 +321,16 @@ impl Refresher {
     /// process would use more (at most one try per [`QUIET`] half); the ledger raises it only
     /// if the scan as a whole uses most of it (`learning::raised_cap`). A process the account
     /// refused within [`QUIET`] does not ask, whether or not the refusal lowered the cap: its
-    /// back-off took the refusal, and the cap is not what holds it.
+    /// back-off took the refusal, and the cap is not what holds it. Nor does one the account
+    /// answers slowly (`Governor::answers_slowly`): the account queues what it is sent, as it
+    /// does before it refuses, and a higher cap would lengthen the queue.
     async fn raise(&mut self, now: Instant) {
         let refused_lately = self
             .last_cut
             .is_some_and(|at| now.saturating_duration_since(at) < QUIET);
         if !self.learned_in_force()
             || refused_lately
+            || self.account_answers_slowly()
             || self
                 .raise_tried
                 .is_some_and(|at| now.saturating_duration_since(at) < QUIET / 2)
@@ -347,6 +351,13 @@ impl Refresher {
                 tracing::debug!(scan = %self.pace.scan, "could not raise the learned cap: {e}")
             }
         }
+    }
+
+    /// Whether the account the scan reads answers this process slowly now.
+    fn account_answers_slowly(&self) -> bool {
+        lock(&self.pace.source)
+            .as_ref()
+            .is_some_and(|(source, _)| source.answers_slowly())
     }
 
     /// Whether the process has had no step of the scan, running or waiting, for `span`.
@@ -381,3 +392,6 @@ impl Refresher {
         true
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -303,6 +303,14 @@ impl Governor {
         self.lock().refused_at
     }
 
+    /// Whether the target answers this process much slower than at its quickest lately (more
+    /// than twice as slowly, and at least 50 ms slower): it queues what it is sent, as an
+    /// account does before it refuses. The limit does not climb meanwhile, and a scan asks no
+    /// raise of its learned cap (the handler's refresher): more sent would lengthen the queue.
+    pub fn answers_slowly(&self) -> bool {
+        self.lock().latency.slow()
+    }
+
     /// How many times the target's refusals cut the rate so far.
     pub fn cuts(&self) -> u64 {
         self.lock().cuts

@@ -1,0 +1,72 @@
+//! When a process asks for a raise of its scan's learned cap, on a paused clock and the
+//! in-memory ledger.
+
+use super::super::tests::{ledger, record};
+use super::super::{LeaseClock, ScanPace};
+use super::*;
+use tablescan_ledger::Ledger;
+use tablescan_storage::pacing::Governor;
+
+/// A process of a scan that learned a cap a while ago, its steps reading through `source`: its
+/// refresher, not running (the test drives it).
+async fn refresher_of_learned_scan(source: &Arc<Governor>) -> (Refresher, Ledger, String) {
+    let ledger = ledger().await;
+    let scan = record("scan-raise", None);
+    let row = tablescan_ledger::rows::ScanRow::new("{}".into(), time::OffsetDateTime::now_utc());
+    ledger
+        .table()
+        .upsert(
+            &row.to_entity(&scan.id),
+            tablescan_storage::table::WriteMode::Replace,
+        )
+        .await
+        .unwrap();
+    let clock = LeaseClock::new(tablescan_pace::TokioClock);
+    // Learned a minute ago: quiet for longer than QUIET.
+    let then = clock.now_ms() - 60_000;
+    ledger
+        .report_refusal(&scan.id, 10_000.0, then)
+        .await
+        .unwrap();
+    let cap = ledger
+        .close_round(&scan.id, then + ROUND.as_millis() as u64)
+        .await
+        .unwrap();
+    let pace = Arc::new(ScanPace::new(&ledger, "p", &clock, &scan));
+    pace.watch(source);
+    pace.learned(cap);
+    (Refresher::new(pace, Scans::default()), ledger, scan.id)
+}
+
+/// `source`'s target answering `answers` requests in `quick`, then `slow` ones in `took`.
+fn answered(source: &Governor, quick: usize, slow: usize, took: Duration) {
+    for _ in 0..quick {
+        source.answered_in(Duration::from_millis(10));
+    }
+    for _ in 0..slow {
+        source.answered_in(took);
+    }
+}
+
+/// While the account answers the process much slower than it did (it queues, as it does before
+/// it refuses), the process asks no raise; once it answers quickly again, it does.
+#[tokio::test(start_paused = true)]
+async fn a_process_its_account_answers_slowly_asks_no_raise() {
+    let source = Arc::new(Governor::default());
+    let (mut refresher, ledger, scan) = refresher_of_learned_scan(&source).await;
+    answered(&source, 5, 10, Duration::from_millis(400));
+    assert!(source.answers_slowly());
+    refresher.raise(Instant::now()).await;
+    assert_eq!(refresher.raise_tried, None, "asked while answered slowly");
+    let learning = ledger.learning(&scan).await.unwrap().unwrap();
+    assert_eq!(learning.looked_at_ms, 0, "the ledger was asked");
+
+    // Quick again: asked (the scan's slices report nothing moved, so the ledger looks and
+    // finds the cap not binding).
+    answered(&source, 20, 0, Duration::ZERO);
+    assert!(!source.answers_slowly());
+    refresher.raise(Instant::now()).await;
+    assert!(refresher.raise_tried.is_some());
+    let learning = ledger.learning(&scan).await.unwrap().unwrap();
+    assert!(learning.looked_at_ms > 0, "the ledger was not asked");
+}

@@ -1,0 +1,366 @@
+//! The learning row on the in-memory table: rounds, the cap they set, raises, lowerings.
+
+use super::*;
+use tablescan_storage::table::in_memory::InMemoryTable;
+use tablescan_storage::table::WriteMode;
+
+/// A ledger with scan `s`'s row.
+async fn ledger() -> Ledger {
+    ledger_on(InMemoryTable::new("ledger")).await
+}
+
+/// The same on `table` (a test that makes its requests fail keeps it).
+async fn ledger_on(table: InMemoryTable) -> Ledger {
+    table.create_if_missing().await.unwrap();
+    let ledger = Ledger::in_memory(table);
+    let row = ScanRow::new("{}".into(), time::OffsetDateTime::now_utc());
+    ledger
+        .table()
+        .upsert(&row.to_entity("s"), WriteMode::Replace)
+        .await
+        .unwrap();
+    ledger
+}
+
+/// The learned cap on scan `s`'s row, as every process reads it.
+async fn published(ledger: &Ledger) -> Option<f64> {
+    let row = ledger
+        .table()
+        .get_entity("s", super::super::rows::SCAN_ROW)
+        .await;
+    ScanRow::from_entity(&row.unwrap().unwrap())
+        .unwrap()
+        .learned_cap
+}
+
+#[tokio::test]
+async fn reports_of_a_round_add_up_and_its_close_sets_the_cap_once() {
+    let ledger = ledger().await;
+    let t = 1_000_000;
+    let round = ms(ROUND);
+    assert_eq!(
+        ledger.report_refusal("s", 1_000.0, t).await.unwrap(),
+        Reported::In(t)
+    );
+    // Every process sees the round on the scan row.
+    let row = ledger
+        .table()
+        .get_entity("s", super::super::rows::SCAN_ROW)
+        .await;
+    let row = ScanRow::from_entity(&row.unwrap().unwrap()).unwrap();
+    assert_eq!(row.learn_round_ms, t);
+    assert_eq!(
+        ledger.report_refusal("s", 800.0, t + 500).await.unwrap(),
+        Reported::In(t)
+    );
+    assert_eq!(
+        ledger
+            .report_refusal("s", 700.0, t + round - 100)
+            .await
+            .unwrap(),
+        Reported::In(t)
+    );
+    // Not over yet: nothing to close.
+    assert_eq!(ledger.close_round("s", t + 1_000).await.unwrap(), None);
+    let cap = ledger.close_round("s", t + round + 100).await.unwrap();
+    assert_eq!(cap, Some(2_500.0 * LEARNED_SHARE));
+    assert_eq!(published(&ledger).await, cap);
+    // Closed once.
+    assert_eq!(
+        ledger.close_round("s", t + round + 200).await.unwrap(),
+        None
+    );
+    let learning = ledger.learning("s").await.unwrap().unwrap();
+    assert_eq!(learning.reporters, 3);
+    // A refusal a moment after the round is not a new round...
+    assert_eq!(
+        ledger
+            .report_refusal("s", 100.0, t + round + 1_000)
+            .await
+            .unwrap(),
+        Reported::Skipped
+    );
+    // ...a later one is.
+    let later = t + ms(BETWEEN_ROUNDS) + 1_000;
+    assert_eq!(
+        ledger.report_refusal("s", 2_000.0, later).await.unwrap(),
+        Reported::In(later)
+    );
+    assert_eq!(
+        ledger.close_round("s", later + round).await.unwrap(),
+        Some(2_000.0 * LEARNED_SHARE)
+    );
+}
+
+#[test]
+fn a_round_lowers_a_cap_only_when_the_scan_pressed_on_it_and_never_far_below_its_peak() {
+    // First round: what the scan moved, less the margin.
+    assert_eq!(next_cap(None, 0.0, 2_000.0), 2_000.0 * LEARNED_SHARE);
+    // Moving at its cap when refused: lowered to what it moved.
+    assert_eq!(
+        next_cap(Some(2_000.0), 2_000.0, 1_800.0),
+        1_800.0 * LEARNED_SHARE
+    );
+    // Well under its cap: the refusal was not its volume; the cap stays.
+    assert_eq!(next_cap(Some(2_000.0), 2_000.0, 1_000.0), 2_000.0);
+    // Never under a quarter of the highest cap learned, nor above the largest cap.
+    assert_eq!(next_cap(Some(600.0), 4_000.0, 500.0), 1_000.0);
+    assert_eq!(next_cap(None, 0.0, 1e12), MOST_CAP);
+    assert_eq!(next_cap(None, 0.0, 0.0), LEAST_CAP);
+}
+
+/// Scan `s` learned a cap from one report of `rate` at `t`; when its round closed.
+async fn learned_at(ledger: &Ledger, t: u64, rate: f64) -> u64 {
+    ledger.report_refusal("s", rate, t).await.unwrap();
+    let closed = t + ms(ROUND);
+    ledger.close_round("s", closed).await.unwrap();
+    closed
+}
+
+/// Scan `s`'s slices, all held until `until_ms`, report `rate` entities a second in all,
+/// as their holders' renewals write it.
+async fn scan_moves(ledger: &Ledger, rate: f64, until_ms: u64) {
+    use tablescan_pace::{SliceRow, SliceStore, SLICES};
+    let stored = ledger.read_all("s").await.unwrap();
+    let rows: Vec<SliceRow> = (0..SLICES)
+        .map(|index| {
+            let row = stored.iter().find(|r| r.index == index).cloned();
+            let row = row.unwrap_or_else(|| SliceRow::unwritten(index));
+            row.held("p", until_ms, rate / f64::from(SLICES))
+        })
+        .collect();
+    ledger.write("s", &rows).await.unwrap();
+}
+
+#[test]
+fn a_raise_needs_the_scan_to_use_most_of_its_cap_and_stays_under_a_refusal_s_ceiling() {
+    // Binding: raised by RAISE.
+    assert_eq!(raised_cap(1_000.0, 950.0, None), Some(1_000.0 * RAISE));
+    assert_eq!(
+        raised_cap(1_000.0, 1_000.0 * BINDING, None),
+        Some(1_000.0 * RAISE)
+    );
+    // Something else holds the scan back (the account answers slower, the back-offs): a
+    // higher cap would hold nothing back.
+    assert_eq!(raised_cap(1_000.0, 600.0, None), None);
+    assert_eq!(raised_cap(1_000.0, f64::NAN, None), None);
+    // Under a refusal's ceiling: up to it, and no further.
+    assert_eq!(raised_cap(1_000.0, 990.0, Some(1_020.0)), Some(1_020.0));
+    assert_eq!(raised_cap(1_020.0, 1_010.0, Some(1_020.0)), None);
+    assert_eq!(raised_cap(MOST_CAP, MOST_CAP, None), None);
+}
+
+#[tokio::test]
+async fn a_quiet_cap_the_scan_moves_well_under_is_not_raised() {
+    let ledger = ledger().await;
+    let closed = learned_at(&ledger, 3_000_000, 10_000.0).await;
+    let cap = 10_000.0 * LEARNED_SHARE;
+    let quiet = ms(QUIET);
+    // Quiet for a long while, every process using its own share, but the scan as a whole
+    // moves half its cap: something else limits it.
+    let mut at = closed;
+    for _ in 0..20 {
+        at += quiet;
+        scan_moves(&ledger, cap * 0.5, at + 5_000).await;
+        assert_eq!(ledger.raise_learned_cap("s", at).await.unwrap(), None);
+    }
+    assert_eq!(published(&ledger).await, Some(cap));
+    // A look that found it not binding waits a quiet while before the next.
+    at += quiet;
+    scan_moves(&ledger, cap, at + 5_000).await;
+    let looked = ledger.learning("s").await.unwrap().unwrap().looked_at_ms;
+    assert_eq!(looked, at - quiet);
+    assert!(ledger.raise_learned_cap("s", at).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn raises_stay_under_the_ceiling_a_refusal_at_the_cap_left_while_it_holds() {
+    let ledger = ledger().await;
+    let closed = learned_at(&ledger, 4_000_000, 10_000.0).await;
+    let learned = 10_000.0 * LEARNED_SHARE;
+    // A round leaves no ceiling (its sum counts estimates, under what the scan met).
+    let learning = ledger.learning("s").await.unwrap().unwrap();
+    assert_eq!(learning.ceiling_at(closed), None);
+    // Refused while it pressed on its cap: lowered, and a ceiling just under that cap.
+    let refused = closed + ms(LOWER_EVERY);
+    ledger.lower_learned_cap("s", refused).await.unwrap();
+    let ceiling = learned * CEILING_SHARE;
+    let learning = ledger.learning("s").await.unwrap().unwrap();
+    assert_eq!(learning.ceiling_at(refused), Some(ceiling));
+    // Raised while binding, up to the ceiling and not over it.
+    let quiet = ms(QUIET);
+    let mut at = refused;
+    for _ in 0..10 {
+        at += quiet;
+        let cap = ledger.learning("s").await.unwrap().unwrap().cap.unwrap();
+        scan_moves(&ledger, cap, at + 5_000).await;
+        ledger.raise_learned_cap("s", at).await.unwrap();
+    }
+    assert_eq!(published(&ledger).await, Some(ceiling));
+    // Once the ceiling is old, a binding cap probes above it again.
+    let after = refused + ms(CEILING_HOLD);
+    scan_moves(&ledger, ceiling, after + 5_000).await;
+    let raised = ledger.raise_learned_cap("s", after).await.unwrap();
+    assert_eq!(raised, Some(ceiling * RAISE));
+    // A refusal under a ceiling that holds brings the ceiling down with it.
+    let again = after + ms(LOWER_EVERY);
+    ledger.lower_learned_cap("s", again).await.unwrap();
+    let later = again + ms(LOWER_EVERY);
+    ledger.lower_learned_cap("s", later).await.unwrap();
+    let learning = ledger.learning("s").await.unwrap().unwrap();
+    let lowered_once = ceiling * RAISE * LOWER;
+    assert_eq!(
+        learning.ceiling_at(later),
+        Some(lowered_once * CEILING_SHARE)
+    );
+}
+
+#[tokio::test]
+async fn a_cap_that_held_quietly_is_raised_at_most_once_a_quiet_while() {
+    let ledger = ledger().await;
+    let closed = learned_at(&ledger, 5_000_000, 1_000.0).await;
+    let quiet = ms(QUIET);
+    // The scan moves all of its cap.
+    scan_moves(&ledger, 1_000.0 * LEARNED_SHARE, closed + quiet + 5_000).await;
+    assert_eq!(
+        ledger
+            .raise_learned_cap("s", closed + quiet - 1)
+            .await
+            .unwrap(),
+        None
+    );
+    let raised = ledger
+        .raise_learned_cap("s", closed + quiet)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        (raised - 1_000.0 * LEARNED_SHARE * RAISE).abs() < 1e-6,
+        "{raised}"
+    );
+    assert_eq!(published(&ledger).await, Some(raised));
+    assert_eq!(
+        ledger
+            .raise_learned_cap("s", closed + quiet + 10)
+            .await
+            .unwrap(),
+        None
+    );
+}
+
+#[tokio::test]
+async fn a_refusal_at_the_learned_cap_lowers_it_at_most_once_a_while_and_not_far_below_its_peak() {
+    let ledger = ledger().await;
+    // No learned cap yet: nothing to lower (a round learns one).
+    assert_eq!(ledger.lower_learned_cap("s", 1).await.unwrap(), None);
+    let closed = learned_at(&ledger, 7_000_000, 4_000.0).await;
+    let learned = 4_000.0 * LEARNED_SHARE;
+    let every = ms(LOWER_EVERY);
+    // Too soon after the cap was set: the refusal may come from before every process had it.
+    assert_eq!(
+        ledger
+            .lower_learned_cap("s", closed + every - 1)
+            .await
+            .unwrap(),
+        None
+    );
+    let lowered = ledger
+        .lower_learned_cap("s", closed + every)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!((lowered - learned * LOWER).abs() < 1e-6, "{lowered}");
+    assert_eq!(published(&ledger).await, Some(lowered));
+    assert_eq!(
+        ledger
+            .lower_learned_cap("s", closed + every + 10)
+            .await
+            .unwrap(),
+        None
+    );
+    // Refusals that keep coming (an account failing a share of requests whatever the rate)
+    // stop at a quarter of the highest cap learned.
+    let mut at = closed + every;
+    for _ in 0..40 {
+        at += every;
+        ledger.lower_learned_cap("s", at).await.unwrap();
+    }
+    let cap = ledger.learning("s").await.unwrap().unwrap().cap.unwrap();
+    assert!((cap - learned * LEAST_OF_PEAK).abs() < 1e-6, "{cap}");
+    // Refused at the floor, the cap is not raised a quiet while later: the quiet while
+    // counts from the last refusal.
+    assert_eq!(ledger.raise_learned_cap("s", at + 1).await.unwrap(), None);
+}
+
+/// Makes the `n`th request from now fail; the number of the request that fails.
+fn fail_request(table: &InMemoryTable, n: u64) -> u64 {
+    table.fail_request(n);
+    table.requests() + n
+}
+
+/// Spends on reads a failure (request number `due`) that the change it was meant for did not
+/// reach, having made fewer requests.
+async fn spend_failure(table: &InMemoryTable, ledger: &Ledger, due: u64) {
+    while table.requests() < due {
+        let _ = ledger.learning("s").await;
+    }
+}
+
+/// Whether the cap every process reads with the scan is the one the learning row last set.
+async fn agree(ledger: &Ledger) -> bool {
+    let learned = ledger.learning("s").await.unwrap().and_then(|l| l.cap);
+    published(ledger).await == learned
+}
+
+/// A close, a raise and a lowering, each with its `fail_at`-th request failing (a crash or an
+/// outage at that point: before, between or after its writes), then tried again: the scan row
+/// never says another cap than the learning row, so every process runs at the cap learned
+/// (were the learning row written alone, it would say the change was made, and nothing would
+/// publish it until the next one).
+#[tokio::test]
+async fn a_failure_at_any_request_of_a_change_leaves_every_process_reading_the_learned_cap() {
+    for fail_at in 1..=5 {
+        let table = InMemoryTable::new("ledger");
+        let ledger = ledger_on(table.clone()).await;
+        let t = 9_000_000;
+        ledger.report_refusal("s", 10_000.0, t).await.unwrap();
+        let closed = t + ms(ROUND);
+        let due = fail_request(&table, fail_at);
+        let _ = ledger.close_round("s", closed).await;
+        spend_failure(&table, &ledger, due).await;
+        assert!(agree(&ledger).await, "close, request {fail_at} failed");
+        ledger.close_round("s", closed).await.unwrap();
+        assert!(agree(&ledger).await, "close tried again after {fail_at}");
+        let learned = 10_000.0 * LEARNED_SHARE;
+        assert_eq!(published(&ledger).await, Some(learned));
+
+        let mut at = closed + ms(QUIET);
+        scan_moves(&ledger, learned, at + 5_000).await;
+        let due = fail_request(&table, fail_at);
+        let _ = ledger.raise_learned_cap("s", at).await;
+        spend_failure(&table, &ledger, due).await;
+        assert!(agree(&ledger).await, "raise, request {fail_at} failed");
+        // Tried again by the next process to ask (a failed read of the slices counts as a
+        // cap not binding: the next look is a quiet while later).
+        for _ in 0..3 {
+            if published(&ledger).await != Some(learned) {
+                break;
+            }
+            ledger.raise_learned_cap("s", at).await.unwrap();
+            assert!(agree(&ledger).await, "raise tried again after {fail_at}");
+            at += ms(QUIET);
+            scan_moves(&ledger, learned, at + 5_000).await;
+        }
+        let raised = learned * RAISE;
+        assert_eq!(published(&ledger).await, Some(raised));
+
+        let lowered_at = at + ms(LOWER_EVERY);
+        let due = fail_request(&table, fail_at);
+        let _ = ledger.lower_learned_cap("s", lowered_at).await;
+        spend_failure(&table, &ledger, due).await;
+        assert!(agree(&ledger).await, "lowering, request {fail_at} failed");
+        ledger.lower_learned_cap("s", lowered_at).await.unwrap();
+        assert!(agree(&ledger).await, "lowering tried again after {fail_at}");
+        assert_eq!(published(&ledger).await, Some(raised * LOWER));
+    }
+}
