@@ -85,6 +85,25 @@ async fn a_parked_item_comes_back_once_and_oldest_first() {
 }
 
 #[tokio::test]
+async fn the_oldest_parked_row_says_when_it_was_parked() {
+    let (ledger, _table, children) = scan_of(2).await;
+    let scan = children[0].scan.clone();
+    assert_eq!(ledger.oldest_parked_ms(&scan).await.unwrap(), None);
+    for (i, child) in children.iter().enumerate().rev() {
+        let at = t0() + Duration::seconds(i as i64);
+        assert!(ledger
+            .park(&scan, &child.id(), &child.encode(), at)
+            .await
+            .unwrap());
+    }
+    let oldest = ledger.oldest_parked_ms(&scan).await.unwrap();
+    assert_eq!(oldest, Some(super::millis(t0())));
+    ledger.unpark(&scan, 1, None).await.unwrap();
+    let next = ledger.oldest_parked_ms(&scan).await.unwrap();
+    assert_eq!(next, Some(super::millis(t0() + Duration::seconds(1))));
+}
+
+#[tokio::test]
 async fn two_unparkers_never_both_send_a_row() {
     let (ledger, _, items) = scan_of(4).await;
     let scan = items[0].scan.clone();
