@@ -9,40 +9,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::host::TestHost;
-use common::{fresh_table, load, queues, unique_name};
+use common::{fresh_table, load, queues};
 use serde_json::json;
 use tablescan::functions::app::ItemQueues;
 use tablescan::functions::redrive::sweep;
-use tablescan::functions::{AppState, Settings};
+use tablescan::functions::AppState;
 use tablescan::job::{Ledger, WorkItem};
 use tablescan::storage::queue::MessageEncoding;
 use tablescan::storage::table::entity::Entity;
 use time::OffsetDateTime;
 
-/// A handler state with its own ledger and queues; items are stranded after an hour (so that
-/// only parking sends anything here).
+/// A handler state with its own ledger and queues (`common::own_queues`); items are stranded
+/// after an hour (so that only parking sends anything here).
 async fn state() -> (Arc<AppState>, ItemQueues) {
-    let mut state = AppState::new(Settings::from_pairs([
-        (
-            "AzureWebJobsStorage".to_string(),
-            common::connection_string(),
-        ),
-        ("TABLESCAN_LEDGER_TABLE".to_string(), unique_name("ledger")),
-        (
-            "TABLESCAN_REDRIVE_AFTER_SECONDS".to_string(),
-            "3600".to_string(),
-        ),
-    ]));
-    let item_queues = ItemQueues {
-        range: unique_name("parkr"),
-        partition: unique_name("parkp"),
-        export: unique_name("parke"),
-    };
-    for name in item_queues.all() {
-        queues().queue(name).unwrap().create().await.unwrap();
-    }
-    Arc::get_mut(&mut state).unwrap().item_queues = item_queues.clone();
-    (state, item_queues)
+    common::own_queues::state("park", 3600).await
 }
 
 /// A count scan of 30 rows started, its first message kept back: the host, the ledger, the

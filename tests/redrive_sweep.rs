@@ -9,38 +9,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::host::TestHost;
-use common::{fresh_table, load, queues, unique_name};
+use common::{fresh_table, load, queues};
 use serde_json::json;
 use tablescan::functions::app::ItemQueues;
 use tablescan::functions::redrive::{redrive_stranded, sweep, Sweep};
-use tablescan::functions::{AppState, Settings};
+use tablescan::functions::AppState;
 use tablescan::storage::queue::MessageEncoding;
 use tablescan::storage::table::entity::Entity;
 
-/// A handler state with its own ledger and its own work-item queues, which stranded items
-/// older than a second.
+/// A handler state with its own ledger and queues (`common::own_queues`); items are stranded
+/// after a second.
 async fn state() -> (Arc<AppState>, ItemQueues) {
-    let mut state = AppState::new(Settings::from_pairs([
-        (
-            "AzureWebJobsStorage".to_string(),
-            common::connection_string(),
-        ),
-        ("TABLESCAN_LEDGER_TABLE".to_string(), unique_name("ledger")),
-        (
-            "TABLESCAN_REDRIVE_AFTER_SECONDS".to_string(),
-            "1".to_string(),
-        ),
-    ]));
-    let item_queues = ItemQueues {
-        range: unique_name("sweepr"),
-        partition: unique_name("sweepp"),
-        export: unique_name("sweepe"),
-    };
-    for name in item_queues.all() {
-        queues().queue(name).unwrap().create().await.unwrap();
-    }
-    Arc::get_mut(&mut state).unwrap().item_queues = item_queues.clone();
-    (state, item_queues)
+    common::own_queues::state("sweep", 1).await
 }
 
 /// The invocation the host sends at a timer occurrence.

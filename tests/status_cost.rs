@@ -203,6 +203,29 @@ async fn a_running_scans_status_costs_at_most_5_requests_and_60_entities() {
     within_budget(cost, &status);
 }
 
+/// A capped scan with items parked (`docs/scan.md`, Parking): the status says how long the
+/// oldest has waited, read with the request the budget has left, and still within it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_running_scans_status_shows_its_oldest_parked_item_within_the_budget() {
+    let counted = Counted::start().await;
+    let id = counted.scan(Some(2000), 60, 16, time::Duration::ZERO).await;
+    let (status, _) = counted.status(&id).await;
+    assert!(
+        status["activity"].get("oldestParkedSeconds").is_none(),
+        "nothing parked: {status}"
+    );
+    let now_ms = (OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as u64;
+    for (n, ago_ms) in [(1, 5_000), (2, 90_000)] {
+        let key = tablescan::job::parked::parked_key(now_ms - ago_ms, &format!("m{n}"));
+        let row = Entity::new(&id, key).with("message", Edm::String("{}".into()));
+        counted.ledger.insert(&row).await.unwrap();
+    }
+    let (status, cost) = counted.status(&id).await;
+    let parked = status["activity"]["oldestParkedSeconds"].as_u64();
+    assert!(parked.is_some_and(|s| (90..120).contains(&s)), "{status}");
+    within_budget(cost, &status);
+}
+
 /// No step running and none finished for two minutes: the read counts the scan's queues
 /// (the figures a stall note rests on) and still stays within the budget. (The first read of
 /// a scan older than a lease takes the minute's re-drive look: a stalled scan may have

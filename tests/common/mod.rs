@@ -9,6 +9,7 @@
 pub mod fault_proxy;
 pub mod host;
 pub mod memory;
+pub mod own_queues;
 pub mod reset_proxy;
 
 use std::sync::atomic::{AtomicU32, Ordering};

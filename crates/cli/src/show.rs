@@ -87,6 +87,13 @@ pub fn live_line(status: &StatusAnswer, total: Option<u64>, recent_rate: Option<
             line.push_str(&format!("  ETA {}", duration(left)));
         }
     }
+    let parked = status
+        .activity
+        .as_ref()
+        .and_then(|a| a.oldest_parked_seconds);
+    if let Some(seconds) = parked {
+        line.push_str(&format!("  parked for {}", duration(seconds)));
+    }
     if let Some(note) = status.activity.as_ref().and_then(|a| a.note.as_deref()) {
         line.push_str(&format!("  — {note}"));
     }
@@ -305,6 +312,10 @@ mod tests {
         );
         let line = live_line(&running(), None, None);
         assert!(!line.contains("ETA") && !line.contains('%'), "{line}");
+        let mut parked = running();
+        parked["activity"]["oldestParkedSeconds"] = json!(75);
+        let line = live_line(&parked, None, None);
+        assert!(line.contains("  parked for 1m15s  — waiting"), "{line}");
         let line = live_line(&running(), Some(100_000), Some(15_000.0));
         assert!(
             line.contains("15,000/s") && line.contains("ETA 5s"),

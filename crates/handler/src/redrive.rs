@@ -12,7 +12,7 @@ use time::OffsetDateTime;
 
 use super::app::AppState;
 use super::names::STORAGE_CONNECTION;
-use super::pacing::park::SWEEP_PARKED_AFTER;
+use super::pacing::park::{SWEEP_PAGES, SWEEP_PARKED_AFTER};
 use super::protocol::{Failure, Invocation, Outcome};
 use super::send::send_items;
 use tablescan_ledger::active::Listing;
@@ -317,8 +317,9 @@ async fn go_on_with(
 }
 
 /// Sends the messages of scan `id`'s items parked for longer than `SWEEP_PARKED_AFTER`
-/// (`pacing::park`), a page at a time until none is left or `deadline`: no finishing step had
-/// room for them, perhaps because no process runs the scan any more. Each page is deleted
+/// (`pacing::park`), at most `SWEEP_PAGES` pages, until none is left or `deadline`: no finishing
+/// step had room for them, perhaps because no process runs the scan any more (a scan still
+/// running takes the rest as its steps finish with room; see `SWEEP_PAGES`). Each page is deleted
 /// before it is sent; a page another taker took first is simply not sent here. If a send fails,
 /// its items stay pending in the ledger, and the re-drive's look sends them again once they are
 /// stranded.
@@ -330,15 +331,19 @@ async fn send_parked(
 ) -> Result<u64, String> {
     let before = OffsetDateTime::now_utc() - SWEEP_PARKED_AFTER;
     let mut sent = 0;
-    while Instant::now() < deadline {
+    for _ in 0..SWEEP_PAGES {
+        if Instant::now() >= deadline {
+            break;
+        }
         let messages = ledger
             .unpark(id, UNPARK_PAGE, Some(before))
             .await
             .map_err(|e| e.to_string())?;
-        if messages.is_empty() {
+        let last = messages.len() < usize::from(UNPARK_PAGE);
+        sent += send_items(state, &messages).await?;
+        if last {
             break;
         }
-        sent += send_items(state, &messages).await?;
     }
     if sent > 0 {
         tracing::info!(scan = id, sent, "sent parked work items");

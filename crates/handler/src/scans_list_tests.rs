@@ -75,6 +75,7 @@ fn statuses() -> (ScanStatus, ScanStatus) {
             steps_abandoned: 0,
             estimated: true,
             oldest_pending_seconds: Some(30),
+            oldest_parked_seconds: None,
             abandoned_return_by: None,
             queued_messages: None,
             seconds_since_last_step: 4,

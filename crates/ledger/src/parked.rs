@@ -38,6 +38,11 @@ pub fn parked_range() -> (String, String) {
     rows::key_range(PARKED)
 }
 
+/// When the row keyed `key` was parked, from its key (`parked_key`).
+fn parked_at_ms(key: &str) -> Option<u64> {
+    key.strip_prefix(PARKED)?.get(..20)?.parse().ok()
+}
+
 /// The parked rows put before `at_ms`: from the first to the first key of that millisecond.
 fn parked_before(at_ms: u64) -> (String, String) {
     (PARKED.to_string(), parked_key(at_ms, ""))
@@ -77,6 +82,20 @@ impl Ledger {
                 _ => Err(e.into()),
             },
         }
+    }
+
+    /// When scan `scan`'s oldest parked item was parked (milliseconds since the epoch, from its
+    /// key), `None` if none is: what a status read shows of parking. One query of `$top=1`
+    /// selecting the key alone: one request, at most one entity.
+    pub async fn oldest_parked_ms(&self, scan: &str) -> Result<Option<u64>, LedgerError> {
+        let query = Query::filtered(rows::rows_of(scan, parked_range()))
+            .select(["RowKey"])
+            .top(1);
+        let page = self.table().query_page(&query, None).await?;
+        Ok(page
+            .entities
+            .first()
+            .and_then(|row| parked_at_ms(&row.row_key)))
     }
 
     /// Takes up to `top` of scan `scan`'s oldest parked rows (only those parked before `before`,

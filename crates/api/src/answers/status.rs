@@ -217,6 +217,11 @@ pub struct Activity {
     /// delivered message ends at most 10 minutes after the delivery).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub abandoned_return_by: Option<String>,
+    /// How long the oldest of the scan's parked items (work items waiting in the ledger for
+    /// room in the scan's pace, `docs/scan.md`, Parking) has waited; absent when none is parked,
+    /// or when the status read had no request left in its budget to look.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oldest_parked_seconds: Option<u64>,
     /// Messages in the queues this scan's work items travel on (of every scan using them,
     /// visible or not: the service's approximate counts). Read only when they could explain a
     /// stall (no step running, none abandoned, none finished for a minute); `None` otherwise,

@@ -112,6 +112,7 @@ pub(super) async fn activity(
             .oldest_touched_ms
             .map(|touched| now_ms.saturating_sub(touched) / 1000),
         abandoned_return_by: abandoned_return_by(&claims),
+        oldest_parked_seconds: None,
         queued_messages,
         seconds_since_last_step: since,
         note,

@@ -32,6 +32,7 @@ pub async fn get_scan(state: &AppState, body: &[u8]) -> Response {
                 let mut budget = ReadBudget::after(STATUS_READ, read.cost);
                 status.activity = activity(state, ledger, &status, &mut budget).await;
                 status.pace = pace(ledger, &status, &mut budget).await;
+                oldest_parked(ledger, &mut status, &mut budget).await;
             }
             if crate::redrive::wants_redrive(status.state) {
                 let abandoned = status
@@ -92,6 +93,32 @@ async fn pace(
             tracing::warn!(scan = %status.id, "could not read the scan's pace: {e}");
             None
         }
+    }
+}
+
+/// What the look for parked items costs: one `$top=1` query of the key alone.
+const PARKED_READ: ReadCost = ReadCost::new(1, 1);
+
+/// Sets the activity's `oldest_parked_seconds` when the scan has parked items and `budget`
+/// still holds their look (it comes last: the claims and the pace say more). A failed look
+/// only leaves the figure out.
+async fn oldest_parked(
+    ledger: &tablescan_ledger::Ledger,
+    status: &mut tablescan_ledger::ScanStatus,
+    budget: &mut ReadBudget,
+) {
+    let Some(activity) = status.activity.as_mut() else {
+        return;
+    };
+    if !budget.spend(PARKED_READ) {
+        return;
+    }
+    match ledger.oldest_parked_ms(&status.id).await {
+        Ok(parked) => {
+            let now_ms = tablescan_ledger::rows::millis(OffsetDateTime::now_utc());
+            activity.oldest_parked_seconds = parked.map(|at| now_ms.saturating_sub(at) / 1000);
+        }
+        Err(e) => tracing::warn!(scan = %status.id, "could not look for parked items: {e}"),
     }
 }
 

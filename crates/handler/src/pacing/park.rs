@@ -7,8 +7,8 @@
 //! message (as first sent) goes into a `parked:` row of the scan's ledger partition and leaves the
 //! queue. A step that finishes where its scan has room takes up to [`UNPARK_AT_MOST`] of the
 //! oldest parked rows and sends them beside its own follow-ups ([`unpark_room`]); the re-drive
-//! sweep sends any parked for longer than [`SWEEP_PARKED_AFTER`], so a scan whose processes all
-//! went away still finishes.
+//! sweep sends a page of those parked for longer than [`SWEEP_PARKED_AFTER`]
+//! ([`SWEEP_PAGES`]), so a scan whose processes all went away still finishes.
 //!
 //! These are the decisions alone, plain functions that the handler's steps and the simulator
 //! (tools/simulator) both call; the rows are `tablescan_ledger::parked`.
@@ -61,6 +61,17 @@ pub fn look_due(since_empty: Option<Duration>) -> bool {
 /// message itself: by then a finishing step would have taken it if the scan had room anywhere
 /// at all, so the scan may have nobody left to run it.
 pub const SWEEP_PARKED_AFTER: Duration = Duration::from_secs(60);
+
+/// How many pages (`tablescan_ledger::parked::UNPARK_PAGE` items each) of a scan's parked items
+/// one look of the sweep sends: one. A scan parks because its pace is full, and in a scan that
+/// stays full (more items than its cap runs) almost no step finishes with room: its freed slot
+/// goes to the steps already waiting here. Sending every old parked item at once put hundreds
+/// of items a minute back into a full scan, where most were given back twice and parked again
+/// (`docs/scan.md`, Parking, has the simulator's figures before and after). One page
+/// a minute is enough to restart a scan nobody runs any more (the items it sends run in an
+/// empty pace, and each finishes with room for [`UNPARK_AT_MOST`] more); a scan still running
+/// takes the rest as its steps finish with room, oldest first.
+pub const SWEEP_PAGES: usize = 1;
 
 #[cfg(test)]
 mod tests {

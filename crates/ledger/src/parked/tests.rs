@@ -85,6 +85,25 @@ async fn a_parked_item_comes_back_once_and_oldest_first() {
 }
 
 #[tokio::test]
+async fn the_oldest_parked_row_says_when_it_was_parked() {
+    let (ledger, _table, children) = scan_of(2).await;
+    let scan = children[0].scan.clone();
+    assert_eq!(ledger.oldest_parked_ms(&scan).await.unwrap(), None);
+    for (i, child) in children.iter().enumerate().rev() {
+        let at = t0() + Duration::seconds(i as i64);
+        assert!(ledger
+            .park(&scan, &child.id(), &child.encode(), at)
+            .await
+            .unwrap());
+    }
+    let oldest = ledger.oldest_parked_ms(&scan).await.unwrap();
+    assert_eq!(oldest, Some(super::millis(t0())));
+    ledger.unpark(&scan, 1, None).await.unwrap();
+    let next = ledger.oldest_parked_ms(&scan).await.unwrap();
+    assert_eq!(next, Some(super::millis(t0() + Duration::seconds(1))));
+}
+
+#[tokio::test]
 async fn two_unparkers_never_both_send_a_row() {
     let (ledger, _, items) = scan_of(4).await;
     let scan = items[0].scan.clone();
@@ -148,6 +167,9 @@ enum Op {
     Unpark { top: u16, crash: bool },
     /// Two steps unpark at once.
     Race { top: u16 },
+    /// The re-drive sweep sends one page of up to `top` items parked over a minute ago and
+    /// leaves the rest parked (the handler's sweep sends `SWEEP_PAGES` pages a look).
+    Sweep { top: u16 },
     /// The queue delivers a copy of its next message (an answer lost, a host's retry).
     Duplicate,
     /// A message is lost (expired, deleted by hand).
@@ -159,6 +181,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => any::<bool>().prop_map(|park| Op::Deliver { park }),
         2 => (1u16..5, any::<bool>()).prop_map(|(top, crash)| Op::Unpark { top, crash }),
         1 => (1u16..5).prop_map(|top| Op::Race { top }),
+        1 => (1u16..3).prop_map(|top| Op::Sweep { top }),
         1 => Just(Op::Duplicate),
         1 => Just(Op::Lose),
     ]
@@ -212,6 +235,13 @@ impl World {
         }
     }
 
+    /// One look of the sweep: a page of up to `top` rows parked over a minute ago.
+    async fn sweep(&mut self, top: u16) {
+        let before = Some(self.now - Duration::minutes(1));
+        let swept = self.ledger.unpark(&self.scan, top, before).await.unwrap();
+        self.queue.extend(swept);
+    }
+
     async fn apply(&mut self, op: Op) {
         self.now += Duration::seconds(1);
         self.table.set_now(self.now);
@@ -226,6 +256,7 @@ impl World {
                 self.queue.extend(a.unwrap());
                 self.queue.extend(b.unwrap());
             }
+            Op::Sweep { top } => self.sweep(top).await,
             Op::Duplicate => {
                 if let Some(message) = self.queue.front().cloned() {
                     self.queue.push_back(message);
@@ -238,20 +269,14 @@ impl World {
     }
 
     /// The safety nets, then every message run until the queue is empty, as long as the
-    /// scan has pending items: the sweep sends parked rows older than a minute, the re-drive
-    /// sends stranded items (untouched for 15 minutes).
+    /// scan has pending items: the sweep sends one small page of parked rows older than a
+    /// minute a round (the rest wait for the next round, as a scan's parked items wait for the
+    /// next minute's look), the re-drive sends stranded items (untouched for 15 minutes).
     async fn drain(&mut self) {
         for _ in 0..10 {
             self.now += Duration::minutes(20);
             self.table.set_now(self.now);
-            let before = Some(self.now - Duration::minutes(1));
-            loop {
-                let swept = self.ledger.unpark(&self.scan, 99, before).await.unwrap();
-                if swept.is_empty() {
-                    break;
-                }
-                self.queue.extend(swept);
-            }
+            self.sweep(2).await;
             let stranded = self
                 .ledger
                 .stranded(&self.scan, self.now, Duration::minutes(15), None, None)

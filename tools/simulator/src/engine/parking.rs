@@ -9,7 +9,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tablescan::functions::pacing::park::{look_due, SWEEP_PARKED_AFTER};
+use tablescan::functions::pacing::park::{look_due, SWEEP_PAGES, SWEEP_PARKED_AFTER};
 use tablescan::scan::item::WorkItem;
 
 use super::{lock, Engine, Message};
@@ -65,21 +65,24 @@ pub fn unpark_for_room(engine: &Arc<Engine>, instance: usize, end: f64, room: us
     send(engine, end, taken);
 }
 
-/// The re-drive sweep at `now`: sends every item parked for longer than `SWEEP_PARKED_AFTER`,
-/// a page of `UNPARK_PAGE` at a time.
+/// The re-drive sweep at `now`: sends items parked for longer than `SWEEP_PARKED_AFTER`, a page
+/// of `UNPARK_PAGE` at a time, at most `SWEEP_PAGES` pages, as `redrive::send_parked` does.
 pub fn sweep(engine: &Arc<Engine>, now: f64) {
     let before = now - SWEEP_PARKED_AFTER.as_secs_f64();
+    let page = usize::from(tablescan::job::parked::UNPARK_PAGE);
     let taken: Vec<WorkItem> = {
         let mut items = lock(&engine.parked.items);
-        let n = items.iter().take_while(|(at, _)| *at < before).count();
+        let old = items.iter().take_while(|(at, _)| *at < before).count();
+        let n = old.min(page * SWEEP_PAGES);
         items.drain(..n).map(|(_, item)| item).collect()
     };
-    let page = usize::from(tablescan::job::parked::UNPARK_PAGE);
     for chunk in taken.chunks(page) {
         engine.charge_ledger(ledger_costs::unpark(chunk.len()), now);
     }
-    // The last look, which finds none.
-    engine.charge_ledger(ledger_costs::unpark(0), now);
+    if taken.len() % page == 0 && taken.len() < page * SWEEP_PAGES {
+        // The last look, which finds none (a short page was the last).
+        engine.charge_ledger(ledger_costs::unpark(0), now);
+    }
     engine.world().stats.swept += taken.len() as u64;
     send(engine, now, taken);
 }

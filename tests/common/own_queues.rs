@@ -1,0 +1,33 @@
+//! A handler state with a ledger and work-item queues of its own, for the tests that run the
+//! re-drive sweep and parking (tests/redrive_sweep.rs, tests/parking.rs): the sweep sends to the
+//! state's own queues, so another test's items never reach them.
+
+use std::sync::Arc;
+
+use tablescan::functions::app::ItemQueues;
+use tablescan::functions::{AppState, Settings};
+
+use super::{connection_string, queues, unique_name};
+
+/// The state, its ledger table and queues named from `prefix` and created; items count as
+/// stranded after `redrive_after_seconds` (`TABLESCAN_REDRIVE_AFTER_SECONDS`).
+pub async fn state(prefix: &str, redrive_after_seconds: u64) -> (Arc<AppState>, ItemQueues) {
+    let mut state = AppState::new(Settings::from_pairs([
+        ("AzureWebJobsStorage".to_string(), connection_string()),
+        ("TABLESCAN_LEDGER_TABLE".to_string(), unique_name("ledger")),
+        (
+            "TABLESCAN_REDRIVE_AFTER_SECONDS".to_string(),
+            redrive_after_seconds.to_string(),
+        ),
+    ]));
+    let item_queues = ItemQueues {
+        range: unique_name(&format!("{prefix}r")),
+        partition: unique_name(&format!("{prefix}p")),
+        export: unique_name(&format!("{prefix}e")),
+    };
+    for name in item_queues.all() {
+        queues().queue(name).unwrap().create().await.unwrap();
+    }
+    Arc::get_mut(&mut state).unwrap().item_queues = item_queues.clone();
+    (state, item_queues)
+}
