@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicU64;
 
-use super::tests::{ledger, record};
+use super::tests::{ledger_with_scan_row, record};
 use super::*;
 
 /// What the account takes, entities per second, over any second.
@@ -74,17 +74,8 @@ async fn step_reading(
 
 #[tokio::test(start_paused = true)]
 async fn a_default_scan_learns_a_cap_near_what_its_account_takes() {
-    let ledger = ledger().await;
     let scan = record("scan-learns", None);
-    let row = tablescan_ledger::rows::ScanRow::new("{}".into(), time::OffsetDateTime::now_utc());
-    ledger
-        .table()
-        .upsert(
-            &row.to_entity(&scan.id),
-            tablescan_storage::table::WriteMode::Replace,
-        )
-        .await
-        .unwrap();
+    let ledger = ledger_with_scan_row(&scan.id).await;
     let account = Arc::new(Account::default());
     let until = Instant::now() + Duration::from_secs(40);
     let mut steps = Vec::new();
@@ -237,17 +228,8 @@ async fn process_reading(
 /// account taking 8,000), and the scan still moves most of what the account takes.
 #[tokio::test(start_paused = true)]
 async fn a_default_scans_learned_cap_stays_near_what_its_account_takes() {
-    let ledger = ledger().await;
     let scan = record("scan-settles", None);
-    let row = tablescan_ledger::rows::ScanRow::new("{}".into(), time::OffsetDateTime::now_utc());
-    ledger
-        .table()
-        .upsert(
-            &row.to_entity(&scan.id),
-            tablescan_storage::table::WriteMode::Replace,
-        )
-        .await
-        .unwrap();
+    let ledger = ledger_with_scan_row(&scan.id).await;
     let account = Arc::new(QueuingAccount::new());
     let run = Duration::from_secs(600);
     let until = Instant::now() + run;

@@ -35,6 +35,22 @@ pub(super) async fn ledger() -> Ledger {
     Ledger::in_memory(table)
 }
 
+/// A ledger holding the scan row of `scan` (no cap of its own): what the refresher reads and
+/// the learned cap is published to.
+pub(super) async fn ledger_with_scan_row(scan: &str) -> Ledger {
+    let ledger = ledger().await;
+    let row = tablescan_ledger::rows::ScanRow::new("{}".into(), time::OffsetDateTime::now_utc());
+    ledger
+        .table()
+        .upsert(
+            &row.to_entity(scan),
+            tablescan_storage::table::WriteMode::Replace,
+        )
+        .await
+        .unwrap();
+    ledger
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_capped_scans_first_step_runs_at_once_at_the_whole_cap() {
     let ledger = ledger().await;
@@ -202,19 +218,10 @@ async fn two_busy_processes_never_use_more_than_the_cap_together() {
 
 #[tokio::test(start_paused = true)]
 async fn an_uncapped_scan_learns_a_cap_from_a_refusal_and_is_paced_by_it() {
-    let ledger = ledger().await;
+    let ledger = ledger_with_scan_row("scan5").await;
     let pacing = Pacing::new(tablescan_pace::TokioClock);
     let source = Arc::new(Governor::default());
     let scan = record("scan5", None);
-    let row = tablescan_ledger::rows::ScanRow::new("{}".into(), time::OffsetDateTime::now_utc());
-    ledger
-        .table()
-        .upsert(
-            &row.to_entity("scan5"),
-            tablescan_storage::table::WriteMode::Replace,
-        )
-        .await
-        .unwrap();
     let step = pacing
         .admit(&ledger, &scan, source.clone(), ADMIT_WAIT)
         .await

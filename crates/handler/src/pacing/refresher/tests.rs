@@ -1,7 +1,7 @@
 //! When a process asks for a raise of its scan's learned cap, on a paused clock and the
 //! in-memory ledger.
 
-use super::super::tests::{ledger, record};
+use super::super::tests::{ledger_with_scan_row, record};
 use super::super::{LeaseClock, ScanPace};
 use super::*;
 use tablescan_ledger::Ledger;
@@ -10,17 +10,8 @@ use tablescan_storage::pacing::Governor;
 /// A process of a scan that learned a cap a while ago, its steps reading through `source`: its
 /// refresher, not running (the test drives it).
 async fn refresher_of_learned_scan(source: &Arc<Governor>) -> (Refresher, Ledger, String) {
-    let ledger = ledger().await;
     let scan = record("scan-raise", None);
-    let row = tablescan_ledger::rows::ScanRow::new("{}".into(), time::OffsetDateTime::now_utc());
-    ledger
-        .table()
-        .upsert(
-            &row.to_entity(&scan.id),
-            tablescan_storage::table::WriteMode::Replace,
-        )
-        .await
-        .unwrap();
+    let ledger = ledger_with_scan_row(&scan.id).await;
     let clock = LeaseClock::new(tablescan_pace::TokioClock);
     // Learned a minute ago: quiet for longer than QUIET.
     let then = clock.now_ms() - 60_000;
