@@ -385,13 +385,24 @@ async fn drop_cancelled(
             "dropped pending items of a cancelled scan"
         );
     }
-    if dropped.complete && dropped.dropped == 0 && dropped.left == 0 {
-        // No pending row is left (its counters may lag behind a drop made meanwhile): nothing
-        // for the sweep to wait for.
+    if dropped.complete
+        && dropped.dropped == 0
+        && dropped.left == 0
+        && !parked_left(ledger, id).await?
+    {
+        // No pending row is left (its counters may lag behind a drop made meanwhile), and no
+        // parked row (the loop above stops at its deadline, or on a page another unparker
+        // took first): nothing for the sweep to wait for.
         settle(ledger, listing, done).await
     } else {
         Ok(())
     }
+}
+
+/// Whether cancelled scan `id` still has parked rows: one query of at most one key.
+async fn parked_left(ledger: &Ledger, id: &str) -> Result<bool, String> {
+    let oldest = ledger.oldest_parked_ms(id).await;
+    Ok(oldest.map_err(|e| e.to_string())?.is_some())
 }
 
 /// Takes a scan off the list as its entry was read (see [`Ledger::settle`]), counting it.

@@ -135,7 +135,9 @@ impl Ledger {
                 .filter_map(|row| text(row, "message"))
                 .collect()),
             Err(e) => match e.kind() {
-                // Another unparker (or the sweep) took one of them: it sends them all.
+                // Another unparker (or the sweep) took one of them first: the transaction
+                // deleted nothing, so this call sends nothing; the rows the other did not take
+                // stay parked for the next look.
                 ErrorKind::Batch { error, .. } if error.reason().is_gone_or_changed() => {
                     Ok(Vec::new())
                 }
