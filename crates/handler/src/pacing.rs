@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use ledger_health::LedgerHealth;
 use tablescan_ledger::{Ledger, ScanRecord};
 use tablescan_pace::ScanShare;
 use tablescan_storage::pacing::{Governor, RecentUse, Ticket, TokenBucket};
@@ -147,6 +148,11 @@ pub struct ScanPace {
     /// Entities this process moved for the scan (rows the account returned, rows written): what
     /// its slices report, and what it reports when an account refuses it.
     moved: AtomicU64,
+    /// The scan's slots here as its ledger partition's strains allow.
+    ledger_health: LedgerHealth,
+    /// Strains of the partition met outside `Ledger::commit_counted`
+    /// ([`StepPace::ledger_strained`]), counted with the ledger's.
+    strains_noted: AtomicU64,
     state: Mutex<PaceState>,
 }
 
@@ -362,6 +368,8 @@ impl ScanPace {
             share: TokenBucket::new(None),
             recent: RecentUse::new(None),
             moved: AtomicU64::new(0),
+            ledger_health: LedgerHealth::default(),
+            strains_noted: AtomicU64::new(0),
             has_learned: Default::default(),
             round_ms: AtomicU64::new(scan.learn_round_ms),
             state: Mutex::new(PaceState::default()),
@@ -445,8 +453,16 @@ impl ScanPace {
     }
 
     /// How many steps may run at once: all of them unless something limits the rate; none
-    /// while a capped scan holds no slice.
+    /// while a capped scan holds no slice; never more than the scan's ledger partition bears
+    /// ([`ledger_health`]).
     fn slots(&self, source: &Governor) -> usize {
+        let strains = self.ledger.strains(&self.scan) + self.strains_noted.load(Ordering::Relaxed);
+        self.rate_slots(source)
+            .min(self.ledger_health.slots(strains))
+    }
+
+    /// How many steps may run at once as the rate allows.
+    fn rate_slots(&self, source: &Governor) -> usize {
         match self.rate(source) {
             // A share of nothing (no slice held): none; any share at all runs a step or two.
             Some(rate) if rate < 1e-6 => 0,
@@ -459,6 +475,13 @@ impl ScanPace {
 }
 
 impl StepPace {
+    /// A strain of the scan's ledger partition (a counter shard lost to another finish, a
+    /// refusal) met where `Ledger::commit_counted` does not count it (the simulator's modelled
+    /// finishes): it holds the scan's slots here down as the ledger's own count does.
+    pub fn ledger_strained(&self) {
+        self.pace.strains_noted.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Whether the step was admitted [`crowded`].
     pub fn crowded(&self) -> bool {
         self.crowded
@@ -636,6 +659,7 @@ impl Drop for StepPace {
     }
 }
 
+mod ledger_health;
 pub mod park;
 mod refresher;
 

@@ -96,6 +96,8 @@ pub struct Ledger {
     table: LedgerTable,
     /// See [`Ledger::steps_stop_within`] (`pause`).
     steps_stop_within: time::Duration,
+    /// See [`Ledger::strains`]; shared by the clones of this ledger (one process's).
+    strains: shards::Strains,
 }
 
 impl Ledger {
@@ -104,6 +106,7 @@ impl Ledger {
         Ledger {
             table: LedgerTable::Storage(table),
             steps_stop_within: STEPS_STOP_WITHIN,
+            strains: Default::default(),
         }
     }
 
@@ -112,6 +115,7 @@ impl Ledger {
         Ledger {
             table: LedgerTable::Memory(table),
             steps_stop_within: STEPS_STOP_WITHIN,
+            strains: Default::default(),
         }
     }
 

@@ -2,6 +2,9 @@
 //! transaction as the rows it counts, on the shard's etag, so the shards always agree with the
 //! item rows; a status sums them.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use time::OffsetDateTime;
 
 use super::{Ledger, LedgerError};
@@ -13,6 +16,10 @@ use tablescan_storage::{ErrorKind, Reason};
 
 /// How often a transaction is tried again when another finish updated its counter shard first.
 const SHARD_CONFLICT_RETRIES: u32 = 30;
+
+/// How often each scan's counter shards were contended or its ledger requests refused in this
+/// process, by scan: see [`Ledger::strains`].
+pub(super) type Strains = Arc<Mutex<HashMap<String, u64>>>;
 
 impl Ledger {
     /// Submits `operations` together with `delta` added to counter shard `shard`, reading the
@@ -28,7 +35,9 @@ impl Ledger {
         let shard_index = operations.len();
         let mut batch = operations;
         for conflict in 0.. {
-            let Some(current) = self.table.get_entity(scan, &counter_key(shard)).await? else {
+            let read = self.table.get_entity(scan, &counter_key(shard)).await;
+            let read = read.inspect_err(|e| self.strained_if_refused(scan, e))?;
+            let Some(current) = read else {
                 return Err(LedgerError::Corrupt(
                     format!("scan {scan}"),
                     format!("counter shard {shard} is missing"),
@@ -63,12 +72,37 @@ impl Ledger {
                             if *index == shard_index && error.reason() == Reason::PreconditionFailed) =>
                 {
                     // Another finish took the shard between our read and our write.
+                    self.strained(scan);
                     tokio::time::sleep(conflict_pause(conflict)).await;
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => {
+                    self.strained_if_refused(scan, &e);
+                    return Err(e.into());
+                }
             }
         }
         unreachable!("the loop returns")
+    }
+
+    /// How often, in this process, a finish of `scan` found its counter shard taken by another
+    /// finish, or the scan's ledger partition refused a finish (503 Server Busy, 500 Operation
+    /// Timed Out), since the process began. Both say the partition is busier than its finishes
+    /// can share: the step pace reads the count to hold the scan's concurrent steps down
+    /// (`pacing::ledger_health`). A count that only grows, read as `Governor::cuts` is.
+    pub fn strains(&self, scan: &str) -> u64 {
+        let strains = self.strains.lock().unwrap_or_else(|e| e.into_inner());
+        strains.get(scan).copied().unwrap_or(0)
+    }
+
+    fn strained(&self, scan: &str) {
+        let mut strains = self.strains.lock().unwrap_or_else(|e| e.into_inner());
+        *strains.entry(scan.to_string()).or_default() += 1;
+    }
+
+    fn strained_if_refused(&self, scan: &str, error: &tablescan_storage::StorageError) {
+        if error.reason() == Reason::Throttled {
+            self.strained(scan);
+        }
     }
 
     /// Adds `delta` to a scan's totals outside a step (the re-drive's count of messages sent).

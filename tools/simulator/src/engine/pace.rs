@@ -249,6 +249,14 @@ impl InstancePace {
         activity.last_step_end = now;
     }
 
+    /// A finish here lost its counter shard to another, or the ledger refused a step here:
+    /// told to the scan's pace as `Ledger::commit_counted` counts it (`StepPace::ledger_strained`).
+    pub fn ledger_strained(&self) {
+        if let Some(step) = self.step() {
+            step.ledger_strained();
+        }
+    }
+
     fn step(&self) -> Option<Arc<StepPace>> {
         lock(&self.steps).last().cloned()
     }

@@ -179,6 +179,7 @@ async fn claimed(
     crowded: bool,
 ) -> Outcome {
     if begin(engine).await.is_err() {
+        pace.ledger_strained();
         engine.world().stats.failed_on_ledger += 1;
         return Outcome::Failed { recorded: false };
     }
@@ -199,10 +200,11 @@ async fn claimed(
     if engine.action == Action::Export {
         upload_export_blob(engine, report.rows_delivered).await;
     }
-    if finish(engine, message, report.follow_ups.len())
+    if finish(engine, message, pace, report.follow_ups.len())
         .await
         .is_err()
     {
+        pace.ledger_strained();
         engine.world().stats.failed_on_ledger += 1;
         let recorded = record_failure(engine, message).await;
         return Outcome::Failed { recorded };
@@ -295,7 +297,12 @@ async fn record_failure(engine: &Engine, _message: &Message) -> bool {
 
 /// The finish: its counter shard read, then one transaction with it; again while another
 /// finish took the shard between the two (`Ledger::commit_counted`).
-async fn finish(engine: &Engine, message: &Message, children: usize) -> Result<(), ()> {
+async fn finish(
+    engine: &Engine,
+    message: &Message,
+    pace: &super::pace::InstancePace,
+    children: usize,
+) -> Result<(), ()> {
     let p = &engine.params;
     let shard = partition_hash(&message.item.id()) % SHARDS;
     let cost = ledger_costs::finish(children);
@@ -316,6 +323,7 @@ async fn finish(engine: &Engine, message: &Message, children: usize) -> Result<(
             return Ok(());
         }
         engine.world().stats.shard_conflicts += 1;
+        pace.ledger_strained();
         let pause =
             SHARD_CONFLICT_PAUSE_MS + SHARD_CONFLICT_PAUSE_GROWTH_MS * f64::from(conflict.min(10));
         tokio::time::sleep(Duration::from_secs_f64(pause / 1000.0)).await;
