@@ -185,7 +185,10 @@ async fn a_lowered_cap_waits_a_quiet_while_then_is_raised_while_it_binds() {
     let lowered = learned * LOWER;
     let quiet = refused + ms(QUIET);
     scan_moves(&ledger, lowered, quiet + 5_000).await;
-    assert_eq!(ledger.raise_learned_cap("s", quiet - 1).await.unwrap(), None);
+    assert_eq!(
+        ledger.raise_learned_cap("s", quiet - 1).await.unwrap(),
+        None
+    );
     assert_eq!(
         ledger.raise_learned_cap("s", quiet).await.unwrap(),
         Some(lowered * RAISE)
