@@ -93,6 +93,8 @@ pub struct Pacing {
     process: String,
     clock: LeaseClock,
     scans: Scans,
+    /// How many scan paces this process has made: each leases under a name of its own.
+    paces_made: AtomicU64,
 }
 
 /// The scans this process paces. A refresher removes its scan while holding the lock, so a
@@ -100,12 +102,21 @@ pub struct Pacing {
 type Scans = Arc<tokio::sync::Mutex<HashMap<String, Arc<ScanPace>>>>;
 
 impl Pacing {
-    /// A process's pacing, its leases and learning rounds timed by `clock`.
+    /// A process's pacing, its leases and learning rounds timed by `clock`, the process named
+    /// at random (unique among the processes that share a ledger).
     pub fn new(clock: impl tablescan_pace::Clock) -> Self {
+        Self::named(clock, tablescan_ledger::ledger::new_scan_id())
+    }
+
+    /// A process's pacing under the name `process`, which no other process sharing the ledger
+    /// may have. The simulator names its instances so that a run repeats exactly: the name
+    /// seeds the order in which a process probes the slices of a cap (`ScanShare`).
+    pub fn named(clock: impl tablescan_pace::Clock, process: String) -> Self {
         Pacing {
-            process: tablescan_ledger::ledger::new_scan_id(),
+            process,
             clock: LeaseClock::new(clock),
             scans: Scans::default(),
+            paces_made: AtomicU64::new(0),
         }
     }
 }
@@ -121,8 +132,8 @@ pub struct ScanPace {
     /// This process's part of the cap, once the scan has one.
     slices: Mutex<Option<Arc<ScanShare<Ledger, LeaseClock>>>>,
     ledger: Ledger,
-    /// Names this process in the slices it leases.
-    process: String,
+    /// Names this pace in the slices it leases: the process's name and the pace's number.
+    holder: String,
     /// The clock its leases and learning rounds are written in.
     clock: LeaseClock,
     /// The back-off of the account the scan reads, as its first step here found it, and how
@@ -324,7 +335,11 @@ impl Pacing {
         let pace = scans
             .entry(scan.id.clone())
             .or_insert_with(|| {
-                let pace = Arc::new(ScanPace::new(ledger, &self.process, &self.clock, scan));
+                // Leased under a name of this pace's own: a pace of the same scan removed
+                // from this process a moment ago may still be giving its slices back.
+                let made = self.paces_made.fetch_add(1, Ordering::Relaxed);
+                let holder = format!("{}.{made}", self.process);
+                let pace = Arc::new(ScanPace::new(ledger, holder, &self.clock, scan));
                 let refresher = refresher::Refresher::new(pace.clone(), self.scans.clone());
                 tokio::spawn(refresher.run());
                 pace
@@ -353,7 +368,7 @@ pub fn cap_of(set: Option<f64>, learned: Option<f64>) -> Option<f64> {
 }
 
 impl ScanPace {
-    fn new(ledger: &Ledger, process: &str, clock: &LeaseClock, scan: &ScanRecord) -> Self {
+    fn new(ledger: &Ledger, holder: String, clock: &LeaseClock, scan: &ScanRecord) -> Self {
         let set = scan.spec.max_rows_per_second.map(f64::from);
         let pace = ScanPace {
             scan: scan.id.clone(),
@@ -361,7 +376,7 @@ impl ScanPace {
             cap: Mutex::new(None),
             slices: Mutex::new(None),
             ledger: ledger.clone(),
-            process: process.to_string(),
+            holder,
             clock: clock.clone(),
             source: Mutex::new(None),
             output: Mutex::new(None),
@@ -410,15 +425,11 @@ impl ScanPace {
         match slices.as_ref() {
             Some(share) => share.set_cap(cap),
             None => {
-                // Leased under a name of this pace's own: a pace of the same scan removed
-                // from this process a moment ago may still be giving its slices back.
-                let nonce = tablescan_ledger::ledger::new_scan_id();
-                let holder = format!("{}.{}", self.process, &nonce[..8]);
                 *slices = Some(Arc::new(ScanShare::new(
                     self.ledger.clone(),
                     self.clock.clone(),
                     &self.scan,
-                    &holder,
+                    &self.holder,
                     cap,
                 )));
                 self.share.set_rate(Some(0.0));

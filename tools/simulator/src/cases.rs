@@ -461,3 +461,6 @@ mod tests {
 
 #[cfg(test)]
 mod update_and_keys_tests;
+
+#[cfg(test)]
+mod determinism_tests;

@@ -256,9 +256,12 @@ impl Engine {
             let sleep = tokio::time::sleep_until(
                 self.start + Duration::from_secs_f64(next.max(t + 0.001).min(t + 3600.0)),
             );
+            // In this order when both are ready, run after run (`select!` picks at random
+            // otherwise).
             tokio::select! {
-                _ = sleep => {}
+                biased;
                 _ = self.wake.notified() => {}
+                _ = sleep => {}
             }
         }
         self.done.store(true, std::sync::atomic::Ordering::SeqCst);

@@ -13,7 +13,7 @@
 //! any step of the scan admitted in the instance (alike but for `crowded`, which `admit`
 //! returns), and a page's share is not reserved ahead as `PacedReader` does.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use tablescan::functions::pacing::{no_share, Pacing, StepPace, ADMIT_WAIT, SHARE_WAIT};
@@ -39,7 +39,8 @@ pub struct ScanPacing {
     scan: String,
     /// The case's own clock, for every instance's leases and learning rounds.
     clock: CaseClock,
-    instances: Mutex<HashMap<usize, Arc<InstancePace>>>,
+    /// By instance number: the busy ones read the scan row in that order, run after run.
+    instances: Mutex<BTreeMap<usize, Arc<InstancePace>>>,
     /// What of the table's counts was charged already, or is charged elsewhere (the scan row
     /// each step's begin reads, in `ledger_costs::BEGIN`).
     charged: Mutex<Cost>,
@@ -93,7 +94,10 @@ impl ScanPacing {
         table.set_now(now);
         let ledger = Ledger::in_memory(table.clone());
         let spec = scan_spec(params)?;
-        let root = WorkItem::root(tablescan::job::ledger::new_scan_id(), KeyRange::all(), "");
+        // Named from the seed, as each instance's process is from its number (`instance`):
+        // the names seed the order in which a process probes the slices of a cap, and a
+        // random one made two runs of the same case differ.
+        let root = WorkItem::root(format!("{:032x}", params.seed), KeyRange::all(), "");
         ledger.ensure().await.map_err(|e| e.to_string())?;
         ledger
             .create_scan(&spec, &root, now)
@@ -180,7 +184,7 @@ impl ScanPacing {
                     source: Arc::new(Governor::default()),
                     target: Arc::new(Governor::default()),
                     queue: Arc::new(Governor::default()),
-                    pacing: Pacing::new(self.clock.clone()),
+                    pacing: Pacing::named(self.clock.clone(), format!("instance-{instance}")),
                     steps: Mutex::default(),
                     activity: Mutex::default(),
                 })

@@ -261,9 +261,12 @@ async fn run_renewing(
     let renewal = async {
         let period = Duration::from_secs_f64(p.lease_s / 3.0);
         loop {
+            // In this order when both are ready, run after run (`select!` picks at random
+            // otherwise): a step that ended renews no more.
             tokio::select! {
-                _ = tokio::time::sleep(period) => {}
+                biased;
                 _ = stopped.changed() => return,
+                _ = tokio::time::sleep(period) => {}
             }
             let _ = ledger_request(engine, RENEW.entities as f64, p.entity_ms / 1000.0).await;
             engine.world().stats.renewals += 1;

@@ -23,7 +23,7 @@ async fn refresher_of_learned_scan(source: &Arc<Governor>) -> (Refresher, Ledger
         .close_round(&scan.id, then + ROUND.as_millis() as u64)
         .await
         .unwrap();
-    let pace = Arc::new(ScanPace::new(&ledger, "p", &clock, &scan));
+    let pace = Arc::new(ScanPace::new(&ledger, "p".into(), &clock, &scan));
     pace.watch(source);
     pace.learned(cap);
     (Refresher::new(pace, Scans::default()), ledger, scan.id)
