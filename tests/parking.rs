@@ -94,10 +94,7 @@ async fn the_sweep_sends_an_item_parked_a_minute_ago_and_its_scan_finishes() {
     let text =
         String::from_utf8(MessageEncoding::Base64.decode(&received[0].text).unwrap()).unwrap();
     assert_eq!(text, root);
-    let answer = host.deliver("ScanRange", &text, 1).await;
-    assert_eq!(answer.status, 200, "{}", answer.text);
-    host.enqueue_outputs(&answer);
-    host.drain().await;
+    host.deliver_and_drain("ScanRange", &text).await;
     let (_, status) = host.status(&id).await;
     assert_eq!(status["state"], "succeeded", "{status}");
     assert_eq!(status["result"], json!({"rows": 30, "partitions": 5}));

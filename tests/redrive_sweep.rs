@@ -109,10 +109,7 @@ async fn a_scan_whose_message_was_lost_is_re_driven_by_the_timer_and_then_settle
     let text =
         String::from_utf8(MessageEncoding::Base64.decode(&received[0].text).unwrap()).unwrap();
     assert!(text.contains(&id), "{text}");
-    let answer = host.deliver("ScanRange", &text, 1).await;
-    assert_eq!(answer.status, 200, "{}", answer.text);
-    host.enqueue_outputs(&answer);
-    host.drain().await;
+    host.deliver_and_drain("ScanRange", &text).await;
 
     let (_, status) = host.status(&id).await;
     assert_eq!(status["state"], "succeeded", "{status}");

@@ -249,6 +249,15 @@ impl TestHost {
         }
     }
 
+    /// Delivers `text` to `function` (it must succeed), then everything that follows from it
+    /// ([`TestHost::drain`]).
+    pub async fn deliver_and_drain(&mut self, function: &str, text: &str) -> usize {
+        let answer = self.deliver(function, text, 1).await;
+        assert_eq!(answer.status, 200, "{function} failed: {}", answer.text);
+        self.enqueue_outputs(&answer);
+        1 + self.drain().await
+    }
+
     /// Delivers queued work items until none are left; every invocation must succeed.
     pub async fn drain(&mut self) -> usize {
         let mut steps = 0;
