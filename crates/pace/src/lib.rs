@@ -11,8 +11,9 @@
 //! ends by its own clock, and another process takes it only that long after, by its own.
 //!
 //! What it costs the store, per scan:
-//! - holders renew all their slices in one write a [`RENEW_EVERY`] ([`SLICES`] entities per
-//!   renewal period in all, about 5 a second);
+//! - holders renew all their slices in one write a [`RENEW_EVERY`], or a [`HAND_OVER_EVERY`]
+//!   when they hold several (a slice asked for is handed over at its holder's next renewal):
+//!   at most [`SLICES`] entities a second in all;
 //! - a process that wants more than it holds looks at one slice at a time (a point read of one
 //!   entity), no more often than [`PROBE_MIN`] and backing off to [`PROBE_MAX`] while every slice
 //!   it looks at is taken; finding one held, it asks for it (a conditional write), which makes
@@ -40,6 +41,7 @@ mod store;
 pub use clock::{Clock, SystemClock, TokioClock};
 pub use share::{Demand, ScanShare};
 pub use slice::{
-    SliceRow, CLOCK_MARGIN_MS, LEASE, PROBE_MAX, PROBE_MIN, RENEW_EVERY, SLICES, SURPLUS_AFTER,
+    SliceRow, CLOCK_MARGIN_MS, HAND_OVER_EVERY, LEASE, PROBE_MAX, PROBE_MIN, RENEW_EVERY, SLICES,
+    SURPLUS_AFTER,
 };
 pub use store::{Counts, InMemorySlices, SliceStore, StoreError};

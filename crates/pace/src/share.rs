@@ -7,7 +7,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::slice::{SliceRow, LEASE, PROBE_MAX, PROBE_MIN, RENEW_EVERY, SLICES, SURPLUS_AFTER};
+use crate::slice::{
+    renew_gap, SliceRow, HAND_OVER_EVERY, LEASE, PROBE_MAX, PROBE_MIN, RENEW_EVERY, SLICES,
+    SURPLUS_AFTER,
+};
 use crate::store::{SliceStore, StoreError};
 
 /// What the process's steps of the scan want, as the caller sees it at a tick.
@@ -278,7 +281,7 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
                 // Slices held before keep their renewal time (the new ones are renewed with
                 // them, early); the first ones set it.
                 if state.held.len() == taken.len() {
-                    state.next_renew_ms = now + ms(RENEW_EVERY);
+                    state.next_renew_ms = now + ms(renew_gap(state.held.len()));
                 }
                 tracing::debug!(scan = %self.scan, taken = taken.len(), held = state.held.len(), "took slices of the scan's cap");
                 true
@@ -325,7 +328,7 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
                         };
                     }
                 }
-                state.next_renew_ms = now + ms(RENEW_EVERY);
+                state.next_renew_ms = now + ms(renew_gap(state.held.len()));
             }
             Err(StoreError::Conflict) => {
                 // Some slice changed: another process asked for it, a lease that ran out was
@@ -515,6 +518,9 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
         state.next_probe_ms = now + ms(PROBE_MIN);
         if state.held.len() == 1 {
             state.next_renew_ms = now + ms(RENEW_EVERY);
+        } else {
+            // Several now: renewed (and so handed over) at the pace of a holder of several.
+            state.next_renew_ms = state.next_renew_ms.min(now + ms(HAND_OVER_EVERY));
         }
     }
 
@@ -609,6 +615,27 @@ mod tests {
         assert!(b >= 1, "the process that asked holds {b}");
         assert!(a >= 1, "the holder kept its last");
         assert!(a + b <= 16, "{a} + {b} slices in use");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_holder_of_several_hands_a_slice_over_within_about_a_second() {
+        let store = InMemorySlices::default();
+        let first = ScanShare::new(store.clone(), TokioClock, "s", "first", 1_600.0);
+        first.tick(WANTS).await;
+        let second = ScanShare::new(store.clone(), TokioClock, "s", "second", 1_600.0);
+        // The second joins, probes and asks; the first, holding all 16, renews each
+        // HAND_OVER_EVERY and hands the slice over then: well under a lease's third (3.3 s).
+        let mut waited = Duration::ZERO;
+        while second.usable() == 0 {
+            assert!(
+                waited < HAND_OVER_EVERY * 2 + PROBE_MIN * 2,
+                "no slice handed over after {waited:?}"
+            );
+            first.tick(WANTS).await;
+            second.tick(WANTS).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            waited += Duration::from_millis(100);
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -237,7 +237,8 @@ impl Pipeline {
                 Ok(response) if (200..300).contains(&response.status) => {
                     // Latency is a sign of a busy target before it refuses (see `Governor`).
                     if request.entities > 0 {
-                        self.governor(&request.path).answered_in(sent_at.elapsed());
+                        self.governor(&request.path)
+                            .answered_in(sent_at.elapsed(), request.entities);
                     }
                     return Ok(response);
                 }

@@ -188,7 +188,7 @@ async fn process_reading(
                     let asked = Instant::now();
                     if let Some(took) = account.serve(u64::from(top)) {
                         tokio::time::sleep(took).await;
-                        source.answered_in(asked.elapsed());
+                        source.answered_in(asked.elapsed(), u64::from(top));
                         step.after_read(ticket, u64::from(top), 0);
                     } else {
                         tokio::time::sleep(BUSY_REPLY).await;

@@ -42,6 +42,11 @@ pub(super) const REPORT_DELAY: Duration = Duration::from_secs(4);
 /// A process refused while it moves at least this share of what its slices grant presses on
 /// the account with the scan's cap (see [`Refresher::lower`]).
 const PRESSING: f64 = 0.8;
+/// A process the account refuses again this soon after its last refusal is held back by the
+/// account, not by the scan's cap, whatever share of the cap it uses: the cap is over what the
+/// account gives, and is lowered. Longer than the back-off's lift (12 s after a refusal), so
+/// that a refusal met when the lifted back-off sends its burst counts too.
+const REFUSED_AGAIN_WITHIN: Duration = Duration::from_secs(15);
 /// What the process moved over this long is what it reports when an account refuses it.
 const RATE_SPAN: Duration = Duration::from_secs(2);
 
@@ -190,20 +195,27 @@ impl Refresher {
     }
 
     /// For a scan that has a ceiling already (rounds are for learning the first): refused
-    /// again (`cuts` over `seen`) while using all of its share here, the ceiling is too high
-    /// for what else runs on the account now; it is lowered, at most once a while (checked
-    /// here first, so that a hundred processes refused at once do not all read the ledger).
+    /// again (`cuts` over `seen`) while using all of its share here, or refused again within
+    /// [`REFUSED_AGAIN_WITHIN`] of its last refusal, the ceiling is too high for what else runs
+    /// on the account now; it is lowered (`Ledger::lower_learned_cap`, to a share of what the
+    /// scan moved), at most once a while (checked here first, so that a hundred processes
+    /// refused at once do not all read the ledger). A single refusal of a process that used
+    /// little of its share lowers nothing: one slow request, or a fault, is no ceiling.
     async fn lower_if_pressing(&mut self, cuts: u64, seen: u64, now: Instant, now_ms: u64) {
         self.report_at = None;
         self.close_at_ms = None;
         self.cuts_seen = Some(cuts);
+        let refused_again = cuts > seen
+            && self
+                .last_cut
+                .is_some_and(|at| now.saturating_duration_since(at) < REFUSED_AGAIN_WITHIN);
         if cuts > seen {
             self.last_cut = Some(now);
         }
         let tried_lately = self
             .lower_tried
             .is_some_and(|at| now.saturating_duration_since(at) < LOWER_EVERY);
-        if cuts > seen && !tried_lately && self.pressing(now) {
+        if cuts > seen && !tried_lately && (refused_again || self.pressing(now)) {
             self.lower_tried = Some(now);
             self.lower(now_ms).await;
         }

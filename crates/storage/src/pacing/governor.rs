@@ -103,15 +103,49 @@ struct Aimd {
     latency: Latency,
 }
 
-/// How long the target takes to answer: recent (a moving average) against the quickest lately.
+/// How long the target takes to answer, for requests of each size apart: recent (a moving
+/// average) against the quickest lately. Sizes apart, because a page of 1,000 rows takes many
+/// times as long as one of 20 at any load: compared with the quickest of all sizes, a scan
+/// reading full pages looked slow for good (a devhost run beside an application: every raise of
+/// the learned cap refused as "slow" for a minute while the account had room).
 #[derive(Debug, Default)]
 struct Latency {
+    classes: [LatencyClass; SIZE_CLASSES],
+}
+
+/// Requests are told apart by the power of two of the entities they touch, up to this many
+/// classes (the last holds 1,024 and more).
+const SIZE_CLASSES: usize = 11;
+/// A class answered within this long counts in [`Latency::slow`]: one not heard from lately
+/// says nothing of the target now.
+const LATELY: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Default, Clone, Copy)]
+struct LatencyClass {
     recent: Option<f64>,
     quickest: Option<f64>,
     at: Option<Instant>,
 }
 
 impl Latency {
+    fn observe(&mut self, now: Instant, seconds: f64, entities: u64) {
+        let class = (u64::BITS - entities.max(1).leading_zeros() - 1) as usize;
+        self.classes[class.min(SIZE_CLASSES - 1)].observe(now, seconds);
+    }
+
+    /// Whether answers of any size heard from lately come much slower than they did at their
+    /// quickest lately.
+    fn slow(&self, now: Instant) -> bool {
+        self.classes.iter().any(|class| {
+            class
+                .at
+                .is_some_and(|at| now.saturating_duration_since(at) < LATELY)
+                && class.slow()
+        })
+    }
+}
+
+impl LatencyClass {
     fn observe(&mut self, now: Instant, seconds: f64) {
         let recent = self.recent.map_or(seconds, |r| r * 0.7 + seconds * 0.3);
         self.recent = Some(recent);
@@ -126,7 +160,6 @@ impl Latency {
         self.at = Some(now);
     }
 
-    /// Whether answers come much slower than they did at their quickest lately.
     fn slow(&self) -> bool {
         match (self.recent, self.quickest) {
             (Some(recent), Some(quickest)) => {
@@ -238,11 +271,13 @@ impl Governor {
         self.bucket.give_back(entities);
     }
 
-    /// The target answered a request that touched entities in `took`: a rise in latency holds
-    /// the rate's climb.
-    pub fn answered_in(&self, took: Duration) {
+    /// The target answered a request that touched `entities` in `took`: a rise in latency
+    /// (against requests of about its size) holds the rate's climb.
+    pub fn answered_in(&self, took: Duration, entities: u64) {
         let mut state = self.lock();
-        state.latency.observe(Instant::now(), took.as_secs_f64());
+        state
+            .latency
+            .observe(Instant::now(), took.as_secs_f64(), entities);
     }
 
     /// The target refused a request as too busy: lower the rate, unless it was lowered a moment
@@ -308,7 +343,7 @@ impl Governor {
     /// account does before it refuses. The limit does not climb meanwhile, and a scan asks no
     /// raise of its learned cap (the handler's refresher): more sent would lengthen the queue.
     pub fn answers_slowly(&self) -> bool {
-        self.lock().latency.slow()
+        self.lock().latency.slow(Instant::now())
     }
 
     /// How many times the target's refusals cut the rate so far.
@@ -339,7 +374,7 @@ impl Governor {
             self.bucket.set_rate(None);
             return;
         }
-        if state.latency.slow() {
+        if state.latency.slow(now) {
             return;
         }
         let seconds = elapsed.as_secs_f64();
@@ -591,22 +626,43 @@ mod tests {
     async fn slower_answers_hold_the_climb() {
         let governor = Governor::default();
         for _ in 0..20 {
-            governor.answered_in(Duration::from_millis(40));
+            governor.answered_in(Duration::from_millis(40), 1_000);
             tokio::time::advance(Duration::from_millis(50)).await;
         }
         refused_after_using(&governor, 4_000).await;
         // Answers four times slower: no climb from the cut.
         for _ in 0..10 {
-            governor.answered_in(Duration::from_millis(160));
+            governor.answered_in(Duration::from_millis(160), 1_000);
         }
         busy_for(&governor, Duration::from_secs(3)).await;
         near(&governor, 2_000.0, 1.0);
         // Quick again: it recovers.
         for _ in 0..10 {
-            governor.answered_in(Duration::from_millis(40));
+            governor.answered_in(Duration::from_millis(40), 1_000);
         }
         busy_for(&governor, Duration::from_secs(3)).await;
         near(&governor, 2_700.0, 1.0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn full_pages_are_not_slow_beside_small_requests() {
+        let governor = Governor::default();
+        // Small requests answer in 20 ms, pages of 1,000 rows in 300 ms, at the same load.
+        for _ in 0..20 {
+            governor.answered_in(Duration::from_millis(20), 10);
+            governor.answered_in(Duration::from_millis(300), 1_000);
+            tokio::time::advance(Duration::from_millis(100)).await;
+        }
+        assert!(!governor.answers_slowly());
+        // Pages slowing to three times their own quickest are slow.
+        for _ in 0..10 {
+            governor.answered_in(Duration::from_millis(900), 1_000);
+        }
+        assert!(governor.answers_slowly());
+        // Not heard from for a while, that class says nothing of the target now.
+        tokio::time::advance(LATELY).await;
+        governor.answered_in(Duration::from_millis(20), 10);
+        assert!(!governor.answers_slowly());
     }
 
     #[test]

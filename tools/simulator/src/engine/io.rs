@@ -40,7 +40,10 @@ pub async fn send(
             Ok(done) => {
                 engine.until(done).await;
                 if let Some(governor) = governor {
-                    governor.answered_in(Duration::from_secs_f64((done - t).max(0.0)));
+                    governor.answered_in(
+                        Duration::from_secs_f64((done - t).max(0.0)),
+                        request.entities.max(1.0) as u64,
+                    );
                 }
                 return Ok(());
             }

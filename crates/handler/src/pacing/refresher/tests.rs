@@ -32,10 +32,10 @@ async fn refresher_of_learned_scan(source: &Arc<Governor>) -> (Refresher, Ledger
 /// `source`'s target answering `answers` requests in `quick`, then `slow` ones in `took`.
 fn answered(source: &Governor, quick: usize, slow: usize, took: Duration) {
     for _ in 0..quick {
-        source.answered_in(Duration::from_millis(10));
+        source.answered_in(Duration::from_millis(10), 1_000);
     }
     for _ in 0..slow {
-        source.answered_in(took);
+        source.answered_in(took, 1_000);
     }
 }
 
