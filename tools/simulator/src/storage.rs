@@ -17,19 +17,60 @@ use crate::params::{AppAccount, Params};
 #[derive(Debug, Clone)]
 pub struct Limit {
     per_slot: f64,
-    used: HashMap<u64, f64>,
+    used: SlotMap<f64>,
+    /// Shortcuts past full slots: from a full slot to a later slot, every slot between them
+    /// full (a slot's room only shrinks). A limit backlogged by seconds otherwise walked
+    /// hundreds of full slots for each message put; the walk admits into the same slots.
+    skip: SlotMap<u64>,
     /// Seconds requests spent waiting on this limit.
     pub waited: f64,
 }
 
+/// A map keyed by slot number with a cheap hash (the slots are small integers; no output
+/// depends on the map's order).
+type SlotMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<SlotHasher>>;
+
+/// Multiplies the slot number by an odd constant (Fibonacci hashing).
+#[derive(Default)]
+struct SlotHasher(u64);
+
+impl std::hash::Hasher for SlotHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
 const SLOT: f64 = 0.01;
+
+/// Room below this is none: the slot is full.
+const NO_ROOM: f64 = 1e-9;
 
 impl Limit {
     pub fn new(rate: f64) -> Self {
         Limit {
             per_slot: rate * SLOT,
-            used: HashMap::new(),
+            used: SlotMap::default(),
+            skip: SlotMap::default(),
             waited: 0.0,
+        }
+    }
+
+    /// The slot after full slot `slot` to look at next: past the full slots a shortcut
+    /// names.
+    fn after_full(&self, slot: u64) -> u64 {
+        match self.skip.get(&slot) {
+            Some(&next) if next > slot => next,
+            _ => slot + 1,
         }
     }
 
@@ -39,42 +80,54 @@ impl Limit {
         let mut slot = arrival;
         let mut left = units;
         let mut served = t;
-        while left > 1e-9 {
+        while left > NO_ROOM {
             let room = self.per_slot - self.used.get(&slot).copied().unwrap_or(0.0);
-            if room > 1e-9 {
+            if room > NO_ROOM {
                 left -= room.min(left);
                 served = served.max(if slot == arrival {
                     t
                 } else {
                     slot as f64 * SLOT
                 });
+                slot += 1;
+            } else {
+                slot = self.after_full(slot);
             }
-            slot += 1;
         }
         served
     }
 
-    /// Admits `units` arriving at time `t` (seconds); returns when the last of them is served.
+    /// Admits `units` arriving at `t` (seconds); returns when the last of them is served.
     pub fn admit(&mut self, t: f64, units: f64) -> f64 {
         let arrival = (t / SLOT) as u64;
         let mut slot = arrival;
         let mut left = units;
         let mut served = t;
-        while left > 1e-9 {
+        // The last slot taken from, and whether it is full now.
+        let mut last = (arrival, false);
+        while left > NO_ROOM {
             let used = self.used.entry(slot).or_insert(0.0);
             let room = self.per_slot - *used;
-            if room > 1e-9 {
+            if room > NO_ROOM {
                 let take = room.min(left);
                 *used += take;
                 left -= take;
+                last = (slot, self.per_slot - *used <= NO_ROOM);
                 // Served within its arrival slot: at once; in a later slot: when that slot opens.
                 served = served.max(if slot == arrival {
                     t
                 } else {
                     slot as f64 * SLOT
                 });
+                slot += 1;
+            } else {
+                slot = self.after_full(slot);
             }
-            slot += 1;
+        }
+        // Every slot from the arrival's to the last taken from is full, but perhaps the last.
+        let first_open = if last.1 { last.0 + 1 } else { last.0 };
+        if first_open > arrival + 1 {
+            self.skip.insert(arrival, first_open);
         }
         self.waited += served - t;
         served
@@ -85,6 +138,9 @@ impl Limit {
         let first = (t / SLOT) as u64;
         if self.used.len() > 4096 {
             self.used.retain(|slot, _| *slot >= first);
+        }
+        if self.skip.len() > 4096 {
+            self.skip.retain(|slot, _| *slot >= first);
         }
     }
 }
