@@ -42,8 +42,9 @@
 //! times when processes report at once); a round at most every [`BETWEEN_ROUNDS`]; a raise a
 //! transaction of two rows and a read of the slices (at most 16 rows) at most every [`QUIET`],
 //! or one write when the cap is found not to bind; a lowering, per process, a read at most
-//! every [`LOWER_EVERY`] while it is refused, and a read of the slices and a transaction per scan
-//! at most that often.
+//! every [`LOWER_EVERY`] while it is refused (and a conditional write, which only one process
+//! wins), and for the winner a read of the slices, of the row again and a transaction, per
+//! scan at most that often.
 
 use std::time::Duration;
 
@@ -70,8 +71,8 @@ pub const RAISE: f64 = 1.05;
 /// the processes' back-offs, too few work items), and a higher cap would only let the next
 /// burst through.
 pub const BINDING: f64 = 0.9;
-/// How much a lowering keeps of the learned cap, after the account refused a process using
-/// its whole share of it.
+/// How much a lowering keeps of what the scan moved when refused, or of the learned cap if it
+/// moved more (see [`lowered_cap`]).
 pub const LOWER: f64 = 0.9;
 /// The least time between a change of the learned cap and a lowering: every process reads the
 /// scan (and its cap) within `functions::app::CANCEL_CHECK_EVERY`, and refusals met before it
@@ -182,7 +183,10 @@ pub fn raised_cap(cap: f64, scan_rate: f64) -> Option<f64> {
 
 /// The cap a lowering sets: [`LOWER`] of what the scan as a whole moved when refused
 /// (`scan_rate`, its slices' reports), or of the cap if it moved more or that is unknown (0:
-/// the slices could not be read, or none reported). A cap the scan does not reach while the
+/// the slices could not be read, or none reported); never under [`LOWER`] squared of the cap
+/// in one lowering, since the reports understate what the scan moves (a slice just handed over
+/// reports 0, a refused process reports after its back-off's cut) and a scan near its end
+/// moves little whatever its cap: a cap cut to that would take minutes of raises to come back. A cap the scan does not reach while the
 /// account refuses it is no ceiling: each process's back-off is what holds it then, and the
 /// back-offs lift after a quiet while, send a burst and meet the refusals again, which an
 /// application on the account meets too (a devhost run beside one: a learned cap of 3,110
@@ -194,7 +198,10 @@ pub fn lowered_cap(cap: f64, scan_rate: f64, peak: f64) -> f64 {
     } else {
         cap
     };
-    (moved * LOWER).max(peak * LEAST_OF_PEAK).max(LEAST_CAP)
+    (moved * LOWER)
+        .max(cap * LOWER * LOWER)
+        .max(peak * LEAST_OF_PEAK)
+        .max(LEAST_CAP)
 }
 
 /// A scan moving at least this share of its cap when refused presses on the account.
@@ -365,7 +372,7 @@ impl Ledger {
 
     /// What the scan moves, all its processes together (entities per second): the sum of what
     /// each live slice's holder reported at its last renewal (every few seconds). 0 when the
-    /// slices cannot be read: no raise then.
+    /// slices cannot be read: no raise then, and a lowering takes the cap, not what was moved.
     async fn scan_rate(&self, scan: &str, now_ms: u64) -> f64 {
         use tablescan_pace::SliceStore;
         match self.read_all(scan).await {
@@ -404,6 +411,23 @@ impl Ledger {
         if !current.closed || now_ms < current.cap_at_ms + ms(LOWER_EVERY) {
             return Ok(None);
         }
+        // Claimed first, by a conditional write of its time alone: of the processes refused at
+        // once (a hundred, at scale), one wins it, and only that one reads the slices. A
+        // failure after the claim leaves the cap as it was, lowered at the next refusal a
+        // while later; the claim's time holds off raises meanwhile, and nothing more.
+        let claim = Learning {
+            cap_at_ms: now_ms,
+            ..current.clone()
+        };
+        if !self
+            .write_learning(scan, &claim, Some(&current), None)
+            .await?
+        {
+            return Ok(None);
+        }
+        let Some(claimed) = self.learning(scan).await? else {
+            return Ok(None);
+        };
         let scan_rate = self.scan_rate(scan, now_ms).await;
         let lowered = lowered_cap(cap, scan_rate, current.peak);
         // Written at the floor too: the refusal's time holds off a raise for a quiet while,
@@ -411,13 +435,13 @@ impl Ledger {
         let next = Learning {
             cap: Some(lowered.min(cap)),
             cap_at_ms: now_ms,
-            ..current.clone()
+            ..claimed.clone()
         };
         let published = (lowered < cap).then(|| ScanRow::learned(scan, lowered));
-        if !self
-            .write_learning(scan, &next, Some(&current), published)
-            .await?
-            || lowered >= cap
+        if lowered >= cap
+            || !self
+                .write_learning(scan, &next, Some(&claimed), published)
+                .await?
         {
             return Ok(None);
         }

@@ -280,8 +280,13 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
                 }
                 // Slices held before keep their renewal time (the new ones are renewed with
                 // them, early); the first ones set it.
+                let gap = ms(renew_gap(state.held.len()));
                 if state.held.len() == taken.len() {
-                    state.next_renew_ms = now + ms(renew_gap(state.held.len()));
+                    state.next_renew_ms = now + gap;
+                } else {
+                    // A holder of one that now holds several renews (and hands over) at the
+                    // pace of a holder of several.
+                    state.next_renew_ms = state.next_renew_ms.min(now + gap);
                 }
                 tracing::debug!(scan = %self.scan, taken = taken.len(), held = state.held.len(), "took slices of the scan's cap");
                 true

@@ -327,7 +327,7 @@ fn refused_after_10_seconds(samples: &[Sample]) -> (u64, u64) {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "a measurement that needs the machine to itself: run with --run-ignored all --no-capture"]
 async fn a_default_count_takes_a_busy_account_to_just_under_its_limit() {
-    // Two minutes' worth: the rate a scan holds, not its first seconds (see HELD_FROM).
+    // A minute's worth: the rate a scan holds, not only its first seconds (see HELD_FROM).
     const ROWS: usize = 180_000;
     let (status, samples, _) = default_count_on_a_busy_account(ROWS, None).await;
     print_windows("default count, account at 3,000/s", &samples);

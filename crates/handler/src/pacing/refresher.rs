@@ -198,8 +198,9 @@ impl Refresher {
     /// again (`cuts` over `seen`) while using all of its share here, or refused again within
     /// [`REFUSED_AGAIN_WITHIN`] of its last refusal, the ceiling is too high for what else runs
     /// on the account now; it is lowered (`Ledger::lower_learned_cap`, to a share of what the
-    /// scan moved), at most once a while (checked here first, so that a hundred processes
-    /// refused at once do not all read the ledger). A single refusal of a process that used
+    /// scan moved), at most once a while per process (checked here first, so that a process
+    /// refused again and again reads the ledger once a while; of a hundred refused at once,
+    /// each reads the learning row once and one wins the lowering). A single refusal of a process that used
     /// little of its share lowers nothing: one slow request, or a fault, is no ceiling.
     async fn lower_if_pressing(&mut self, cuts: u64, seen: u64, now: Instant, now_ms: u64) {
         self.report_at = None;

@@ -17,9 +17,9 @@
 //! after twelve it is lifted: a scan keeps its own ceiling for all its processes together (its
 //! cap learned from the same refusals, `job::learning` in the handler), so what one process
 //! does alone does not take the scan over what the account takes. Latency is the third
-//! signal: while
-//! the target answers more than twice as slowly as it did at its quickest lately, the rate
-//! does not climb.
+//! signal: while the target answers more than twice as slowly as it did at its quickest lately
+//! (compared among requests of about the same size: the power of two of the entities they
+//! touch, sizes answered in the last 5 seconds), the rate does not climb.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -147,6 +147,13 @@ impl Latency {
 
 impl LatencyClass {
     fn observe(&mut self, now: Instant, seconds: f64) {
+        if self
+            .at
+            .is_some_and(|at| now.saturating_duration_since(at) >= LATELY)
+        {
+            // Not heard from lately: what it measured then says nothing of the target now.
+            *self = LatencyClass::default();
+        }
         let recent = self.recent.map_or(seconds, |r| r * 0.7 + seconds * 0.3);
         self.recent = Some(recent);
         let drift = self

@@ -61,3 +61,32 @@ async fn a_process_its_account_answers_slowly_asks_no_raise() {
     let learning = ledger.learning(&scan).await.unwrap().unwrap();
     assert!(learning.looked_at_ms > 0, "the ledger was not asked");
 }
+
+/// A process that uses little of its share lowers nothing on one refusal (one slow request, or
+/// a fault, is no ceiling), but does when the account refuses it again within
+/// [`REFUSED_AGAIN_WITHIN`]; refused again only later, it lowers nothing either.
+#[tokio::test(start_paused = true)]
+async fn a_process_refused_again_soon_lowers_the_cap_whatever_share_it_uses() {
+    for (apart, lowers) in [
+        (REFUSED_AGAIN_WITHIN - Duration::from_secs(1), true),
+        (REFUSED_AGAIN_WITHIN + Duration::from_secs(1), false),
+    ] {
+        let source = Arc::new(Governor::default());
+        let (mut refresher, ledger, scan) = refresher_of_learned_scan(&source).await;
+        let cap = ledger.learning(&scan).await.unwrap().unwrap().cap;
+        let now_ms = || refresher.pace.clock.now_ms();
+        assert!(!refresher.pressing(Instant::now()), "it moves nothing");
+        let at = now_ms();
+        refresher.lower_if_pressing(1, 0, Instant::now(), at).await;
+        assert_eq!(refresher.lower_tried, None, "lowered on one refusal");
+        tokio::time::advance(apart).await;
+        let at = refresher.pace.clock.now_ms();
+        refresher.lower_if_pressing(2, 1, Instant::now(), at).await;
+        let after = ledger.learning(&scan).await.unwrap().unwrap().cap;
+        assert_eq!(
+            after < cap,
+            lowers,
+            "refused {apart:?} apart: {cap:?} -> {after:?}"
+        );
+    }
+}
