@@ -467,6 +467,12 @@ async fn drive(client: &Client, url: &str, table: &str, total: usize) {
         Duration::from_secs(5),
     )
     .await;
+    // Every process sees the pause at its next read of the scan (at least every 5 s,
+    // `CANCEL_CHECK_EVERY`); a process that had not yet may begin a step meanwhile (CI at
+    // e88d354: 21 rows counted after "paused" showed). From then on nothing moves.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    client.refresh().await.unwrap();
+    wait_until(client, "scanView.status !== null && document.getElementById('scan-state').textContent === 'paused'", Duration::from_secs(10)).await;
     let paused_rows = js(client, "scanView.status.progress.rowsRead").await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     client.refresh().await.unwrap();
