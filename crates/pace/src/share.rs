@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::slice::{
-    renew_gap, SliceRow, HAND_OVER_EVERY, LEASE, PROBE_MAX, PROBE_MIN, RENEW_EVERY, SLICES,
-    SURPLUS_AFTER,
+    renew_gap, SliceRow, LEASE, PROBE_MAX, PROBE_MIN, RENEW_EVERY, SLICES, SURPLUS_AFTER,
 };
 use crate::store::{SliceStore, StoreError};
 
@@ -58,6 +57,20 @@ pub struct ScanShare<S, C> {
     store: S,
     clock: C,
     state: Mutex<State>,
+}
+
+impl State {
+    /// After `added` slices joined those held: the first ones set the renewal time; slices
+    /// held before keep theirs (the new ones are renewed with them, early), brought forward to
+    /// a holder of several's pace ([`renew_gap`]) when the process holds several now.
+    fn schedule_renewal(&mut self, added: usize, now: u64) {
+        let gap = ms(renew_gap(self.held.len()));
+        self.next_renew_ms = if self.held.len() == added {
+            now + gap
+        } else {
+            self.next_renew_ms.min(now + gap)
+        };
+    }
 }
 
 fn ms(duration: Duration) -> u64 {
@@ -278,16 +291,7 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
                         },
                     );
                 }
-                // Slices held before keep their renewal time (the new ones are renewed with
-                // them, early); the first ones set it.
-                let gap = ms(renew_gap(state.held.len()));
-                if state.held.len() == taken.len() {
-                    state.next_renew_ms = now + gap;
-                } else {
-                    // A holder of one that now holds several renews (and hands over) at the
-                    // pace of a holder of several.
-                    state.next_renew_ms = state.next_renew_ms.min(now + gap);
-                }
+                state.schedule_renewal(taken.len(), now);
                 tracing::debug!(scan = %self.scan, taken = taken.len(), held = state.held.len(), "took slices of the scan's cap");
                 true
             }
@@ -521,12 +525,7 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
         state.asked = None;
         state.probe_gap_ms = ms(PROBE_MIN);
         state.next_probe_ms = now + ms(PROBE_MIN);
-        if state.held.len() == 1 {
-            state.next_renew_ms = now + ms(RENEW_EVERY);
-        } else {
-            // Several now: renewed (and so handed over) at the pace of a holder of several.
-            state.next_renew_ms = state.next_renew_ms.min(now + ms(HAND_OVER_EVERY));
-        }
+        state.schedule_renewal(1, now);
     }
 
     /// `found`, slice `index`, is held by another process: asks it for the slice, unless this
@@ -588,6 +587,7 @@ fn splitmix(state: u64) -> u64 {
 mod tests {
     use super::*;
     use crate::clock::TokioClock;
+    use crate::slice::HAND_OVER_EVERY;
     use crate::store::InMemorySlices;
 
     const WANTS: Demand = Demand {

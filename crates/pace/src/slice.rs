@@ -16,7 +16,8 @@ pub const RENEW_EVERY: Duration = Duration::from_millis(3_300);
 /// handed over at its holder's next renewal, so this is how long a slice sits with a process
 /// that cannot use it: renewing every 3.3 s, three devhost instances sharing a learned cap
 /// moved 74-80% of it as slices followed their changing steps (one instance alone 91%); every
-/// second, 95% (one run each, 2026-11-27). Only holders of several slices renew this often
+/// second, 95% (one run each of devhost's default count alone, 2026-11-27; command and code
+/// in docs/scan.md, "Pacing"). Only holders of several slices renew this often
 /// (at most [`SLICES`] / 2 of them): at 100 processes, each holding one slice or none, every
 /// holder renewing each second cost the ledger 224 entities a second where 133 did before.
 pub const HAND_OVER_EVERY: Duration = Duration::from_millis(1_000);
