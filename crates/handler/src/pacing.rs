@@ -25,6 +25,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use ledger_health::LedgerHealth;
+use page_time::PageTime;
 use tablescan_ledger::{Ledger, ScanRecord};
 use tablescan_pace::ScanShare;
 use tablescan_storage::pacing::{Governor, RecentUse, Ticket, TokenBucket};
@@ -82,8 +83,6 @@ pub fn give_back_delay(times_given_back: u32, unit: f64) -> Duration {
 pub const STEP_RATE: f64 = 300.0;
 /// How long after its place is earned a page reserved ahead may still use it.
 const RESERVATION_LIFE: Duration = Duration::from_millis(100);
-/// How many seconds of its share one page of a paced step holds.
-const PAGE_SECONDS: f64 = 0.5;
 /// The smallest page a paced step asks for.
 const MIN_PAGE: u16 = 100;
 
@@ -164,6 +163,11 @@ pub struct ScanPace {
     /// Strains of the partition met outside `Ledger::commit_counted`
     /// ([`StepPace::ledger_strained`]), counted with the ledger's.
     strains_noted: AtomicU64,
+    /// How long the scan's pages take to come back here: how much of its share a page holds.
+    page_time: PageTime,
+    /// Until when (epoch ms) this process runs none of the scan's steps unless the scan has a
+    /// cap: it joined the scan while the scan learned its cap ([`round_hold`]); 0 if not.
+    joined_learning_until_ms: u64,
     state: Mutex<PaceState>,
 }
 
@@ -385,6 +389,11 @@ impl ScanPace {
             moved: AtomicU64::new(0),
             ledger_health: LedgerHealth::default(),
             strains_noted: AtomicU64::new(0),
+            page_time: PageTime::default(),
+            joined_learning_until_ms: round_hold::learning_until_ms(
+                scan.learn_round_ms,
+                set.is_some() || scan.learned_cap.is_some(),
+            ),
             has_learned: Default::default(),
             round_ms: AtomicU64::new(scan.learn_round_ms),
             state: Mutex::new(PaceState::default()),
@@ -467,9 +476,20 @@ impl ScanPace {
     /// while a capped scan holds no slice; never more than the scan's ledger partition bears
     /// ([`ledger_health`]).
     fn slots(&self, source: &Governor) -> usize {
+        if self.awaits_cap() {
+            return 0;
+        }
         let strains = self.ledger.strains(&self.scan) + self.strains_noted.load(Ordering::Relaxed);
         self.rate_slots(source)
             .min(self.ledger_health.slots(strains))
+    }
+
+    /// Whether this process joined the scan while it learned its cap, and waits for the cap
+    /// before it runs a step ([`round_hold`]).
+    fn awaits_cap(&self) -> bool {
+        self.joined_learning_until_ms > 0
+            && lock(&self.cap).is_none()
+            && tablescan_pace::Clock::now_ms(&self.clock) < self.joined_learning_until_ms
     }
 
     /// How many steps may run at once as the rate allows.
@@ -506,7 +526,8 @@ impl StepPace {
     }
 
     /// How many rows to ask for in the next page: half a second's worth of the step's part of the
-    /// rate (at least 100 rows), at most `top`.
+    /// rate, or more while pages take longer to come back ([`PageTime`]); at least 100 rows, at
+    /// most `top`.
     pub fn page_size(&self, top: u16) -> u16 {
         let Some(rate) = self.pace.rate(&self.source) else {
             return top;
@@ -514,7 +535,14 @@ impl StepPace {
         let running = self.pace.lock().running.max(1) as f64;
         let top = top.max(1);
         let least = MIN_PAGE.min(top);
-        ((rate / running * PAGE_SECONDS) as u16).clamp(least, top)
+        let seconds = self.pace.page_time.page_seconds();
+        ((rate / running * seconds) as u16).clamp(least, top)
+    }
+
+    /// Counts a page of the scan's that came back `took` after it was sent (what later pages'
+    /// sizes follow).
+    pub fn page_answered_in(&self, took: Duration) {
+        self.pace.page_time.answered_in(took);
     }
 
     /// Waits until `entities` may be read from the source; the ticket gives back what the
@@ -671,8 +699,10 @@ impl Drop for StepPace {
 }
 
 mod ledger_health;
+mod page_time;
 pub mod park;
 mod refresher;
+mod round_hold;
 
 #[cfg(test)]
 mod learning_tests;

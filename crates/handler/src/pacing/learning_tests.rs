@@ -113,8 +113,10 @@ async fn a_default_scan_learns_a_cap_near_what_its_account_takes() {
         took <= Duration::from_secs(4) + tablescan_ledger::learning::ROUND * 2,
         "learned only after {took:?}"
     );
+    // 90% of where the account refused the scan; the reports count what the account served
+    // each process before it refused it (with the back-off's figures alone, 6,945: 87%).
     assert!(
-        (0.6 * ACCOUNT_RATE..=1.1 * ACCOUNT_RATE).contains(&learned),
+        (0.9 * ACCOUNT_RATE..=ACCOUNT_RATE).contains(&learned),
         "learned {learned}, the account takes {ACCOUNT_RATE}"
     );
 }
@@ -264,4 +266,96 @@ async fn a_default_scans_learned_cap_stays_near_what_its_account_takes() {
         moved >= 0.8 * ACCOUNT_RATE,
         "the scan moved {moved:.0} entities/s, the account takes {ACCOUNT_RATE}"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_process_that_joins_a_scan_learning_its_cap_waits_for_the_cap() {
+    use tablescan_pace::Clock;
+    let mut scan = record("scan-joined-while-learning", None);
+    let ledger = ledger_with_scan_row(&scan.id).await;
+    scan.learn_round_ms = tablescan_pace::TokioClock.now_ms();
+    let pacing = Pacing::new(tablescan_pace::TokioClock);
+    let source = Arc::new(Governor::default());
+    // The round is open and the scan has no cap: nothing here limits a step but a back-off
+    // that has heard nothing, so none runs.
+    assert!(pacing
+        .admit(&ledger, &scan, source.clone(), ADMIT_WAIT)
+        .await
+        .is_err());
+    // The cap comes with the scan's next read: steps run, paced by their share of it.
+    scan.learned_cap = Some(2_000.0);
+    pacing.read(&scan).await;
+    let step = pacing
+        .admit(&ledger, &scan, source.clone(), ADMIT_WAIT)
+        .await;
+    assert!(step.is_ok());
+    drop(step);
+
+    // A round nobody closed: the steps of a process that joined it run once it is long over.
+    let mut stale = record("scan-round-never-closed", None);
+    let ledger = ledger_with_scan_row(&stale.id).await;
+    stale.learn_round_ms = tablescan_pace::TokioClock.now_ms();
+    let pacing = Pacing::new(tablescan_pace::TokioClock);
+    assert!(pacing
+        .admit(&ledger, &stale, source.clone(), ADMIT_WAIT)
+        .await
+        .is_err());
+    tokio::time::advance(
+        tablescan_ledger::learning::ROUND + round_hold::HOLD_PAST_ROUND - ADMIT_WAIT,
+    )
+    .await;
+    assert!(pacing
+        .admit(&ledger, &stale, source, ADMIT_WAIT)
+        .await
+        .is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_process_in_a_scan_learning_its_cap_holds_its_back_off() {
+    use tablescan_pace::Clock;
+    let scan = record("scan-holds-while-learning", None);
+    let ledger = ledger_with_scan_row(&scan.id).await;
+    let pacing = Pacing::new(tablescan_pace::TokioClock);
+    let source = Arc::new(Governor::default());
+    let step = pacing
+        .admit(&ledger, &scan, source.clone(), ADMIT_WAIT)
+        .await
+        .unwrap();
+    // Refused while busy; the round opens (another process reported) and is read here.
+    for _ in 0..10 {
+        let ticket = step.before_read(1_000).await;
+        step.after_read(ticket, 1_000, 0);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    source.throttled();
+    let mut learning = scan.clone();
+    learning.learn_round_ms = tablescan_pace::TokioClock.now_ms();
+    pacing.read(&learning).await;
+    let ceiling = source.estimate().unwrap() * 0.9;
+    let cut = Instant::now();
+    // Busy past the back-off's quiet whiles (a creep 8 s after the cut, a lift at 12), until
+    // the round (opened by this process's own report, 4 s after the cut) sets the cap: held
+    // at its ceiling all along.
+    let mut held_for = Duration::ZERO;
+    while Instant::now() < cut + Duration::from_secs(30) {
+        let ticket = step.before_read(100).await;
+        step.after_read(ticket, 100, 0);
+        if ledger
+            .learning(&scan.id)
+            .await
+            .unwrap()
+            .and_then(|l| l.cap)
+            .is_some()
+        {
+            break;
+        }
+        let rate = source.rate().expect("held");
+        assert!(rate <= ceiling + 1.0, "{rate} over the ceiling {ceiling}");
+        held_for = cut.elapsed();
+    }
+    assert!(
+        held_for >= Duration::from_secs(11),
+        "held only {held_for:?}"
+    );
+    drop(step);
 }
