@@ -25,7 +25,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use ledger_health::LedgerHealth;
-use page_time::PageTime;
 use tablescan_ledger::{Ledger, ScanRecord};
 use tablescan_pace::ScanShare;
 use tablescan_storage::pacing::{Governor, RecentUse, Ticket, TokenBucket};
@@ -83,6 +82,8 @@ pub fn give_back_delay(times_given_back: u32, unit: f64) -> Duration {
 pub const STEP_RATE: f64 = 300.0;
 /// How long after its place is earned a page reserved ahead may still use it.
 const RESERVATION_LIFE: Duration = Duration::from_millis(100);
+/// How many seconds of its share one page of a paced step holds.
+const PAGE_SECONDS: f64 = 0.5;
 /// The smallest page a paced step asks for.
 const MIN_PAGE: u16 = 100;
 
@@ -163,8 +164,6 @@ pub struct ScanPace {
     /// Strains of the partition met outside `Ledger::commit_counted`
     /// ([`StepPace::ledger_strained`]), counted with the ledger's.
     strains_noted: AtomicU64,
-    /// How long the scan's pages take to come back here: how much of its share a page holds.
-    page_time: PageTime,
     /// Until when (epoch ms) this process runs none of the scan's steps unless the scan has a
     /// cap: it joined the scan while the scan learned its cap ([`round_hold`]); 0 if not.
     joined_learning_until_ms: u64,
@@ -257,10 +256,20 @@ pub struct NotAdmitted {
     /// Steps of the scan running in this process, and what its rate allows.
     pub running: usize,
     pub slots: usize,
+    /// How long the scan may still be learning its cap, when that is why: this process joined
+    /// the scan while it did, and runs its steps once the cap comes ([`round_hold`]).
+    pub learning_for: Option<Duration>,
 }
 
 impl std::fmt::Display for NotAdmitted {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.learning_for.is_some() {
+            return write!(
+                f,
+                "the scan is learning its cap from the account's refusals, and this process \
+                 joined it meanwhile: its steps run here once the cap comes"
+            );
+        }
         write!(
             f,
             "{} steps of the scan run in this process and its share of the scan's rate allows {}",
@@ -286,6 +295,14 @@ impl Pacing {
         let give_up_at = Instant::now() + wait;
         let admitted_crowded;
         loop {
+            if let Some(left) = pace.learning_left() {
+                // Not waited for here: the cap takes seconds, and the item comes back then.
+                return Err(NotAdmitted {
+                    running: pace.lock().running,
+                    slots: 0,
+                    learning_for: Some(left),
+                });
+            }
             {
                 let mut state = pace.lock();
                 let slots = pace.slots(&source);
@@ -303,6 +320,7 @@ impl Pacing {
                     return Err(NotAdmitted {
                         running: state.running,
                         slots,
+                        learning_for: None,
                     });
                 }
             }
@@ -389,10 +407,10 @@ impl ScanPace {
             moved: AtomicU64::new(0),
             ledger_health: LedgerHealth::default(),
             strains_noted: AtomicU64::new(0),
-            page_time: PageTime::default(),
             joined_learning_until_ms: round_hold::learning_until_ms(
                 scan.learn_round_ms,
                 set.is_some() || scan.learned_cap.is_some(),
+                tablescan_pace::Clock::now_ms(clock),
             ),
             has_learned: Default::default(),
             round_ms: AtomicU64::new(scan.learn_round_ms),
@@ -473,8 +491,9 @@ impl ScanPace {
     }
 
     /// How many steps may run at once: all of them unless something limits the rate; none
-    /// while a capped scan holds no slice; never more than the scan's ledger partition bears
-    /// ([`ledger_health`]).
+    /// while a capped scan holds no slice, nor while this process waits for the cap of a scan
+    /// it joined as it learned one ([`round_hold`]); never more than the scan's ledger
+    /// partition bears ([`ledger_health`]).
     fn slots(&self, source: &Governor) -> usize {
         if self.awaits_cap() {
             return 0;
@@ -486,10 +505,19 @@ impl ScanPace {
 
     /// Whether this process joined the scan while it learned its cap, and waits for the cap
     /// before it runs a step ([`round_hold`]).
-    fn awaits_cap(&self) -> bool {
-        self.joined_learning_until_ms > 0
-            && lock(&self.cap).is_none()
-            && tablescan_pace::Clock::now_ms(&self.clock) < self.joined_learning_until_ms
+    pub(super) fn awaits_cap(&self) -> bool {
+        self.learning_left().is_some()
+    }
+
+    /// How long this process may still wait for the scan's cap before it runs a step
+    /// ([`round_hold`]); `None` when it does not wait.
+    fn learning_left(&self) -> Option<Duration> {
+        if self.joined_learning_until_ms == 0 || lock(&self.cap).is_some() {
+            return None;
+        }
+        let now = tablescan_pace::Clock::now_ms(&self.clock);
+        (now < self.joined_learning_until_ms)
+            .then(|| Duration::from_millis(self.joined_learning_until_ms - now))
     }
 
     /// How many steps may run at once as the rate allows.
@@ -526,8 +554,7 @@ impl StepPace {
     }
 
     /// How many rows to ask for in the next page: half a second's worth of the step's part of the
-    /// rate, or more while pages take longer to come back ([`PageTime`]); at least 100 rows, at
-    /// most `top`.
+    /// rate (at least 100 rows), at most `top`.
     pub fn page_size(&self, top: u16) -> u16 {
         let Some(rate) = self.pace.rate(&self.source) else {
             return top;
@@ -535,14 +562,7 @@ impl StepPace {
         let running = self.pace.lock().running.max(1) as f64;
         let top = top.max(1);
         let least = MIN_PAGE.min(top);
-        let seconds = self.pace.page_time.page_seconds();
-        ((rate / running * seconds) as u16).clamp(least, top)
-    }
-
-    /// Counts a page of the scan's that came back `took` after it was sent (what later pages'
-    /// sizes follow).
-    pub fn page_answered_in(&self, took: Duration) {
-        self.pace.page_time.answered_in(took);
+        ((rate / running * PAGE_SECONDS) as u16).clamp(least, top)
     }
 
     /// Waits until `entities` may be read from the source; the ticket gives back what the
@@ -699,7 +719,6 @@ impl Drop for StepPace {
 }
 
 mod ledger_health;
-mod page_time;
 pub mod park;
 mod refresher;
 mod round_hold;

@@ -4,11 +4,12 @@
 //! processes that leave, and hold back those that stay).
 //!
 //! When a process's back-off for the account a scan reads is cut (the account refused), the
-//! process reports, a few seconds later, where its back-off takes the account to refuse it (what
-//! it moved as it was refused, less the burst of a first refusal) into the scan's learning round
-//! (the row `pace~learn`): the first report opens a round, announced on the scan row, and every
-//! other process running the scan reports within the next [`ROUND`] (a refused one its estimate,
-//! the others what they move). The round's sum is then where the account refused the scan, all
+//! process reports, a few seconds later, where the account began to refuse it (what the account
+//! served it over the seconds before the refusal, or where its back-off takes the account to
+//! refuse it if more; the handler's refresher) into the scan's learning round (the row
+//! `pace~learn`): the first report opens a round, announced on the scan row, and every other
+//! process running the scan reports within the next [`ROUND`] (a refused one its estimate, the
+//! others what they move). The round's sum is then where the account refused the scan, all
 //! processes together; the first process to see the round over closes it, and the scan's cap
 //! becomes [`LEARNED_SHARE`] of the sum (the scan row's `learnedCap`, which every process reads
 //! with the scan). The cap keeps what the back-offs found when they lift, and when processes

@@ -277,11 +277,21 @@ async fn a_process_that_joins_a_scan_learning_its_cap_waits_for_the_cap() {
     let pacing = Pacing::new(tablescan_pace::TokioClock);
     let source = Arc::new(Governor::default());
     // The round is open and the scan has no cap: nothing here limits a step but a back-off
-    // that has heard nothing, so none runs.
-    assert!(pacing
+    // that has heard nothing, so none runs; its item comes back when the cap may have come.
+    let started = Instant::now();
+    let Err(why) = pacing
         .admit(&ledger, &scan, source.clone(), ADMIT_WAIT)
         .await
-        .is_err());
+    else {
+        panic!("admitted while the scan learns its cap");
+    };
+    assert_eq!(
+        started.elapsed(),
+        Duration::ZERO,
+        "waited in the invocation"
+    );
+    let learning = tablescan_ledger::learning::ROUND + round_hold::HOLD_PAST_ROUND;
+    assert_eq!(why.learning_for, Some(learning));
     // The cap comes with the scan's next read: steps run, paced by their share of it.
     scan.learned_cap = Some(2_000.0);
     pacing.read(&scan).await;
@@ -300,10 +310,7 @@ async fn a_process_that_joins_a_scan_learning_its_cap_waits_for_the_cap() {
         .admit(&ledger, &stale, source.clone(), ADMIT_WAIT)
         .await
         .is_err());
-    tokio::time::advance(
-        tablescan_ledger::learning::ROUND + round_hold::HOLD_PAST_ROUND - ADMIT_WAIT,
-    )
-    .await;
+    tokio::time::advance(learning).await;
     assert!(pacing
         .admit(&ledger, &stale, source, ADMIT_WAIT)
         .await
@@ -340,13 +347,12 @@ async fn a_process_in_a_scan_learning_its_cap_holds_its_back_off() {
     while Instant::now() < cut + Duration::from_secs(30) {
         let ticket = step.before_read(100).await;
         step.after_read(ticket, 100, 0);
-        if ledger
-            .learning(&scan.id)
-            .await
-            .unwrap()
-            .and_then(|l| l.cap)
-            .is_some()
-        {
+        if let Some(cap) = ledger.learning(&scan.id).await.unwrap().and_then(|l| l.cap) {
+            // The cap takes over (as the scan is read with it): the hold ends with the lift.
+            let mut learned = scan.clone();
+            learned.learned_cap = Some(cap);
+            pacing.read(&learned).await;
+            assert_eq!(source.rate(), None);
             break;
         }
         let rate = source.rate().expect("held");
@@ -358,4 +364,33 @@ async fn a_process_in_a_scan_learning_its_cap_holds_its_back_off() {
         "held only {held_for:?}"
     );
     drop(step);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_round_whose_reporters_left_is_closed_by_a_process_that_joined_it() {
+    use tablescan_pace::Clock;
+    let mut scan = record("scan-reporters-gone", None);
+    let ledger = ledger_with_scan_row(&scan.id).await;
+    // A process reported a refusal and left: the round is open, and nobody will close it.
+    let opened = tablescan_pace::TokioClock.now_ms();
+    ledger
+        .report_refusal(&scan.id, 3_000.0, opened)
+        .await
+        .unwrap();
+    scan.learn_round_ms = opened;
+    let pacing = Pacing::new(tablescan_pace::TokioClock);
+    let source = Arc::new(Governor::default());
+    assert!(pacing
+        .admit(&ledger, &scan, source.clone(), ADMIT_WAIT)
+        .await
+        .is_err());
+    // This process closes it once it is over (it stays in the scan meanwhile), and runs its
+    // steps at the cap it set once it reads the scan with it.
+    tokio::time::sleep(tablescan_ledger::learning::ROUND + Duration::from_secs(1)).await;
+    let cap = ledger.learning(&scan.id).await.unwrap().and_then(|l| l.cap);
+    assert_eq!(cap, Some(2_700.0));
+    scan.learned_cap = cap;
+    if let Err(why) = pacing.admit(&ledger, &scan, source, ADMIT_WAIT).await {
+        panic!("not admitted with the cap: {why}");
+    }
 }

@@ -69,6 +69,8 @@ pub(super) struct Refresher {
     served_before_cut: Option<f64>,
     /// When the round this process reported into is over, to close it.
     close_at_ms: Option<u64>,
+    /// The last round (its opening, epoch ms) this process tried to close.
+    close_tried_round: u64,
     /// The round this process reported into last (its opening, epoch ms).
     reported_round: u64,
     /// When this process last tried to raise the learned cap.
@@ -91,6 +93,7 @@ impl Refresher {
             report_at: None,
             served_before_cut: None,
             close_at_ms: None,
+            close_tried_round: 0,
             reported_round: 0,
             raise_tried: None,
             lower_tried: None,
@@ -211,15 +214,33 @@ impl Refresher {
             return;
         }
         let round = self.pace.round_ms.load(Ordering::Relaxed);
-        let learning_until = super::round_hold::learning_until_ms(round, false);
+        let learning_until = super::round_hold::learning_until_ms(round, false, now_ms);
         if learning_until > now_ms {
             source.hold_until(now + Duration::from_millis(learning_until - now_ms));
+            if self.pace.has_learned.load(Ordering::Relaxed) {
+                // The cap came (and lifted the back-off) as the hold was set: no hold then.
+                source.lift();
+            }
+            // Every process running the scan closes the round once it is over, not only those
+            // that reported into it: a process that joined meanwhile waits for its cap, and
+            // would wait in vain if every reporter had left.
+            if self.close_at_ms.is_none() && round > self.close_tried_round {
+                self.close_at_ms = Some(round + ROUND.as_millis() as u64);
+            }
         }
         if cuts > seen {
             self.cuts_seen = Some(cuts);
-            let served = self.served_before(now);
-            self.served_before_cut = Some(self.served_before_cut.map_or(served, |s| s.max(served)));
-            self.plan_report_of_cut(now, now_ms);
+            // What the account served before it refused counts in the report this cut plans,
+            // and in no later one; never more than the rate it refused.
+            if self.plan_report_of_cut(now, now_ms) {
+                let served = self
+                    .served_before(now)
+                    .min(source.refused_rate().unwrap_or(f64::INFINITY));
+                self.served_before_cut =
+                    Some(self.served_before_cut.map_or(served, |s| s.max(served)));
+            } else {
+                self.served_before_cut = None;
+            }
         }
         self.join_open_round(now, now_ms);
         if self.report_at.is_some_and(|at| now >= at) {
@@ -262,13 +283,14 @@ impl Refresher {
 
     /// After a new cut: a report once the back-off has settled ([`REPORT_DELAY`]), counted
     /// once per round (a second cut while this process's report for the open round stands
-    /// adds nothing).
-    fn plan_report_of_cut(&mut self, now: Instant, now_ms: u64) {
+    /// adds nothing). Whether a report is planned.
+    fn plan_report_of_cut(&mut self, now: Instant, now_ms: u64) -> bool {
         let open = self.pace.round_ms.load(Ordering::Relaxed);
         let reported_open = self.reported_round == open && now_ms < open + ROUND.as_millis() as u64;
         if !reported_open {
             self.report_at.get_or_insert(now + REPORT_DELAY);
         }
+        !reported_open
     }
 
     /// A round another process opened, seen with the scan: this process's part counts too, so
@@ -319,6 +341,7 @@ impl Refresher {
             return;
         }
         self.close_at_ms = None;
+        self.close_tried_round = self.pace.round_ms.load(Ordering::Relaxed);
         let ledger = &self.pace.ledger;
         if let Err(e) = ledger.close_round(&self.pace.scan, now_ms).await {
             tracing::debug!(scan = %self.pace.scan, "could not close a learning round: {e}");
@@ -433,7 +456,9 @@ impl Refresher {
     async fn removed(&self) -> bool {
         {
             let mut scans = self.scans.lock().await;
-            if !self.idle_for(GRACE) {
+            // A process waiting for the scan's cap stays in the scan until it comes: it may be
+            // the one to close the round, and its items come back then.
+            if !self.idle_for(GRACE) || self.pace.awaits_cap() {
                 return false;
             }
             scans.remove(&self.pace.scan);

@@ -2,6 +2,8 @@
 //! that cannot run here soon is given back to its queue), and the wait for a claim held by
 //! another delivery.
 
+use std::time::Duration;
+
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use time::OffsetDateTime;
@@ -72,11 +74,19 @@ pub(super) async fn give_back(
     why: &NotAdmitted,
 ) -> Response {
     let unit = (uuid::Uuid::new_v4().as_u128() % 1_000) as f64 / 1_000.0;
-    let delay = give_back_delay(item.given_back, unit);
-    let again = WorkItem {
-        given_back: item.given_back.saturating_add(1),
-        ..item.clone()
+    let again = match why.learning_for {
+        // Back once the cap may have come, spread over a second; not counted as a return for
+        // want of room (those lengthen the next delay, and park the item after a few).
+        Some(left) => (left + Duration::from_secs(1).mul_f64(unit), item.clone()),
+        None => (
+            give_back_delay(item.given_back, unit),
+            WorkItem {
+                given_back: item.given_back.saturating_add(1),
+                ..item.clone()
+            },
+        ),
     };
+    let (delay, again) = again;
     match send_later(state, kind, &again, delay).await {
         Ok(()) => {
             tracing::info!(

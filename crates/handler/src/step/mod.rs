@@ -116,7 +116,10 @@ async fn begin(
     // soon is given back to the queue for later, without a ledger write.
     let mut admitted = match admit_before_claim(state, ledger, item).await {
         Admission::Admitted(pace) => Some(pace),
-        Admission::NotNow(why) if parking::park_if_due(ledger, item).await => {
+        // Waiting for a cap being learned is short: never parked.
+        Admission::NotNow(why)
+            if why.learning_for.is_none() && parking::park_if_due(ledger, item).await =>
+        {
             tracing::debug!("not run here now ({why})");
             return Err(Outcome::default().into_response());
         }

@@ -117,11 +117,7 @@ impl TableReader for PacedReader<'_> {
             self.pace.release(replaced);
         }
         let paced = PageRequest { top, ..*request };
-        let sent_at = tokio::time::Instant::now();
         let page = self.table.read_page(&paced).await;
-        if page.is_ok() {
-            self.pace.page_answered_in(sent_at.elapsed());
-        }
         // A refused or failed request took nothing from the account.
         let used = page.as_ref().map_or(0, |page| page.entities.len() as u64);
         self.pace

@@ -14,7 +14,8 @@
 //! an account's limit within seconds. After the first refusal the rate is cut and climbs back
 //! quickly to a ceiling below the rate refused, and stays there while the refusal is recent.
 //! After eight quiet seconds it creeps up (this process's part may have grown: others left), and
-//! after twelve it is lifted: a scan keeps its own ceiling for all its processes together (its
+//! after twelve it is lifted, unless it is held ([`Governor::hold_until`]: a scan learning its
+//! cap holds it until the cap comes): a scan keeps its own ceiling for all its processes together (its
 //! cap learned from the same refusals, `job::learning` in the handler), so what one process
 //! does alone does not take the scan over what the account takes. Latency is the third
 //! signal: while the target answers more than twice as slowly as it did at its quickest lately
@@ -95,6 +96,8 @@ pub struct Governor {
 struct Aimd {
     /// Where the target is taken to start refusing, once it has refused.
     refused_at: Option<f64>,
+    /// The rate in use when it last refused (what the last cut was made from).
+    refused_from: Option<f64>,
     last_cut: Option<Instant>,
     /// How many cuts were made: a scan learns its cap when it sees this grow.
     cuts: u64,
@@ -228,6 +231,7 @@ impl Default for Governor {
             bucket: TokenBucket::new(None),
             state: Mutex::new(Aimd {
                 refused_at: None,
+                refused_from: None,
                 last_cut: None,
                 cuts: 0,
                 last_raise: now,
@@ -324,6 +328,7 @@ impl Governor {
         };
         let rate = rate.max(MIN_RATE);
         state.refused_at = Some(refused_at.max(MIN_RATE));
+        state.refused_from = Some(from);
         state.last_cut = Some(now);
         state.cuts += 1;
         state.last_raise = now;
@@ -361,6 +366,12 @@ impl Governor {
     /// has refused it.
     pub fn estimate(&self) -> Option<f64> {
         self.lock().refused_at
+    }
+
+    /// The rate this process used when the target last refused it (entities per second, what
+    /// the cut was made from), once it has refused it.
+    pub fn refused_rate(&self) -> Option<f64> {
+        self.lock().refused_from
     }
 
     /// Whether the target answers this process much slower than at its quickest lately (more

@@ -117,12 +117,7 @@ impl TableReader for Reader {
             latency: query_latency(&engine.params, rows as f64),
         };
         let policy = tablescan::scan::budget::read_retry_policy();
-        let sent_at = engine.now();
         let sent = send(engine, &policy, &storage_request, Some(&self.pace.source)).await;
-        if sent.is_ok() {
-            self.pace
-                .page_answered_in(Duration::from_secs_f64((engine.now() - sent_at).max(0.0)));
-        }
         let used = if sent.is_ok() { rows } else { 0 };
         self.pace
             .after_read(ticket, used, u64::from(top).saturating_sub(used));

@@ -270,13 +270,6 @@ impl InstancePace {
         self.step().map_or(top, |step| step.page_size(top))
     }
 
-    /// Counts a page that came back `took` after it was sent (`StepPace::page_answered_in`).
-    pub fn page_answered_in(&self, took: std::time::Duration) {
-        if let Some(step) = self.step() {
-            step.page_answered_in(took);
-        }
-    }
-
     /// Waits for `entities` of the account's back-off and the scan's share, at most
     /// `SHARE_WAIT` (as `PacedReader::read_page` does).
     pub async fn before_read(&self, entities: u64) -> Result<Option<Ticket>, StorageError> {
