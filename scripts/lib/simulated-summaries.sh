@@ -34,6 +34,15 @@ for plan in consumption flex; do
   done
 done
 [ ${#tables[@]} -gt 0 ] || { echo "no simulated tables in $dir" >&2; exit 1; }
+# The tables of one plan (or every plan, "") at default settings, by capacity (a glob would
+# sort 100000 before 20000).
+defaults() {
+  for f in "${tables[@]}"; do
+    case $f in *"/$1"*-default.md) echo "$f" ;; esac
+  done
+}
+mapfile -t consumption_defaults < <(defaults consumption-)
+mapfile -t all_defaults < <(defaults "")
 from="From the tables of \`scripts/simulate\` in docs/performance.md (\"Simulation at Azure scale\", each with its command): $(stamps "${tables[@]}")."
 
 {
@@ -60,7 +69,7 @@ grep -q -- '-35m |' "${tables[@]}" 2>/dev/null && size=35m
   echo
   echo "| ${size} rows | capacity (entities/s) | minutes | bound (min) | x bound | peak instances |"
   echo "| --- | --- | --- | --- | --- | --- |"
-  rows "^ (count|copy|copy-within)-${size} $" 1,3,6,7,9,13 "$dir"/consumption-*-default.md
+  rows "^ (count|copy|copy-within)-${size} $" 1,3,6,7,9,13 "${consumption_defaults[@]}"
 } >"$dir/readme-sizing.md"
 
 {
@@ -68,7 +77,7 @@ grep -q -- '-35m |' "${tables[@]}" 2>/dev/null && size=35m
   echo
   echo "| case | plan | capacity (entities/s) | minutes | peak instances | steps given back | longest step (s) |"
   echo "| --- | --- | --- | --- | --- | --- | --- |"
-  rows "^ [a-z-]+-${size} $" 1,2,3,6,13,16,12 "$dir"/*-default.md
+  rows "^ [a-z-]+-${size} $" 1,2,3,6,13,16,12 "${all_defaults[@]}"
 } >"$dir/deployment-instances.md"
 
 {
