@@ -42,6 +42,8 @@ struct State {
     /// Whether the last tick's demand wanted more: a process that starts wanting more looks
     /// at once, whatever its looks found before.
     wanted: bool,
+    /// Entities per second the process used, as the last tick's demand said.
+    used: f64,
     /// The slice this process asked another for, and when: looked at first, every
     /// [`PROBE_MIN`], until its holder has had a renewal's time to give it up.
     asked: Option<(u16, u64)>,
@@ -97,6 +99,7 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
                 next_renew_ms: 0,
                 surplus_since_ms: None,
                 wanted: false,
+                used: 0.0,
                 asked: None,
                 random: hasher.finish() | 1,
             }),
@@ -157,6 +160,7 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
                 state.next_probe_ms = now;
             }
             state.wanted = demand.wants_more;
+            state.used = demand.used;
             (
                 state.joined,
                 !state.held.is_empty() && now >= state.next_renew_ms,
@@ -366,7 +370,7 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
         let needed = if demand.wants_more {
             usize::MAX
         } else {
-            ((demand.used * 1.2 / self.slice_rate()).ceil() as usize + 1).max(1)
+            self.needed_for(demand.used) + 1
         };
         let surplus: Vec<(u16, Held)> = {
             let mut state = self.lock();
@@ -422,10 +426,29 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
         self.free_as(held, &[]).await;
     }
 
+    /// Slices enough for `used` entities per second, with a fifth to spare, and one at least.
+    fn needed_for(&self, used: f64) -> usize {
+        let rate = self.slice_rate();
+        if rate <= 0.0 {
+            return 1;
+        }
+        ((used * 1.2 / rate).ceil() as usize).max(1)
+    }
+
     /// Gives up the slices another process asked for, keeping one: a process that wants more
     /// and holds nothing gets a share within a renewal, and the cap spreads over the processes
-    /// that have work instead of staying with the first.
+    /// that have work instead of staying with the first. A process that wants no more gives
+    /// every asker what its use does not need, whatever the asker holds: the spare slice it
+    /// keeps while nobody asks (`give_back_surplus`) would otherwise sit idle beside processes
+    /// that all want more and hold as many (a simulated capped count on Flex, whose instances
+    /// for partitions used 4% of their two slices while seven others held two each and wanted
+    /// more, ran at 88% of its cap).
     async fn give_up_wanted(&self, rows: &[SliceRow]) {
+        let needed = {
+            let state = self.lock();
+            (!state.wanted).then_some(state.used)
+        }
+        .map(|used| self.needed_for(used));
         let wanted: Vec<(u16, Held)> = {
             let mut state = self.lock();
             let mut asked: Vec<(u16, usize)> = rows
@@ -439,7 +462,11 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
             asked.sort_by_key(|(_, holds)| *holds);
             let mut given = Vec::new();
             for (index, holds) in asked {
-                if state.held.len() < holds + 2 {
+                let gives = match needed {
+                    Some(needed) => state.held.len() > needed,
+                    None => state.held.len() >= holds + 2,
+                };
+                if !gives {
                     continue;
                 }
                 if let Some(held) = state.held.remove(&index) {
@@ -667,6 +694,42 @@ mod tests {
         assert!(held.iter().sum::<usize>() >= 15, "slices unused: {held:?}");
         // Settled: no slice moved in the last 30 s (each hand-over leaves one unused a while).
         assert_eq!(held, held_at_60s, "slices still moving");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_holder_that_wants_no_more_gives_askers_its_spare_slice_whatever_they_hold() {
+        let store = InMemorySlices::default();
+        // A slice is worth 100/s; the light process uses 5/s: one slice is all it needs, and
+        // it keeps one spare while nobody asks.
+        let light = ScanShare::new(store.clone(), TokioClock, "s", "light", 1_600.0);
+        let heavy: Vec<_> = ["a", "b"]
+            .iter()
+            .map(|name| ScanShare::new(store.clone(), TokioClock, "s", name, 1_600.0))
+            .collect();
+        let quiet = Demand {
+            wants_more: false,
+            used: 5.0,
+        };
+        light.tick(WANTS).await;
+        ticks(&light, quiet, 40).await;
+        assert_eq!(light.usable(), 2, "one slice for its use and one spare");
+        // Both others want more and soon hold far more than the light process: under the
+        // rule for processes that all want more (give only to one holding two fewer) the
+        // spare would stay; a process that wants no more gives it.
+        for _ in 0..600 {
+            light.tick(quiet).await;
+            for share in &heavy {
+                share.tick(WANTS).await;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let held: Vec<usize> = heavy.iter().map(|s| s.usable()).collect();
+        assert_eq!(
+            light.usable(),
+            1,
+            "the spare went to an asker; held {held:?}"
+        );
+        assert_eq!(held.iter().sum::<usize>(), 15, "{held:?}");
     }
 
     #[tokio::test(start_paused = true)]

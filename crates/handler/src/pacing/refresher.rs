@@ -47,6 +47,9 @@ const PRESSING: f64 = 0.8;
 /// account gives, and is lowered. Longer than the back-off's lift (12 s after a refusal), so
 /// that a refusal met when the lifted back-off sends its burst counts too.
 const REFUSED_AGAIN_WITHIN: Duration = Duration::from_secs(15);
+/// A process whose steps the share held back wants more slices only while it uses at least
+/// this share of what it is granted (see [`Refresher::demand`]).
+const USED_TO_WANT: f64 = 0.5;
 /// What the process moved over this long is what it reports when an account refuses it.
 const RATE_SPAN: Duration = Duration::from_secs(2);
 /// What an account that was not busy serves at first over what it takes, in seconds of it
@@ -192,9 +195,14 @@ impl Refresher {
             .pace
             .share
             .held_since(now.checked_sub(Duration::from_secs(1)).unwrap_or(now));
+        let used = self.rate();
+        // Held back while using little of its grant: the steps' reservations of pages (half a
+        // second of the share each) wait, and come back mostly unused (pages of small
+        // partitions); more slices would not make them move more.
+        let short = held_back && used >= self.pace.share.rate().unwrap_or(0.0) * USED_TO_WANT;
         Demand {
-            wants_more: waiting > 0 || held_back,
-            used: self.rate(),
+            wants_more: waiting > 0 || short,
+            used,
         }
     }
 

@@ -90,3 +90,39 @@ async fn a_process_refused_again_soon_lowers_the_cap_whatever_share_it_uses() {
         );
     }
 }
+
+/// A process whose steps the share holds back wants more slices only while it uses a good part
+/// of what it is granted: steps that reserve half a second of the share per page and get back
+/// a few rows (small partitions) wait on the bucket all the time, and more slices would not
+/// make them move more (a simulated capped count on Flex kept two slices for 4% of their worth).
+#[tokio::test(start_paused = true)]
+async fn a_process_held_back_but_using_little_of_its_share_wants_no_more() {
+    let source = Arc::new(Governor::default());
+    let (mut refresher, _ledger, _scan) = refresher_of_learned_scan(&source).await;
+    refresher.pace.share.set_rate(Some(1_000.0));
+    let share = refresher.pace.clone();
+    // A reservation far over what the bucket earns in the test: its taker waits throughout.
+    let taker = tokio::spawn(async move { share.share.take(100_000).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for (moved_in_two_seconds, wants_more) in [(100, false), (1_800, true)] {
+        let start = refresher.pace.moved.load(Ordering::Relaxed);
+        refresher.note_moved(Instant::now());
+        tokio::time::sleep(RATE_SPAN).await;
+        refresher
+            .pace
+            .moved
+            .store(start + moved_in_two_seconds, Ordering::Relaxed);
+        let now = Instant::now();
+        refresher.note_moved(now);
+        assert!(refresher
+            .pace
+            .share
+            .held_since(now - Duration::from_secs(1)));
+        let demand = refresher.demand(now);
+        assert_eq!(
+            demand.wants_more, wants_more,
+            "moved {moved_in_two_seconds} in 2 s: {demand:?}"
+        );
+    }
+    taker.abort();
+}
