@@ -27,10 +27,11 @@
 //! 170 with each process's cancel checks and the scan's learning beside them (docs/scan.md).
 //!
 //! A process that holds more than it uses gives the surplus back after [`SURPLUS_AFTER`], so a
-//! slice sits where the work is, keeping one spare; asked for that spare by a process that wants
-//! more, it hands it over at once, whatever the asker holds (processes that all want more hand
-//! over only to one holding two fewer, and so settle on even shares). One that crashes holds its
-//! slices until their leases end.
+//! slice sits where the work is, keeping one spare over what its use needs (a quarter over it:
+//! [`WANTS_MORE_AT`]); asked by a process that wants more, it hands over, at its next renewal,
+//! everything its use does not need, whatever the asker holds (processes that all want more
+//! hand over only to one holding two fewer, and so settle on even shares). One that crashes
+//! holds its slices until their leases end.
 //!
 //! The other designs considered (presence rows with shares worked out by every process, a
 //! share handed down the work-item tree, a budget handed out per step by one row) are compared
@@ -45,6 +46,6 @@ pub use clock::{Clock, SystemClock, TokioClock};
 pub use share::{Demand, ScanShare};
 pub use slice::{
     SliceRow, CLOCK_MARGIN_MS, HAND_OVER_EVERY, LEASE, PROBE_MAX, PROBE_MIN, RENEW_EVERY, SLICES,
-    SURPLUS_AFTER,
+    SURPLUS_AFTER, WANTS_MORE_AT,
 };
 pub use store::{Counts, InMemorySlices, SliceStore, StoreError};

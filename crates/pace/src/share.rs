@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::clock::Clock;
 use crate::slice::{
     renew_gap, SliceRow, LEASE, PROBE_MAX, PROBE_MIN, RENEW_EVERY, SLICES, SURPLUS_AFTER,
+    WANTS_MORE_AT,
 };
 use crate::store::{SliceStore, StoreError};
 
@@ -16,7 +17,8 @@ use crate::store::{SliceStore, StoreError};
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Demand {
     /// Steps would use more than the process holds: some wait to be admitted, or the rate held
-    /// a read or write back lately.
+    /// a read or write back lately while the process used more than [`WANTS_MORE_AT`] of what
+    /// it holds.
     pub wants_more: bool,
     /// Entities per second the process's steps used lately.
     pub used: f64,
@@ -365,12 +367,12 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
     }
 
     /// Gives back the slices the process has not used for [`SURPLUS_AFTER`], keeping one more
-    /// than its use needs.
+    /// than its use needs ([`needed_for`](Self::needed_for)).
     async fn give_back_surplus(&self, now: u64, demand: Demand) {
         let needed = if demand.wants_more {
             usize::MAX
         } else {
-            self.needed_for(demand.used) + 1
+            self.needed_for(demand.used).saturating_add(1)
         };
         let surplus: Vec<(u16, Held)> = {
             let mut state = self.lock();
@@ -426,13 +428,14 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
         self.free_as(held, &[]).await;
     }
 
-    /// Slices enough for `used` entities per second, with a fifth to spare, and one at least.
+    /// Slices enough for `used` entities per second at [`WANTS_MORE_AT`] of their worth (so
+    /// that holding them, the process does not want more), and one at least.
     fn needed_for(&self, used: f64) -> usize {
-        let rate = self.slice_rate();
-        if rate <= 0.0 {
+        let worth = self.slice_rate() * WANTS_MORE_AT;
+        if worth.is_nan() || worth <= 0.0 || !used.is_finite() {
             return 1;
         }
-        ((used * 1.2 / rate).ceil() as usize).max(1)
+        ((used / worth).ceil().min(f64::from(SLICES)) as usize).max(1)
     }
 
     /// Gives up the slices another process asked for, keeping one: a process that wants more
@@ -456,16 +459,14 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
                 .filter(|row| row.wanted_ms > 0 && state.held.contains_key(&row.index))
                 .map(|row| (row.index, usize::from(row.wanted_holds)))
                 .collect();
-            // The poorest asker first; each gets one only while this process keeps more than
-            // it will then hold (so a process holding nothing always gets one, and the last
-            // slice is always kept).
+            // The poorest asker first; each gets one while this process keeps more than it will
+            // then hold (so a process holding nothing always gets one, and the last slice is
+            // always kept), or, wanting no more, more than its use needs.
             asked.sort_by_key(|(_, holds)| *holds);
             let mut given = Vec::new();
             for (index, holds) in asked {
-                let gives = match needed {
-                    Some(needed) => state.held.len() > needed,
-                    None => state.held.len() >= holds + 2,
-                };
+                let held = state.held.len();
+                let gives = held >= holds + 2 || needed.is_some_and(|needed| held > needed);
                 if !gives {
                     continue;
                 }
@@ -730,6 +731,77 @@ mod tests {
             "the spare went to an asker; held {held:?}"
         );
         assert_eq!(held.iter().sum::<usize>(), 15, "{held:?}");
+    }
+
+    /// The demand of a process its share holds back all the time, as the handler judges it:
+    /// it wants more while it uses more than [`WANTS_MORE_AT`] of what it holds.
+    fn held_back_using(share: &ScanShare<InMemorySlices, TokioClock>, used: f64) -> Demand {
+        Demand {
+            wants_more: used > share.granted() * WANTS_MORE_AT,
+            used,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_holder_given_down_to_its_use_does_not_ask_back() {
+        let store = InMemorySlices::default();
+        // Slices worth 100/s; the middle process moves 150/s, held back by its reservations.
+        let middle = ScanShare::new(store.clone(), TokioClock, "s", "middle", 1_600.0);
+        let heavy: Vec<_> = ["a", "b"]
+            .iter()
+            .map(|name| ScanShare::new(store.clone(), TokioClock, "s", name, 1_600.0))
+            .collect();
+        middle.tick(WANTS).await;
+        let mut changes_late = 0;
+        let mut last = middle.usable();
+        for tick in 0..900 {
+            middle.tick(held_back_using(&middle, 150.0)).await;
+            for share in &heavy {
+                share.tick(WANTS).await;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let now = middle.usable();
+            if tick >= 600 && now != last {
+                changes_late += 1;
+            }
+            last = now;
+        }
+        let held: Vec<usize> = heavy.iter().map(|s| s.usable()).collect();
+        assert_eq!(
+            middle.usable(),
+            2,
+            "what 150/s needs at 0.8 of its worth; others {held:?}"
+        );
+        assert_eq!(
+            changes_late, 0,
+            "slices still moving to and from it in the last 30 s"
+        );
+        assert_eq!(held.iter().sum::<usize>(), 14, "{held:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_holder_that_wants_no_more_but_uses_all_it_holds_still_gives_one_to_a_process_with_none(
+    ) {
+        let store = InMemorySlices::default();
+        let busy = ScanShare::new(store.clone(), TokioClock, "s", "busy", 1_600.0);
+        busy.tick(WANTS).await;
+        assert_eq!(busy.usable(), 16);
+        // It moves all 16 slices' worth but is not held back (its pages wait on the account):
+        // it wants no more, and its use needs every slice it holds.
+        let full = Demand {
+            wants_more: false,
+            used: 1_600.0,
+        };
+        let newcomer = ScanShare::new(store.clone(), TokioClock, "s", "newcomer", 1_600.0);
+        for _ in 0..50 {
+            busy.tick(full).await;
+            newcomer.tick(WANTS).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            newcomer.usable() >= 1,
+            "a process holding nothing got nothing"
+        );
     }
 
     #[tokio::test(start_paused = true)]

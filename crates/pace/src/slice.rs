@@ -29,6 +29,16 @@ pub const CLOCK_MARGIN_MS: u64 = 500;
 pub const PROBE_MIN: Duration = Duration::from_millis(500);
 /// The longest: looks that find every slice taken double the time to the next up to this.
 pub const PROBE_MAX: Duration = Duration::from_secs(8);
+/// A process whose steps its share holds back wants more only while it uses more than this
+/// share of what it holds; asked for a slice while it wants no more, it keeps slices enough for
+/// its use at this share (a quarter over its use, one at least). One margin for both, so that a
+/// process given down never wants more at once and asks back (with a fifth to spare when asked
+/// and a half to want more, a process using 0.6 slices' worth was given down to one slice,
+/// wanted more, and got it back, over and over). Under it, a process held back is so by
+/// reservations of pages that come back partly empty (small partitions), which more slices
+/// would not fill. Not lower: with a half (twice its use kept), devhost's capped copy moved 82%
+/// of its cap, processes with a few steps keeping slices their use did not need.
+pub const WANTS_MORE_AT: f64 = 0.8;
 /// How long a process keeps slices it does not use before giving them back.
 pub const SURPLUS_AFTER: Duration = Duration::from_secs(3);
 
@@ -47,10 +57,11 @@ pub struct SliceRow {
     pub wanted_ms: u64,
     /// The process that asked for it: its holder hands it over when it gives it up.
     pub wanted_by: String,
-    /// How many slices the process that asked held then: a holder gives a slice up only to a
-    /// process holding at least two fewer than itself, so that processes that all want more
-    /// settle on even shares instead of handing slices back and forth (each hand-over leaves
-    /// the slice unused for a look's while).
+    /// How many slices the process that asked held then: a holder that wants more itself
+    /// gives a slice up only to a process holding at least two fewer than itself, so that
+    /// processes that all want more settle on even shares instead of handing slices back and
+    /// forth (each hand-over leaves the slice unused for a look's while); one that wants no
+    /// more gives whatever its use does not need, to any asker.
     pub wanted_holds: u16,
     /// The row's version as last read or written; `None` for a row not stored yet.
     pub etag: Option<String>,

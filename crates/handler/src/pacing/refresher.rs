@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tablescan_pace::{Clock, Demand};
+use tablescan_pace::{Clock, Demand, WANTS_MORE_AT};
 use tokio::time::Instant;
 
 use super::{lock, LeaseClock, ScanPace, Scans};
@@ -47,9 +47,6 @@ const PRESSING: f64 = 0.8;
 /// account gives, and is lowered. Longer than the back-off's lift (12 s after a refusal), so
 /// that a refusal met when the lifted back-off sends its burst counts too.
 const REFUSED_AGAIN_WITHIN: Duration = Duration::from_secs(15);
-/// A process whose steps the share held back wants more slices only while it uses at least
-/// this share of what it is granted (see [`Refresher::demand`]).
-const USED_TO_WANT: f64 = 0.5;
 /// What the process moved over this long is what it reports when an account refuses it.
 const RATE_SPAN: Duration = Duration::from_secs(2);
 /// What an account that was not busy serves at first over what it takes, in seconds of it
@@ -198,8 +195,10 @@ impl Refresher {
         let used = self.rate();
         // Held back while using little of its grant: the steps' reservations of pages (half a
         // second of the share each) wait, and come back mostly unused (pages of small
-        // partitions); more slices would not make them move more.
-        let short = held_back && used >= self.pace.share.rate().unwrap_or(0.0) * USED_TO_WANT;
+        // partitions); more slices would not make them move more. With no grant (no slice
+        // yet, or leases lapsed; the bucket keeps a rate of 0 as a tiny one) any hold is want.
+        let granted = self.pace.share.rate().filter(|rate| *rate > 1e-6);
+        let short = held_back && granted.is_none_or(|granted| used > granted * WANTS_MORE_AT);
         Demand {
             wants_more: waiting > 0 || short,
             used,

@@ -126,3 +126,21 @@ async fn a_process_held_back_but_using_little_of_its_share_wants_no_more() {
     }
     taker.abort();
 }
+
+/// A process with no grant (no slice yet, or its leases lapsed) whose steps the share holds
+/// wants more, though it moved nothing: the bucket keeps a rate of 0 as a tiny one, and half of
+/// that is no bar.
+#[tokio::test(start_paused = true)]
+async fn a_process_held_back_with_no_grant_wants_more() {
+    let source = Arc::new(Governor::default());
+    let (mut refresher, _ledger, _scan) = refresher_of_learned_scan(&source).await;
+    refresher.pace.share.set_rate(Some(0.0));
+    let share = refresher.pace.clone();
+    let taker = tokio::spawn(async move { share.share.take(1).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let now = Instant::now();
+    refresher.note_moved(now);
+    let demand = refresher.demand(now);
+    assert!(demand.wants_more, "{demand:?}");
+    taker.abort();
+}
