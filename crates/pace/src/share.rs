@@ -24,6 +24,23 @@ pub struct Demand {
     pub used: f64,
 }
 
+impl Demand {
+    /// The demand of a process whose steps `wait` to be admitted or not, whose share `held_back`
+    /// a read or write lately or not, that used `used` entities per second of the `granted`
+    /// its slices allow. Held back while using little of its grant, its steps' reservations of
+    /// pages (half a second of the share each) wait and come back partly unused (pages of
+    /// small partitions): more slices would not make them move more. With no grant (no slice
+    /// yet, or leases lapsed) any hold is want. The margin is the one a holder keeps for its
+    /// use when asked ([`ScanShare`]), so a process given down does not want more at once.
+    pub fn judged(wait: bool, held_back: bool, used: f64, granted: f64) -> Demand {
+        let short = held_back && (granted <= 1e-6 || used > granted * WANTS_MORE_AT);
+        Demand {
+            wants_more: wait || short,
+            used,
+        }
+    }
+}
+
 /// A slice this process holds: until when (epoch ms), and the row's version.
 #[derive(Debug, Clone)]
 struct Held {
@@ -447,13 +464,9 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
     /// for partitions used 4% of their two slices while seven others held two each and wanted
     /// more, ran at 88% of its cap).
     async fn give_up_wanted(&self, rows: &[SliceRow]) {
-        let needed = {
-            let state = self.lock();
-            (!state.wanted).then_some(state.used)
-        }
-        .map(|used| self.needed_for(used));
         let wanted: Vec<(u16, Held)> = {
             let mut state = self.lock();
+            let needed = (!state.wanted).then(|| self.needed_for(state.used));
             let mut asked: Vec<(u16, usize)> = rows
                 .iter()
                 .filter(|row| row.wanted_ms > 0 && state.held.contains_key(&row.index))
@@ -733,13 +746,10 @@ mod tests {
         assert_eq!(held.iter().sum::<usize>(), 15, "{held:?}");
     }
 
-    /// The demand of a process its share holds back all the time, as the handler judges it:
-    /// it wants more while it uses more than [`WANTS_MORE_AT`] of what it holds.
+    /// The demand of a process its share holds back all the time and none of whose steps
+    /// wait: it wants more while it uses more than [`WANTS_MORE_AT`] of what it holds.
     fn held_back_using(share: &ScanShare<InMemorySlices, TokioClock>, used: f64) -> Demand {
-        Demand {
-            wants_more: used > share.granted() * WANTS_MORE_AT,
-            used,
-        }
+        Demand::judged(false, true, used, share.granted())
     }
 
     #[tokio::test(start_paused = true)]

@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tablescan_pace::{Clock, Demand, WANTS_MORE_AT};
+use tablescan_pace::{Clock, Demand};
 use tokio::time::Instant;
 
 use super::{lock, LeaseClock, ScanPace, Scans};
@@ -192,17 +192,10 @@ impl Refresher {
             .pace
             .share
             .held_since(now.checked_sub(Duration::from_secs(1)).unwrap_or(now));
-        let used = self.rate();
-        // Held back while using little of its grant: the steps' reservations of pages (half a
-        // second of the share each) wait, and come back mostly unused (pages of small
-        // partitions); more slices would not make them move more. With no grant (no slice
-        // yet, or leases lapsed; the bucket keeps a rate of 0 as a tiny one) any hold is want.
-        let granted = self.pace.share.rate().filter(|rate| *rate > 1e-6);
-        let short = held_back && granted.is_none_or(|granted| used > granted * WANTS_MORE_AT);
-        Demand {
-            wants_more: waiting > 0 || short,
-            used,
-        }
+        // No rate (an uncapped scan) counts as no grant: any hold is want. The bucket keeps a
+        // rate of 0 as a tiny one, which `judged` takes as none too.
+        let granted = self.pace.share.rate().unwrap_or(0.0);
+        Demand::judged(waiting > 0, held_back, self.rate(), granted)
     }
 
     /// Reports a new cut of the account's back-off into the scan's learning round, and closes
