@@ -1,10 +1,13 @@
 //! Running schedules: the `RunSchedules` timer starts each due occurrence once, and `run now`
 //! starts one by hand (`job::schedules` keeps them; docs/schedules.md says how they behave).
 //!
-//! Once: an occurrence's scan is started with the idempotency key `schedule NAME UNIX`, so two
-//! instances, a restart between the start and its record, or a timer run again start one scan;
-//! the occurrence is then recorded on the schedule's row, conditional on the row as read, and
-//! of two instances one records it. Never overlapping: an occurrence whose schedule's previous
+//! Once: the occurrence is first marked on the schedule's row as the one being started
+//! (conditional on the row as read: of two instances one goes on), its scan is started with the
+//! idempotency key `schedule NAME UNIX`, and the run is recorded on the row. A process killed
+//! between the start and the record leaves the mark: the next tick finds the scan by its key
+//! and records it as that occurrence's run, so every scan a schedule starts is among its runs
+//! (and the next occurrence's overlap check sees it); a mark with no scan behind it counts as
+//! a missed occurrence. Never overlapping: an occurrence whose schedule's previous
 //! scan is still in flight is skipped and recorded as skipped. After a downtime, only the latest
 //! due occurrence runs, late, with the number of occurrences it missed.
 
@@ -13,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use time::{Duration, OffsetDateTime};
 
 use crate::app::AppState;
-use crate::http::start_request;
+use crate::http::{idempotent_scan_id, start_request};
 use crate::protocol::{Failure, Invocation, Outcome};
 use tablescan_ledger::schedules::{Run, Schedule};
 use tablescan_ledger::{Ledger, State};
@@ -80,6 +83,7 @@ pub async fn run_occurrence(
         skipped: None,
         error: None,
     };
+    let mut schedule = schedule;
     match overlap(ledger, &schedule).await? {
         Some(why) => run.skipped = Some(why),
         None => {
@@ -90,7 +94,15 @@ pub async fn run_occurrence(
                     occurrence.unix_timestamp_nanos()
                 )
             } else {
-                format!("schedule {} {}", schedule.name, occurrence.unix_timestamp())
+                if schedule.starting != Some(occurrence) {
+                    schedule = match ledger.mark_starting(&schedule, occurrence).await {
+                        Ok(Some(marked)) => marked,
+                        // Another instance is starting it (or the schedule changed).
+                        Ok(None) => return Ok((run, false)),
+                        Err(e) => return Err(format!("the occurrence could not be marked: {e}")),
+                    };
+                }
+                occurrence_key(&schedule.name, occurrence)
             };
             match start_request(state, &schedule.request, Some(&key)).await {
                 Ok(started) => {
@@ -124,6 +136,55 @@ pub async fn run_occurrence(
     );
     let recorded = record_run(ledger, schedule, &run, occurrence, manual).await?;
     Ok((run, recorded))
+}
+
+/// The idempotency key of the scan the timer starts for `occurrence` of schedule `name`.
+fn occurrence_key(name: &str, occurrence: OffsetDateTime) -> String {
+    format!("schedule {name} {}", occurrence.unix_timestamp())
+}
+
+/// Records the run of an occurrence whose start was marked and never recorded
+/// ([`Schedule::interrupted`]), when its scan exists: the process that started it stopped
+/// before the record. The schedule as it is afterwards (read again when a run was recorded).
+/// With no scan behind the mark, nothing is recorded: the occurrence counts as missed by the
+/// next one that runs.
+async fn recover_interrupted(ledger: &Ledger, schedule: Schedule) -> Result<Schedule, String> {
+    let Some(occurrence) = schedule.interrupted() else {
+        return Ok(schedule);
+    };
+    let id = idempotent_scan_id(&occurrence_key(&schedule.name, occurrence))?;
+    let started = ledger
+        .scan(&id)
+        .await
+        .map_err(|e| format!("the scan of an interrupted start could not be read: {e}"))?;
+    let Some(record) = started else {
+        return Ok(schedule);
+    };
+    let missed = match schedule.last_occurrence {
+        Some(last) => schedule.timetable.between(last, occurrence, MISSED_COUNTED),
+        None => 0,
+    };
+    let run = Run {
+        occurrence: stamp(occurrence),
+        at: stamp(record.created_at),
+        scan: Some(id),
+        late: missed > 0 || record.created_at - occurrence > LATE_AFTER,
+        missed,
+        ..Run::default()
+    };
+    tracing::info!(
+        schedule = %schedule.name,
+        occurrence = %run.occurrence,
+        scan = run.scan.as_deref().unwrap_or(""),
+        "schedule run recorded after an interrupted start"
+    );
+    let name = schedule.name.clone();
+    record_run(ledger, schedule, &run, occurrence, false).await?;
+    match ledger.schedule(&name).await {
+        Ok(Some(now)) => Ok(now),
+        Ok(None) => Err("the schedule was deleted meanwhile".into()),
+        Err(e) => Err(format!("the schedule could not be read again: {e}")),
+    }
 }
 
 /// Records `run` on `schedule`. When another write came first (another instance, a pause, a
@@ -198,14 +259,22 @@ pub async fn tick(state: &AppState, ledger: &Ledger, now: OffsetDateTime) -> Res
         if schedule.paused {
             continue;
         }
-        let Some(due) = schedule.due(now) else {
-            continue;
-        };
         let name = schedule.name.clone();
-        match run_occurrence(state, ledger, schedule, due, now, false).await {
-            Ok((run, _)) if run.scan.is_some() => done.started += 1,
-            Ok((run, _)) if run.skipped.is_some() => done.skipped += 1,
-            Ok(_) => done.refused += 1,
+        let handled = match recover_interrupted(ledger, schedule).await {
+            Ok(schedule) => match schedule.due(now) {
+                Some(due) => run_occurrence(state, ledger, schedule, due, now, false)
+                    .await
+                    .map(Some),
+                None => Ok(None),
+            },
+            Err(why) => Err(why),
+        };
+        match handled {
+            Ok(Some((run, _))) if run.scan.is_some() => done.started += 1,
+            Ok(Some((run, _))) if run.skipped.is_some() => done.skipped += 1,
+            Ok(Some((run, _))) if run.error.is_some() => done.refused += 1,
+            // Nothing due, or another instance is starting it.
+            Ok(_) => {}
             Err(why) => {
                 tracing::warn!(schedule = %name, "a due occurrence waits for the next tick: {why}");
                 done.failed += 1;

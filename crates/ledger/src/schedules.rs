@@ -1,7 +1,8 @@
 //! Schedules, kept in the ledger table: a row per schedule in partition [`SCHEDULES`], with its
 //! timetable, the scan request it starts (as `POST /api/scans` takes it), whether it is paused,
-//! the last occurrence it handled, and its last [`RUNS_KEPT`] runs. Reading every schedule is
-//! one query of one partition; recording a run is one conditional write of one row.
+//! the last occurrence it handled, the occurrence whose scan it is starting, and its last
+//! [`RUNS_KEPT`] runs. Reading every schedule is one query of one partition; starting a run
+//! is two conditional writes of one row (the occurrence marked, then its run recorded).
 
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
@@ -76,6 +77,11 @@ pub struct Schedule {
     pub created_at: OffsetDateTime,
     /// The last occurrence handled (run, skipped or refused); none before the first.
     pub last_occurrence: Option<OffsetDateTime>,
+    /// The occurrence whose scan the timer went to start last: written before the start, so
+    /// that a process killed between the scan's start and its run's record leaves a mark the
+    /// next tick finds ([`Schedule::interrupted`]) instead of a scan the schedule never heard
+    /// of. Recording the run passes it (`last_occurrence` reaches it); it is never removed.
+    pub starting: Option<OffsetDateTime>,
     /// Newest last.
     pub runs: Vec<Run>,
     pub etag: String,
@@ -88,6 +94,7 @@ impl Schedule {
         Schedule {
             name: name.to_string(),
             last_occurrence: timetable.latest_at_or_before(now),
+            starting: None,
             timetable,
             request,
             paused: false,
@@ -124,6 +131,9 @@ impl Schedule {
             e.properties
                 .insert("lastOccurrence".into(), date_value(last));
         }
+        if let Some(starting) = self.starting {
+            e.properties.insert(STARTING.into(), date_value(starting));
+        }
         e
     }
 
@@ -149,6 +159,7 @@ impl Schedule {
             paused: matches!(e.properties.get("paused"), Some(Value::Boolean(true))),
             created_at: date(e, "createdAt").unwrap_or(OffsetDateTime::UNIX_EPOCH),
             last_occurrence: date(e, "lastOccurrence"),
+            starting: date(e, STARTING),
             runs,
             etag: e.etag.clone().unwrap_or_default(),
         })
@@ -163,6 +174,13 @@ impl Schedule {
         }
     }
 
+    /// The occurrence whose start was marked and whose run was never recorded: the process
+    /// starting it stopped (or is still at it) between the two writes.
+    pub fn interrupted(&self) -> Option<OffsetDateTime> {
+        self.starting
+            .filter(|starting| self.last_occurrence.is_none_or(|last| *starting > last))
+    }
+
     /// The scan of its newest run that started one.
     pub fn last_scan(&self) -> Option<&str> {
         self.runs.iter().rev().find_map(|run| run.scan.as_deref())
@@ -175,6 +193,9 @@ impl Schedule {
         self.runs.drain(..extra);
     }
 }
+
+/// The property of [`Schedule::starting`].
+const STARTING: &str = "startingOccurrence";
 
 fn runs_text(runs: &[Run]) -> String {
     serde_json::to_string(runs).unwrap_or_else(|_| "[]".into())
@@ -205,6 +226,7 @@ impl Ledger {
         if let Some(old) = as_read {
             schedule.runs = old.runs.clone();
             schedule.last_occurrence = schedule.last_occurrence.max(old.last_occurrence);
+            schedule.starting = schedule.starting.max(old.starting);
         }
         let written = match as_read {
             // A PUT's create that finds the row there lost to another PUT.
@@ -264,6 +286,35 @@ impl Ledger {
         match self.table().delete(SCHEDULES, name, &IfMatch::Any).await {
             Ok(()) => Ok(true),
             Err(e) if e.is_not_found() => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Marks `occurrence` as the one `schedule` is starting, if the row is still as it was read:
+    /// the schedule with its new etag, or `None` when another writer came first (another
+    /// instance is starting it, or the schedule was changed or deleted).
+    pub async fn mark_starting(
+        &self,
+        schedule: &Schedule,
+        occurrence: OffsetDateTime,
+    ) -> Result<Option<Schedule>, LedgerError> {
+        let merge =
+            Entity::new(SCHEDULES, schedule.name.clone()).with(STARTING, date_value(occurrence));
+        match self
+            .table()
+            .update(
+                &merge,
+                WriteMode::Merge,
+                &IfMatch::Etag(schedule.etag.clone()),
+            )
+            .await
+        {
+            Ok(etag) => Ok(Some(Schedule {
+                starting: Some(occurrence),
+                etag,
+                ..schedule.clone()
+            })),
+            Err(e) if e.reason().is_gone_or_changed() => Ok(None),
             Err(e) => Err(e.into()),
         }
     }
@@ -397,6 +448,49 @@ mod tests {
             .await
             .unwrap();
         assert!(second.is_none(), "a second create wrote over the first");
+    }
+
+    /// The mark of an occurrence being started stays (a replacing `PUT` keeps it) until the
+    /// occurrence's run is recorded; of two instances marking from the same read, one does.
+    #[tokio::test]
+    async fn a_marked_occurrence_is_interrupted_until_its_run_is_recorded() {
+        let table = tablescan_storage::table::in_memory::InMemoryTable::new("ledger");
+        table.create_if_missing().await.unwrap();
+        let ledger = Ledger::in_memory(table);
+        let t = || Timetable::every("PT10S", datetime!(2026-01-01 00:00 UTC)).unwrap();
+        let set = datetime!(2026-01-01 00:00:01 UTC);
+        ledger
+            .put_schedule(&Schedule::new("s", t(), "{}".into(), set))
+            .await
+            .unwrap();
+        let read = ledger.schedule("s").await.unwrap().unwrap();
+        assert_eq!(read.interrupted(), None);
+        let occurrence = datetime!(2026-01-01 00:00:10 UTC);
+        let marked = ledger
+            .mark_starting(&read, occurrence)
+            .await
+            .unwrap()
+            .expect("marked");
+        assert!(
+            ledger
+                .mark_starting(&read, occurrence)
+                .await
+                .unwrap()
+                .is_none(),
+            "a second instance marked from the same read"
+        );
+        ledger
+            .put_schedule(&Schedule::new("s", t(), r#"{"new":1}"#.into(), set))
+            .await
+            .unwrap();
+        let back = ledger.schedule("s").await.unwrap().unwrap();
+        assert_eq!(back.interrupted(), Some(occurrence), "kept by a PUT");
+        let mut recorded = back;
+        recorded.last_occurrence = Some(occurrence);
+        assert!(ledger.record_schedule(&recorded).await.unwrap());
+        let back = ledger.schedule("s").await.unwrap().unwrap();
+        assert_eq!(back.interrupted(), None);
+        assert_eq!(back.starting, marked.starting);
     }
 
     #[test]

@@ -224,7 +224,7 @@ pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
 
 /// The scan id an idempotency key stands for: 32 hex digits of a hash of the key, so the same
 /// key always names the same scan, on any instance, with no lookup table.
-fn idempotent_scan_id(key: &str) -> Result<String, String> {
+pub(crate) fn idempotent_scan_id(key: &str) -> Result<String, String> {
     if key.is_empty() || key.len() > 200 || key.chars().any(char::is_control) {
         return Err("an idempotency key is 1 to 200 printable characters".into());
     }
