@@ -2,21 +2,25 @@
 //! starts one by hand (`job::schedules` keeps them; docs/schedules.md says how they behave).
 //!
 //! Once: the occurrence is first marked on the schedule's row as the one being started
-//! (conditional on the row as read: of two instances one goes on), its scan is started with the
-//! idempotency key `schedule NAME UNIX`, and the run is recorded on the row. A process killed
-//! between the start and the record leaves the mark: the next tick finds the scan by its key
-//! and records it as that occurrence's run, so every scan a schedule starts is among its runs
-//! (and the next occurrence's overlap check sees it); a mark with no scan behind it counts as
-//! a missed occurrence. Never overlapping: an occurrence whose schedule's previous
-//! scan is still in flight is skipped and recorded as skipped. After a downtime, only the latest
-//! due occurrence runs, late, with the number of occurrences it missed.
+//! (conditional on the row as read), its scan is started with the idempotency key
+//! `schedule NAME UNIX` (two instances that both go on start the same scan), and the run is
+//! recorded on the row, clearing the mark. A process killed between the start and the record
+//! leaves the mark: the next look (of the timer, or a run by hand) finds the scan by its key,
+//! finishes its start as a retried start does, and records it as that occurrence's run, so
+//! every scan a schedule starts is among its runs (and the next occurrence's overlap check
+//! sees it). A mark with no scan behind it stays until the next occurrence that starts: the
+//! marked one again if it is still the latest due, or a later one that counts it as missed.
+//!
+//! Never overlapping: an occurrence whose schedule's previous scan is still in flight is
+//! skipped and recorded as skipped. After a downtime, only the latest due occurrence runs,
+//! late, with the number of occurrences it missed.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use time::{Duration, OffsetDateTime};
 
 use crate::app::AppState;
-use crate::http::{idempotent_scan_id, start_request};
+use crate::http::{idempotent_scan_id, start_request, Started};
 use crate::protocol::{Failure, Invocation, Outcome};
 use tablescan_ledger::schedules::{Run, Schedule};
 use tablescan_ledger::{Ledger, State};
@@ -59,16 +63,16 @@ pub async fn overlap(ledger: &Ledger, schedule: &Schedule) -> Result<Option<Stri
 }
 
 /// Starts (or skips) occurrence `occurrence` of `schedule` at `now`, or a run by hand; records
-/// it on the schedule. The run, and whether this call recorded it (`false`: another instance
-/// did first).
+/// it on the schedule. The run; `None` when another instance marked the occurrence first (it
+/// starts and records it).
 pub async fn run_occurrence(
     state: &AppState,
     ledger: &Ledger,
-    schedule: Schedule,
+    mut schedule: Schedule,
     occurrence: OffsetDateTime,
     now: OffsetDateTime,
     manual: bool,
-) -> Result<(Run, bool), String> {
+) -> Result<Option<Run>, String> {
     let missed = match (manual, schedule.last_occurrence) {
         (false, Some(last)) => schedule.timetable.between(last, occurrence, MISSED_COUNTED),
         _ => 0,
@@ -76,14 +80,11 @@ pub async fn run_occurrence(
     let mut run = Run {
         occurrence: stamp(occurrence),
         at: stamp(now),
-        scan: None,
         late: !manual && (missed > 0 || now - occurrence > LATE_AFTER),
         missed,
         manual,
-        skipped: None,
-        error: None,
+        ..Run::default()
     };
-    let mut schedule = schedule;
     match overlap(ledger, &schedule).await? {
         Some(why) => run.skipped = Some(why),
         None => {
@@ -95,26 +96,17 @@ pub async fn run_occurrence(
                 )
             } else {
                 if schedule.starting != Some(occurrence) {
-                    schedule = match ledger.mark_starting(&schedule, occurrence).await {
-                        Ok(Some(marked)) => marked,
-                        // Another instance is starting it (or the schedule changed).
-                        Ok(None) => return Ok((run, false)),
+                    match ledger.mark_starting(&schedule, occurrence).await {
+                        Ok(Some(marked)) => schedule = marked,
+                        Ok(None) => return Ok(None),
                         Err(e) => return Err(format!("the occurrence could not be marked: {e}")),
-                    };
+                    }
                 }
                 occurrence_key(&schedule.name, occurrence)
             };
             match start_request(state, &schedule.request, Some(&key)).await {
                 Ok(started) => {
-                    // The scan is recorded: a first message that cannot be put now is sent
-                    // by the re-drive once it is stranded.
-                    if let Err(why) = crate::send::send_items(state, &started.roots).await {
-                        tracing::warn!(
-                            schedule = %schedule.name,
-                            scan = %started.id,
-                            "the scan's first message waits for the re-drive: {why}"
-                        );
-                    }
+                    send_first_message(state, &schedule.name, &started).await;
                     run.scan = Some(started.id);
                 }
                 Err(refused) if refused.status().is_server_error() => {
@@ -134,8 +126,20 @@ pub async fn run_occurrence(
         error = run.error.as_deref().unwrap_or(""),
         "schedule run"
     );
-    let recorded = record_run(ledger, schedule, &run, occurrence, manual).await?;
-    Ok((run, recorded))
+    record_run(ledger, schedule, &run, occurrence, manual).await?;
+    Ok(Some(run))
+}
+
+/// Sends a scan's first message; one that cannot be put now is sent by the re-drive once the
+/// scan is stranded (the scan is recorded).
+async fn send_first_message(state: &AppState, schedule: &str, started: &Started) {
+    if let Err(why) = crate::send::send_items(state, &started.roots).await {
+        tracing::warn!(
+            schedule = %schedule,
+            scan = %started.id,
+            "the scan's first message waits for the re-drive: {why}"
+        );
+    }
 }
 
 /// The idempotency key of the scan the timer starts for `occurrence` of schedule `name`.
@@ -143,23 +147,42 @@ fn occurrence_key(name: &str, occurrence: OffsetDateTime) -> String {
     format!("schedule {name} {}", occurrence.unix_timestamp())
 }
 
-/// Records the run of an occurrence whose start was marked and never recorded
-/// ([`Schedule::interrupted`]), when its scan exists: the process that started it stopped
-/// before the record. The schedule as it is afterwards (read again when a run was recorded).
-/// With no scan behind the mark, nothing is recorded: the occurrence counts as missed by the
-/// next one that runs.
-async fn recover_interrupted(ledger: &Ledger, schedule: Schedule) -> Result<Schedule, String> {
-    let Some(occurrence) = schedule.interrupted() else {
-        return Ok(schedule);
+/// Resolves the mark of an occurrence whose start was interrupted (`Schedule::starting`) when
+/// its scan exists: the start is finished as a retried start finishes it (the scan's index
+/// row, its first message if no step took it yet) and the scan recorded as that occurrence's
+/// run. The schedule as it is afterwards (read again when a run was recorded; `None` if it was
+/// deleted meanwhile). A mark with no scan behind it is left for the next occurrence that
+/// starts. A process still between the two writes (slow, not killed) is harmless: its start
+/// answers the same scan, and of the two records one adds the run.
+pub async fn recover_interrupted(
+    state: &AppState,
+    ledger: &Ledger,
+    schedule: Schedule,
+) -> Result<Option<Schedule>, String> {
+    let Some(occurrence) = schedule.starting else {
+        return Ok(Some(schedule));
     };
-    let id = idempotent_scan_id(&occurrence_key(&schedule.name, occurrence))?;
-    let started = ledger
+    let key = occurrence_key(&schedule.name, occurrence);
+    let id = idempotent_scan_id(&key)?;
+    let found = ledger
         .scan(&id)
         .await
         .map_err(|e| format!("the scan of an interrupted start could not be read: {e}"))?;
-    let Some(record) = started else {
-        return Ok(schedule);
+    let Some(record) = found else {
+        return Ok(Some(schedule));
     };
+    match start_request(state, &schedule.request, Some(&key)).await {
+        Ok(started) => send_first_message(state, &schedule.name, &started).await,
+        Err(refused) if refused.status().is_server_error() => return Err(refused.describe()),
+        // Refused now (the request was replaced since, the table deleted): the scan stands as
+        // it was started, and is the run.
+        Err(refused) => tracing::warn!(
+            schedule = %schedule.name,
+            scan = %id,
+            "the interrupted start could not be finished: {}",
+            refused.describe()
+        ),
+    }
     let missed = match schedule.last_occurrence {
         Some(last) => schedule.timetable.between(last, occurrence, MISSED_COUNTED),
         None => 0,
@@ -180,17 +203,17 @@ async fn recover_interrupted(ledger: &Ledger, schedule: Schedule) -> Result<Sche
     );
     let name = schedule.name.clone();
     record_run(ledger, schedule, &run, occurrence, false).await?;
-    match ledger.schedule(&name).await {
-        Ok(Some(now)) => Ok(now),
-        Ok(None) => Err("the schedule was deleted meanwhile".into()),
-        Err(e) => Err(format!("the schedule could not be read again: {e}")),
-    }
+    ledger
+        .schedule(&name)
+        .await
+        .map_err(|e| format!("the schedule could not be read again: {e}"))
 }
 
-/// Records `run` on `schedule`. When another write came first (another instance, a pause, a
-/// PUT) and this run started a scan, the schedule is read again and the run added to it,
-/// unless that write recorded this occurrence already: a scan a schedule started is never
-/// missing from its runs, or the next occurrence's overlap check would not see it.
+/// Records `run` on `schedule`, clearing the mark of its occurrence. When another write came
+/// first (another instance, a pause, a PUT) and this run started a scan, the schedule is read
+/// again and the run added to it, unless that write recorded this occurrence already: a scan a
+/// schedule started is never missing from its runs, or the next occurrence's overlap check
+/// would not see it.
 async fn record_run(
     ledger: &Ledger,
     mut schedule: Schedule,
@@ -201,6 +224,9 @@ async fn record_run(
     for _ in 0..RECORD_RACES {
         if !manual {
             schedule.last_occurrence = schedule.last_occurrence.max(Some(occurrence));
+            if schedule.starting == Some(occurrence) {
+                schedule.starting = None;
+            }
         }
         schedule.add_run(run.clone());
         if ledger
@@ -244,7 +270,8 @@ pub struct Tick {
     pub failed: usize,
 }
 
-/// Starts every due occurrence of every schedule that is not paused.
+/// Starts every due occurrence of every schedule that is not paused, after resolving any
+/// interrupted start (paused or not).
 pub async fn tick(state: &AppState, ledger: &Ledger, now: OffsetDateTime) -> Result<Tick, String> {
     let (schedules, unreadable) = ledger.schedules().await.map_err(|e| e.to_string())?;
     let mut done = Tick {
@@ -256,25 +283,13 @@ pub async fn tick(state: &AppState, ledger: &Ledger, now: OffsetDateTime) -> Res
         tracing::warn!(schedule = %name, "a schedule cannot be read: {why}");
     }
     for schedule in schedules {
-        if schedule.paused {
-            continue;
-        }
         let name = schedule.name.clone();
-        let handled = match recover_interrupted(ledger, schedule).await {
-            Ok(schedule) => match schedule.due(now) {
-                Some(due) => run_occurrence(state, ledger, schedule, due, now, false)
-                    .await
-                    .map(Some),
-                None => Ok(None),
-            },
-            Err(why) => Err(why),
-        };
-        match handled {
-            Ok(Some((run, _))) if run.scan.is_some() => done.started += 1,
-            Ok(Some((run, _))) if run.skipped.is_some() => done.skipped += 1,
-            Ok(Some((run, _))) if run.error.is_some() => done.refused += 1,
+        match run_due(state, ledger, schedule, now).await {
+            Ok(Some(run)) if run.scan.is_some() => done.started += 1,
+            Ok(Some(run)) if run.skipped.is_some() => done.skipped += 1,
+            Ok(Some(_)) => done.refused += 1,
             // Nothing due, or another instance is starting it.
-            Ok(_) => {}
+            Ok(None) => {}
             Err(why) => {
                 tracing::warn!(schedule = %name, "a due occurrence waits for the next tick: {why}");
                 done.failed += 1;
@@ -282,6 +297,26 @@ pub async fn tick(state: &AppState, ledger: &Ledger, now: OffsetDateTime) -> Res
         }
     }
     Ok(done)
+}
+
+/// Resolves `schedule`'s interrupted start, if any, then runs its due occurrence unless it is
+/// paused.
+async fn run_due(
+    state: &AppState,
+    ledger: &Ledger,
+    schedule: Schedule,
+    now: OffsetDateTime,
+) -> Result<Option<Run>, String> {
+    let Some(schedule) = recover_interrupted(state, ledger, schedule).await? else {
+        return Ok(None);
+    };
+    if schedule.paused {
+        return Ok(None);
+    }
+    match schedule.due(now) {
+        Some(due) => run_occurrence(state, ledger, schedule, due, now, false).await,
+        None => Ok(None),
+    }
 }
 
 /// The `RunSchedules` timer.
@@ -331,7 +366,7 @@ mod tests {
     }
 
     /// A run that started a scan is recorded even when a pause landed between the timer's read
-    /// of the schedule and its write; the pause stays.
+    /// of the schedule and its write; the pause stays, the occurrence's mark goes.
     #[tokio::test]
     async fn a_started_run_that_loses_its_record_race_is_recorded_on_the_schedule_as_it_is_now() {
         let ledger = Ledger::in_memory(InMemoryTable::new("ledger"));
@@ -342,11 +377,16 @@ mod tests {
             .put_schedule(&Schedule::new("s", t, "{}".into(), now))
             .await
             .unwrap();
+        let occurrence = now + time::Duration::MINUTE;
         let read = ledger.schedule("s").await.unwrap().unwrap();
+        let read = ledger
+            .mark_starting(&read, occurrence)
+            .await
+            .unwrap()
+            .unwrap();
         let mut paused = read.clone();
         paused.paused = true;
         assert!(ledger.record_schedule(&paused).await.unwrap());
-        let occurrence = now + time::Duration::MINUTE;
         assert!(record_run(
             &ledger,
             read.clone(),
@@ -358,6 +398,7 @@ mod tests {
         .unwrap());
         let after = ledger.schedule("s").await.unwrap().unwrap();
         assert!(after.paused, "the pause stays");
+        assert_eq!(after.starting, None, "the mark is cleared");
         assert_eq!(after.last_scan(), Some("scan1"));
         assert_eq!(after.last_occurrence, Some(occurrence));
         // A skip that loses its race is left to whoever wrote first.

@@ -11,7 +11,7 @@ use time::OffsetDateTime;
 use crate::answers::{answer, error, request};
 use crate::app::AppState;
 use crate::http::start_request;
-use crate::schedules::{overlap, run_occurrence};
+use crate::schedules::{overlap, recover_interrupted, run_occurrence};
 use tablescan_ledger::schedules::{is_schedule_name, Schedule, MOST_SCHEDULES};
 use tablescan_ledger::timetable::Timetable;
 use tablescan_ledger::{Ledger, State};
@@ -342,34 +342,58 @@ pub async fn schedule_action(state: &AppState, body: &[u8]) -> Response {
                 Err(e) => unavailable("the schedule", e),
             }
         }
-        "run" => {
-            match overlap(ledger, &schedule).await {
-                Ok(Some(why)) => return error(StatusCode::CONFLICT, None, why),
-                Ok(None) => {}
-                Err(why) => return error(StatusCode::SERVICE_UNAVAILABLE, None, why),
-            }
-            match run_occurrence(state, ledger, schedule, now, now, true).await {
-                Ok((run, _)) => match (&run.scan, &run.error) {
-                    (Some(scan), _) => answer(
-                        StatusCode::ACCEPTED,
-                        json!({ "name": name, "scan": scan, "status": format!("/api/scans/{scan}") }),
-                    )
-                    .into_response(),
-                    (None, Some(why)) => error(StatusCode::BAD_REQUEST, Some("scan"), why.clone()),
-                    (None, None) => error(
-                        StatusCode::CONFLICT,
-                        None,
-                        run.skipped.unwrap_or_else(|| "skipped".into()),
-                    ),
-                },
-                Err(why) => error(StatusCode::SERVICE_UNAVAILABLE, None, why),
-            }
-        }
+        "run" => run_now(state, ledger, &name, schedule, now).await,
         "preview" => preview(state, &name, &schedule).await,
         _ => error(
             StatusCode::NOT_FOUND,
             Some("action"),
             format!("{action:?} is not an action on a schedule (pause, resume, run, preview)"),
+        ),
+    }
+}
+
+/// `run`: starts a run by hand now, unless the schedule's last scan is still in flight (an
+/// interrupted start resolved first, so that its scan counts).
+async fn run_now(
+    state: &AppState,
+    ledger: &Ledger,
+    name: &str,
+    schedule: Schedule,
+    now: OffsetDateTime,
+) -> Response {
+    let schedule = match recover_interrupted(state, ledger, schedule).await {
+        Ok(Some(schedule)) => schedule,
+        Ok(None) => return error(StatusCode::NOT_FOUND, None, "no schedule has this name"),
+        Err(why) => return error(StatusCode::SERVICE_UNAVAILABLE, None, why),
+    };
+    match overlap(ledger, &schedule).await {
+        Ok(Some(why)) => return error(StatusCode::CONFLICT, None, why),
+        Ok(None) => {}
+        Err(why) => return error(StatusCode::SERVICE_UNAVAILABLE, None, why),
+    }
+    let run = match run_occurrence(state, ledger, schedule, now, now, true).await {
+        Ok(Some(run)) => run,
+        // A run by hand marks nothing, so none is lost to another instance's mark.
+        Ok(None) => {
+            return error(
+                StatusCode::CONFLICT,
+                None,
+                "another instance is starting it",
+            )
+        }
+        Err(why) => return error(StatusCode::SERVICE_UNAVAILABLE, None, why),
+    };
+    match (&run.scan, &run.error) {
+        (Some(scan), _) => answer(
+            StatusCode::ACCEPTED,
+            json!({ "name": name, "scan": scan, "status": format!("/api/scans/{scan}") }),
+        )
+        .into_response(),
+        (None, Some(why)) => error(StatusCode::BAD_REQUEST, Some("scan"), why.clone()),
+        (None, None) => error(
+            StatusCode::CONFLICT,
+            None,
+            run.skipped.unwrap_or_else(|| "skipped".into()),
         ),
     }
 }

@@ -1,7 +1,7 @@
 //! Schedules, kept in the ledger table: a row per schedule in partition [`SCHEDULES`], with its
 //! timetable, the scan request it starts (as `POST /api/scans` takes it), whether it is paused,
-//! the last occurrence it handled, the occurrence whose scan it is starting, and its last
-//! [`RUNS_KEPT`] runs. Reading every schedule is one query of one partition; starting a run
+//! the last occurrence it handled, the occurrence whose scan it is starting (if any), and its
+//! last [`RUNS_KEPT`] runs. Reading every schedule is one query of one partition; starting a run
 //! is two conditional writes of one row (the occurrence marked, then its run recorded).
 
 use serde::{Deserialize, Serialize};
@@ -77,10 +77,10 @@ pub struct Schedule {
     pub created_at: OffsetDateTime,
     /// The last occurrence handled (run, skipped or refused); none before the first.
     pub last_occurrence: Option<OffsetDateTime>,
-    /// The occurrence whose scan the timer went to start last: written before the start, so
-    /// that a process killed between the scan's start and its run's record leaves a mark the
-    /// next tick finds ([`Schedule::interrupted`]) instead of a scan the schedule never heard
-    /// of. Recording the run passes it (`last_occurrence` reaches it); it is never removed.
+    /// The occurrence whose scan the timer is starting: marked before the start and cleared
+    /// with the run's record, so that a process killed between the scan's start and that
+    /// record leaves a mark the next look finds, instead of a scan the schedule never heard
+    /// of. Pausing, resuming and replacing the schedule keep it.
     pub starting: Option<OffsetDateTime>,
     /// Newest last.
     pub runs: Vec<Run>,
@@ -174,13 +174,6 @@ impl Schedule {
         }
     }
 
-    /// The occurrence whose start was marked and whose run was never recorded: the process
-    /// starting it stopped (or is still at it) between the two writes.
-    pub fn interrupted(&self) -> Option<OffsetDateTime> {
-        self.starting
-            .filter(|starting| self.last_occurrence.is_none_or(|last| *starting > last))
-    }
-
     /// The scan of its newest run that started one.
     pub fn last_scan(&self) -> Option<&str> {
         self.runs.iter().rev().find_map(|run| run.scan.as_deref())
@@ -226,7 +219,7 @@ impl Ledger {
         if let Some(old) = as_read {
             schedule.runs = old.runs.clone();
             schedule.last_occurrence = schedule.last_occurrence.max(old.last_occurrence);
-            schedule.starting = schedule.starting.max(old.starting);
+            schedule.starting = old.starting;
         }
         let written = match as_read {
             // A PUT's create that finds the row there lost to another PUT.
@@ -319,13 +312,19 @@ impl Ledger {
         }
     }
 
-    /// Writes `schedule`'s state (paused, last occurrence, runs) if the row is still as it was
-    /// read; `false` when another writer came first (another instance recorded the
-    /// occurrence, or the schedule was changed or deleted).
+    /// Writes `schedule`'s state (paused, last occurrence, runs, the mark of an occurrence
+    /// being started) if the row is still as it was read; `false` when another writer came
+    /// first (another instance recorded the occurrence, or the schedule was changed or
+    /// deleted).
     pub async fn record_schedule(&self, schedule: &Schedule) -> Result<bool, LedgerError> {
+        // A merge keeps what it does not name: a cleared mark is written empty.
+        let starting = schedule
+            .starting
+            .map_or(Value::String(String::new()), date_value);
         let mut merge = Entity::new(SCHEDULES, schedule.name.clone())
             .with("paused", Value::Boolean(schedule.paused))
-            .with("runs", Value::String(runs_text(&schedule.runs)));
+            .with("runs", Value::String(runs_text(&schedule.runs)))
+            .with(STARTING, starting);
         if let Some(last) = schedule.last_occurrence {
             merge
                 .properties
@@ -450,10 +449,11 @@ mod tests {
         assert!(second.is_none(), "a second create wrote over the first");
     }
 
-    /// The mark of an occurrence being started stays (a replacing `PUT` keeps it) until the
-    /// occurrence's run is recorded; of two instances marking from the same read, one does.
+    /// The mark of an occurrence being started stays until a record clears it, whatever is
+    /// written over the row meanwhile (a replacing `PUT`, a pause); of two instances marking
+    /// from the same read, one does.
     #[tokio::test]
-    async fn a_marked_occurrence_is_interrupted_until_its_run_is_recorded() {
+    async fn a_mark_stays_until_the_record_of_its_run_clears_it() {
         let table = tablescan_storage::table::in_memory::InMemoryTable::new("ledger");
         table.create_if_missing().await.unwrap();
         let ledger = Ledger::in_memory(table);
@@ -464,9 +464,9 @@ mod tests {
             .await
             .unwrap();
         let read = ledger.schedule("s").await.unwrap().unwrap();
-        assert_eq!(read.interrupted(), None);
+        assert_eq!(read.starting, None);
         let occurrence = datetime!(2026-01-01 00:00:10 UTC);
-        let marked = ledger
+        ledger
             .mark_starting(&read, occurrence)
             .await
             .unwrap()
@@ -479,18 +479,23 @@ mod tests {
                 .is_none(),
             "a second instance marked from the same read"
         );
+        // Replaced after the occurrence (its past is then later than the mark), and paused.
+        let later = datetime!(2026-01-01 00:00:11 UTC);
         ledger
-            .put_schedule(&Schedule::new("s", t(), r#"{"new":1}"#.into(), set))
+            .put_schedule(&Schedule::new("s", t(), r#"{"new":1}"#.into(), later))
             .await
             .unwrap();
-        let back = ledger.schedule("s").await.unwrap().unwrap();
-        assert_eq!(back.interrupted(), Some(occurrence), "kept by a PUT");
-        let mut recorded = back;
-        recorded.last_occurrence = Some(occurrence);
+        let mut paused = ledger.schedule("s").await.unwrap().unwrap();
+        assert_eq!(paused.starting, Some(occurrence), "kept by a PUT");
+        paused.paused = true;
+        assert!(ledger.record_schedule(&paused).await.unwrap());
+        let mut recorded = ledger.schedule("s").await.unwrap().unwrap();
+        assert_eq!(recorded.starting, Some(occurrence), "kept by a pause");
+        recorded.starting = None;
         assert!(ledger.record_schedule(&recorded).await.unwrap());
         let back = ledger.schedule("s").await.unwrap().unwrap();
-        assert_eq!(back.interrupted(), None);
-        assert_eq!(back.starting, marked.starting);
+        assert_eq!(back.starting, None, "cleared by the record");
+        assert!(back.paused);
     }
 
     #[test]
