@@ -8,8 +8,8 @@
 //! leaves the mark: the next look (of the timer, or a run by hand) finds the scan by its key,
 //! finishes its start as a retried start does, and records it as that occurrence's run, so
 //! every scan a schedule starts is among its runs (and the next occurrence's overlap check
-//! sees it). A mark with no scan behind it stays until the next occurrence that starts: the
-//! marked one again if it is still the latest due, or a later one that counts it as missed.
+//! sees it). A mark with no scan behind it stays until an occurrence is handled: the marked
+//! one again if it is still the latest due, or a later one that counts it as missed.
 //!
 //! Never overlapping: an occurrence whose schedule's previous scan is still in flight is
 //! skipped and recorded as skipped. After a downtime, only the latest due occurrence runs,
@@ -95,12 +95,13 @@ pub async fn run_occurrence(
                     occurrence.unix_timestamp_nanos()
                 )
             } else {
-                if schedule.starting != Some(occurrence) {
-                    match ledger.mark_starting(&schedule, occurrence).await {
-                        Ok(Some(marked)) => schedule = marked,
-                        Ok(None) => return Ok(None),
-                        Err(e) => return Err(format!("the occurrence could not be marked: {e}")),
-                    }
+                // Marked again when it is marked already: the write is conditional on the row
+                // as read, so a schedule deleted, replaced or paused since (or an instance
+                // that went on first) stops this start.
+                match ledger.mark_starting(&schedule, occurrence).await {
+                    Ok(Some(marked)) => schedule = marked,
+                    Ok(None) => return Ok(None),
+                    Err(e) => return Err(format!("the occurrence could not be marked: {e}")),
                 }
                 occurrence_key(&schedule.name, occurrence)
             };
@@ -151,9 +152,12 @@ fn occurrence_key(name: &str, occurrence: OffsetDateTime) -> String {
 /// its scan exists: the start is finished as a retried start finishes it (the scan's index
 /// row, its first message if no step took it yet) and the scan recorded as that occurrence's
 /// run. The schedule as it is afterwards (read again when a run was recorded; `None` if it was
-/// deleted meanwhile). A mark with no scan behind it is left for the next occurrence that
-/// starts. A process still between the two writes (slow, not killed) is harmless: its start
-/// answers the same scan, and of the two records one adds the run.
+/// deleted meanwhile). A mark with no scan behind it is left for the next occurrence handled
+/// (run, skipped or refused). A process still between the two writes (slow, not killed) is
+/// harmless: its start answers the same scan, and of the two records one adds the run. One
+/// window stays open: a process that marks, then stalls for longer than a look, while another
+/// finds no scan and marks a later occurrence, then starts its scan and dies before its
+/// record, leaves that scan unnamed (it runs; the schedule does not list it).
 pub async fn recover_interrupted(
     state: &AppState,
     ledger: &Ledger,
@@ -171,9 +175,33 @@ pub async fn recover_interrupted(
     let Some(record) = found else {
         return Ok(Some(schedule));
     };
+    if schedule
+        .runs
+        .iter()
+        .any(|run| run.scan.as_deref() == Some(&id))
+    {
+        // Recorded already, by a version that left the mark: the mark alone goes.
+        let mut cleared = schedule.clone();
+        cleared.starting = None;
+        return match ledger.record_schedule(&cleared).await {
+            Ok(_) => ledger
+                .schedule(&cleared.name)
+                .await
+                .map_err(|e| format!("the schedule could not be read again: {e}")),
+            Err(e) => Err(format!(
+                "the mark of a recorded run could not be cleared: {e}"
+            )),
+        };
+    }
     match start_request(state, &schedule.request, Some(&key)).await {
         Ok(started) => send_first_message(state, &schedule.name, &started).await,
-        Err(refused) if refused.status().is_server_error() => return Err(refused.describe()),
+        Err(refused) if refused.status().is_server_error() => {
+            return Err(format!(
+                "the interrupted start of occurrence {} could not be finished: {}",
+                stamp(occurrence),
+                refused.describe()
+            ))
+        }
         // Refused now (the request was replaced since, the table deleted): the scan stands as
         // it was started, and is the run.
         Err(refused) => tracing::warn!(

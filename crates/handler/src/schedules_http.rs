@@ -316,32 +316,14 @@ pub async fn schedule_action(state: &AppState, body: &[u8]) -> Response {
         Err(response) => return *response,
     };
     let action = req.param("action").unwrap_or_default().to_string();
-    let mut schedule = match ledger.schedule(&name).await {
+    let schedule = match ledger.schedule(&name).await {
         Ok(Some(schedule)) => schedule,
         Ok(None) => return error(StatusCode::NOT_FOUND, None, "no schedule has this name"),
         Err(e) => return unavailable("the schedule", e),
     };
     let now = OffsetDateTime::now_utc();
     match action.as_str() {
-        "pause" | "resume" => {
-            schedule.paused = action == "pause";
-            if !schedule.paused {
-                // Occurrences that fell while it was paused are not run.
-                schedule.last_occurrence = schedule
-                    .timetable
-                    .latest_at_or_before(now)
-                    .max(schedule.last_occurrence);
-            }
-            match ledger.record_schedule(&schedule).await {
-                Ok(true) => answer(StatusCode::OK, view(&schedule, now)).into_response(),
-                Ok(false) => error(
-                    StatusCode::CONFLICT,
-                    None,
-                    "the schedule changed meanwhile (an occurrence was recorded); try again",
-                ),
-                Err(e) => unavailable("the schedule", e),
-            }
-        }
+        "pause" | "resume" => set_paused(ledger, schedule, action == "pause", now).await,
         "run" => run_now(state, ledger, &name, schedule, now).await,
         "preview" => preview(state, &name, &schedule).await,
         _ => error(
@@ -350,6 +332,45 @@ pub async fn schedule_action(state: &AppState, body: &[u8]) -> Response {
             format!("{action:?} is not an action on a schedule (pause, resume, run, preview)"),
         ),
     }
+}
+
+/// How many times a pause or a resume is written again after the timer wrote the schedule
+/// between its read and its write (the timer writes each occurrence's mark, then its run).
+const PAUSE_RACES: u32 = 5;
+
+/// `pause` or `resume` (`paused` false): written over the schedule as read, read again and
+/// written again if the timer came first (either is the same whatever it recorded).
+async fn set_paused(
+    ledger: &Ledger,
+    mut schedule: Schedule,
+    paused: bool,
+    now: OffsetDateTime,
+) -> Response {
+    for _ in 0..PAUSE_RACES {
+        schedule.paused = paused;
+        if !paused {
+            // Occurrences that fell while it was paused are not run.
+            schedule.last_occurrence = schedule
+                .timetable
+                .latest_at_or_before(now)
+                .max(schedule.last_occurrence);
+        }
+        match ledger.record_schedule(&schedule).await {
+            Ok(true) => return answer(StatusCode::OK, view(&schedule, now)).into_response(),
+            Ok(false) => {}
+            Err(e) => return unavailable("the schedule", e),
+        }
+        schedule = match ledger.schedule(&schedule.name).await {
+            Ok(Some(schedule)) => schedule,
+            Ok(None) => return error(StatusCode::NOT_FOUND, None, "no schedule has this name"),
+            Err(e) => return unavailable("the schedule", e),
+        };
+    }
+    error(
+        StatusCode::CONFLICT,
+        None,
+        "the schedule kept changing (occurrences being recorded); try again",
+    )
 }
 
 /// `run`: starts a run by hand now, unless the schedule's last scan is still in flight (an
@@ -373,14 +394,8 @@ async fn run_now(
     }
     let run = match run_occurrence(state, ledger, schedule, now, now, true).await {
         Ok(Some(run)) => run,
-        // A run by hand marks nothing, so none is lost to another instance's mark.
-        Ok(None) => {
-            return error(
-                StatusCode::CONFLICT,
-                None,
-                "another instance is starting it",
-            )
-        }
+        // Only the timer's runs mark their occurrence and may find another's mark first.
+        Ok(None) => return error(StatusCode::CONFLICT, None, "the schedule changed meanwhile"),
         Err(why) => return error(StatusCode::SERVICE_UNAVAILABLE, None, why),
     };
     match (&run.scan, &run.error) {
