@@ -293,20 +293,27 @@ impl Ledger {
     ) -> Result<Option<Schedule>, LedgerError> {
         let merge =
             Entity::new(SCHEDULES, schedule.name.clone()).with(STARTING, date_value(occurrence));
+        let written = self.merge_if_unchanged(&merge, &schedule.etag).await?;
+        Ok(written.map(|etag| Schedule {
+            starting: Some(occurrence),
+            etag,
+            ..schedule.clone()
+        }))
+    }
+
+    /// Merges `merge` into a schedule's row if its etag is still `etag`: the new etag, or
+    /// `None` when another writer came first.
+    async fn merge_if_unchanged(
+        &self,
+        merge: &Entity,
+        etag: &str,
+    ) -> Result<Option<String>, LedgerError> {
         match self
             .table()
-            .update(
-                &merge,
-                WriteMode::Merge,
-                &IfMatch::Etag(schedule.etag.clone()),
-            )
+            .update(merge, WriteMode::Merge, &IfMatch::Etag(etag.to_string()))
             .await
         {
-            Ok(etag) => Ok(Some(Schedule {
-                starting: Some(occurrence),
-                etag,
-                ..schedule.clone()
-            })),
+            Ok(etag) => Ok(Some(etag)),
             Err(e) if e.reason().is_gone_or_changed() => Ok(None),
             Err(e) => Err(e.into()),
         }
@@ -330,19 +337,10 @@ impl Ledger {
                 .properties
                 .insert("lastOccurrence".into(), date_value(last));
         }
-        match self
-            .table()
-            .update(
-                &merge,
-                WriteMode::Merge,
-                &IfMatch::Etag(schedule.etag.clone()),
-            )
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(e) if e.reason().is_gone_or_changed() => Ok(false),
-            Err(e) => Err(e.into()),
-        }
+        Ok(self
+            .merge_if_unchanged(&merge, &schedule.etag)
+            .await?
+            .is_some())
     }
 }
 
@@ -396,20 +394,30 @@ mod tests {
         assert_eq!(s.due(datetime!(2026-01-02 03:01:30.9 UTC)), None);
     }
 
+    fn every_ten_seconds() -> Timetable {
+        Timetable::every("PT10S", datetime!(2026-01-01 00:00 UTC)).unwrap()
+    }
+
+    /// A ledger holding schedule `s` (every ten seconds), and the moment it was set.
+    async fn ledger_with_schedule_s() -> (Ledger, OffsetDateTime) {
+        let table = tablescan_storage::table::in_memory::InMemoryTable::new("ledger");
+        table.create_if_missing().await.unwrap();
+        let ledger = Ledger::in_memory(table);
+        let set = datetime!(2026-01-01 00:00:01 UTC);
+        ledger
+            .put_schedule(&Schedule::new("s", every_ten_seconds(), "{}".into(), set))
+            .await
+            .unwrap();
+        (ledger, set)
+    }
+
     /// A `PUT` that read the schedule before the timer recorded an occurrence must not write
     /// over that record: the run (and its scan, which the next occurrence's overlap check
     /// looks at) and the last occurrence would be lost.
     #[tokio::test]
     async fn a_replace_never_writes_over_an_occurrence_recorded_since_it_read() {
-        let table = tablescan_storage::table::in_memory::InMemoryTable::new("ledger");
-        table.create_if_missing().await.unwrap();
-        let ledger = Ledger::in_memory(table);
-        let t = || Timetable::every("PT10S", datetime!(2026-01-01 00:00 UTC)).unwrap();
-        let set = datetime!(2026-01-01 00:00:01 UTC);
-        ledger
-            .put_schedule(&Schedule::new("s", t(), "{}".into(), set))
-            .await
-            .unwrap();
+        let (ledger, set) = ledger_with_schedule_s().await;
+        let t = every_ten_seconds;
         let put_read = ledger.schedule("s").await.unwrap();
         // The timer records occurrence 00:00:10 meanwhile.
         let mut timer = ledger.schedule("s").await.unwrap().unwrap();
@@ -454,15 +462,8 @@ mod tests {
     /// from the same read, one does.
     #[tokio::test]
     async fn a_mark_stays_until_the_record_of_its_run_clears_it() {
-        let table = tablescan_storage::table::in_memory::InMemoryTable::new("ledger");
-        table.create_if_missing().await.unwrap();
-        let ledger = Ledger::in_memory(table);
-        let t = || Timetable::every("PT10S", datetime!(2026-01-01 00:00 UTC)).unwrap();
-        let set = datetime!(2026-01-01 00:00:01 UTC);
-        ledger
-            .put_schedule(&Schedule::new("s", t(), "{}".into(), set))
-            .await
-            .unwrap();
+        let (ledger, _) = ledger_with_schedule_s().await;
+        let t = every_ten_seconds;
         let read = ledger.schedule("s").await.unwrap().unwrap();
         assert_eq!(read.starting, None);
         let occurrence = datetime!(2026-01-01 00:00:10 UTC);
