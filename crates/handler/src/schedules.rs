@@ -73,18 +73,7 @@ pub async fn run_occurrence(
     now: OffsetDateTime,
     manual: bool,
 ) -> Result<Option<Run>, String> {
-    let missed = match (manual, schedule.last_occurrence) {
-        (false, Some(last)) => schedule.timetable.between(last, occurrence, MISSED_COUNTED),
-        _ => 0,
-    };
-    let mut run = Run {
-        occurrence: stamp(occurrence),
-        at: stamp(now),
-        late: !manual && (missed > 0 || now - occurrence > LATE_AFTER),
-        missed,
-        manual,
-        ..Run::default()
-    };
+    let mut run = new_run(&schedule, occurrence, now, manual);
     match overlap(ledger, &schedule).await? {
         Some(why) => run.skipped = Some(why),
         None => {
@@ -143,6 +132,42 @@ async fn send_first_message(state: &AppState, schedule: &str, started: &Started)
     }
 }
 
+/// The run of `occurrence` of `schedule` handled at `at` (by hand or by the timer), before
+/// what it did is known: late and with the occurrences it missed, for the timer's.
+fn new_run(
+    schedule: &Schedule,
+    occurrence: OffsetDateTime,
+    at: OffsetDateTime,
+    manual: bool,
+) -> Run {
+    let missed = match (manual, schedule.last_occurrence) {
+        (false, Some(last)) => schedule.timetable.between(last, occurrence, MISSED_COUNTED),
+        _ => 0,
+    };
+    Run {
+        occurrence: stamp(occurrence),
+        at: stamp(at),
+        late: !manual && (missed > 0 || at - occurrence > LATE_AFTER),
+        missed,
+        manual,
+        ..Run::default()
+    }
+}
+
+/// Clears `schedule`'s mark alone (its run is recorded already); the schedule as it is then.
+async fn clear_mark(ledger: &Ledger, mut schedule: Schedule) -> Result<Option<Schedule>, String> {
+    schedule.starting = None;
+    // Lost to another write: the next look clears it.
+    ledger
+        .record_schedule(&schedule)
+        .await
+        .map_err(|e| format!("the mark of a recorded run could not be cleared: {e}"))?;
+    ledger
+        .schedule(&schedule.name)
+        .await
+        .map_err(|e| format!("the schedule could not be read again: {e}"))
+}
+
 /// The idempotency key of the scan the timer starts for `occurrence` of schedule `name`.
 fn occurrence_key(name: &str, occurrence: OffsetDateTime) -> String {
     format!("schedule {name} {}", occurrence.unix_timestamp())
@@ -181,17 +206,7 @@ pub async fn recover_interrupted(
         .any(|run| run.scan.as_deref() == Some(&id))
     {
         // Recorded already, by a version that left the mark: the mark alone goes.
-        let mut cleared = schedule.clone();
-        cleared.starting = None;
-        return match ledger.record_schedule(&cleared).await {
-            Ok(_) => ledger
-                .schedule(&cleared.name)
-                .await
-                .map_err(|e| format!("the schedule could not be read again: {e}")),
-            Err(e) => Err(format!(
-                "the mark of a recorded run could not be cleared: {e}"
-            )),
-        };
+        return clear_mark(ledger, schedule).await;
     }
     match start_request(state, &schedule.request, Some(&key)).await {
         Ok(started) => send_first_message(state, &schedule.name, &started).await,
@@ -211,17 +226,9 @@ pub async fn recover_interrupted(
             refused.describe()
         ),
     }
-    let missed = match schedule.last_occurrence {
-        Some(last) => schedule.timetable.between(last, occurrence, MISSED_COUNTED),
-        None => 0,
-    };
     let run = Run {
-        occurrence: stamp(occurrence),
-        at: stamp(record.created_at),
         scan: Some(id),
-        late: missed > 0 || record.created_at - occurrence > LATE_AFTER,
-        missed,
-        ..Run::default()
+        ..new_run(&schedule, occurrence, record.created_at, false)
     };
     tracing::info!(
         schedule = %schedule.name,

@@ -463,7 +463,6 @@ mod tests {
     #[tokio::test]
     async fn a_mark_stays_until_the_record_of_its_run_clears_it() {
         let (ledger, _) = ledger_with_schedule_s().await;
-        let t = every_ten_seconds;
         let read = ledger.schedule("s").await.unwrap().unwrap();
         assert_eq!(read.starting, None);
         let occurrence = datetime!(2026-01-01 00:00:10 UTC);
@@ -483,7 +482,12 @@ mod tests {
         // Replaced after the occurrence (its past is then later than the mark), and paused.
         let later = datetime!(2026-01-01 00:00:11 UTC);
         ledger
-            .put_schedule(&Schedule::new("s", t(), r#"{"new":1}"#.into(), later))
+            .put_schedule(&Schedule::new(
+                "s",
+                every_ten_seconds(),
+                r#"{"new":1}"#.into(),
+                later,
+            ))
             .await
             .unwrap();
         let mut paused = ledger.schedule("s").await.unwrap().unwrap();
