@@ -161,6 +161,8 @@ pub struct ScanPace {
     moved: AtomicU64,
     /// The scan's slots here as its ledger partition's strains allow.
     ledger_health: LedgerHealth,
+    /// Steps of the scan ended here: what its strains are judged against ([`ledger_health`]).
+    ended: AtomicU64,
     /// Strains of the partition met outside `Ledger::commit_counted`
     /// ([`StepPace::ledger_strained`]), counted with the ledger's.
     strains_noted: AtomicU64,
@@ -407,6 +409,7 @@ impl ScanPace {
             moved: AtomicU64::new(0),
             ledger_health: LedgerHealth::default(),
             strains_noted: AtomicU64::new(0),
+            ended: AtomicU64::new(0),
             joined_learning_until_ms: round_hold::learning_until_ms(
                 scan.learn_round_ms,
                 set.is_some() || scan.learned_cap.is_some(),
@@ -499,8 +502,10 @@ impl ScanPace {
             return 0;
         }
         let strains = self.ledger.strains(&self.scan) + self.strains_noted.load(Ordering::Relaxed);
+        let ended = self.ended.load(Ordering::Relaxed);
+        let capped = lock(&self.cap).is_some();
         self.rate_slots(source)
-            .min(self.ledger_health.slots(strains))
+            .min(self.ledger_health.slots(strains, ended, capped))
     }
 
     /// Whether this process joined the scan while it learned its cap, and waits for the cap
@@ -710,6 +715,7 @@ impl Drop for Waiting {
 
 impl Drop for StepPace {
     fn drop(&mut self) {
+        self.pace.ended.fetch_add(1, Ordering::Relaxed);
         let mut state = self.pace.lock();
         state.running = state.running.saturating_sub(1);
         if state.running + state.waiting == 0 {
