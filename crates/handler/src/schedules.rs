@@ -20,7 +20,7 @@ use axum::response::{IntoResponse, Response};
 use time::{Duration, OffsetDateTime};
 
 use crate::app::AppState;
-use crate::http::{idempotent_scan_id, start_request, Started};
+use crate::http::{finish_recorded, idempotent_scan_id, start_request, Started};
 use crate::protocol::{Failure, Invocation, Outcome};
 use tablescan_ledger::schedules::{Run, Schedule};
 use tablescan_ledger::{Ledger, State};
@@ -208,23 +208,16 @@ pub async fn recover_interrupted(
         // Recorded already, by a version that left the mark: the mark alone goes.
         return clear_mark(ledger, schedule).await;
     }
-    match start_request(state, &schedule.request, Some(&key)).await {
+    // From the request as the scan stored it: the schedule's may have been replaced since.
+    match finish_recorded(state, &record).await {
         Ok(started) => send_first_message(state, &schedule.name, &started).await,
-        Err(refused) if refused.status().is_server_error() => {
+        Err(refused) => {
             return Err(format!(
                 "the interrupted start of occurrence {} could not be finished: {}",
                 stamp(occurrence),
                 refused.describe()
             ))
         }
-        // Refused now (the request was replaced since, the table deleted): the scan stands as
-        // it was started, and is the run.
-        Err(refused) => tracing::warn!(
-            schedule = %schedule.name,
-            scan = %id,
-            "the interrupted start could not be finished: {}",
-            refused.describe()
-        ),
     }
     let run = Run {
         scan: Some(id),

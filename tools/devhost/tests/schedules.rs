@@ -410,7 +410,8 @@ async fn assert_every_scan_is_a_run(url: &str, table: &str, schedules: &[&str]) 
 /// on the schedule's row and, perhaps, its scan started. Both states are made here by hand
 /// (the mark written, the scan started with the occurrence's idempotency key): the next tick
 /// records the scan as that occurrence's run, and then handles the due occurrence; a mark with
-/// no scan behind it is a missed occurrence; a paused schedule's interrupted start is recorded.
+/// no scan behind it is a missed occurrence; a paused schedule's interrupted start is recorded,
+/// from the request its scan stored though the schedule's was replaced since.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_start_interrupted_before_its_record_is_recorded_by_the_next_tick() {
     use tablescan::storage::table::batch::IfMatch;
@@ -473,8 +474,27 @@ async fn a_start_interrupted_before_its_record_is_recorded_by_the_next_tick() {
         let answer: Value = answer.json().await.unwrap();
         started.insert(name, answer["id"].as_str().unwrap().to_string());
     }
+    // "paused" has had its request replaced since (a copy now): its start is finished from the
+    // request its scan stored, and the copy's target is never created.
+    let never_made = unique("never");
+    cli_ok(
+        &url,
+        &[
+            "schedule",
+            "set",
+            "paused",
+            "--cron",
+            "0 0 1 1 *",
+            "--table",
+            source.name(),
+            "--copy",
+            &never_made,
+        ],
+    )
+    .await;
+    cli_ok(&url, &["schedule", "pause", "paused"]).await;
     let occurrence = interrupted["started"].0[1];
-    // ...and both schedules' rows say so: marked, with the occurrence before unrecorded.
+    // ...and the schedules' rows say so: marked, with the occurrence before unrecorded.
     for (name, ([two_before, one_before, _], _)) in &interrupted {
         let row = Entity::new("~schedules", *name)
             .with(
@@ -535,6 +555,11 @@ async fn a_start_interrupted_before_its_record_is_recorded_by_the_next_tick() {
         paused["runs"][0]["scan"],
         started["paused"].as_str(),
         "{paused}"
+    );
+    let target = tables().table(&never_made).unwrap();
+    assert!(
+        target.query_all(&Query::default()).await.is_err(),
+        "the replaced request's copy target was created"
     );
     for name in ["started", "marked"] {
         cli_ok(&url, &["schedule", "pause", name]).await;

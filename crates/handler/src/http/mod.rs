@@ -17,6 +17,6 @@ mod status_read;
 
 pub use control::{cancel_scan, retry_scan, RETRY_PER_REQUEST};
 pub use housekeeping::{clear_rejected, delete_scan, list_scans};
-pub(super) use start::{idempotent_scan_id, start_request, Started};
+pub(super) use start::{finish_recorded, idempotent_scan_id, start_request, Started};
 pub use start::{start_scan, IDEMPOTENCY_KEY, MAX_REQUEST_BYTES};
 pub use status_read::get_scan;

@@ -137,6 +137,44 @@ pub(crate) async fn start_request(
     Ok(Started { id, roots })
 }
 
+/// Finishes the start of a scan found recorded, from the request as it was stored (prepared
+/// then): its index row, and its first work item's message if no step took it yet, as a start
+/// retried with the same key does. What a schedule runs for an occurrence whose start was
+/// interrupted (`functions::schedules`): the schedule's request may have been replaced since,
+/// and a start from it would prepare the new request (create a copy's target) only to be
+/// refused for the key.
+pub(crate) async fn finish_recorded(
+    state: &AppState,
+    record: &tablescan_ledger::ScanRecord,
+) -> Result<Started, HttpError> {
+    let unavailable = |e: tablescan_ledger::LedgerError| {
+        crate::answers::refusal(
+            StatusCode::SERVICE_UNAVAILABLE,
+            None,
+            format!("the scan's start could not be finished: {e}"),
+        )
+    };
+    let ledger = match state.ledger() {
+        Ok(ledger) => ledger,
+        Err(why) => return refuse(StatusCode::SERVICE_UNAVAILABLE, None, why),
+    };
+    ledger
+        .index_scan(&record.id, record.created_at)
+        .await
+        .map_err(unavailable)?;
+    let root = root_item(&record.spec, &record.id);
+    let send_root = ledger.root_unstarted(&root).await.map_err(unavailable)?;
+    let roots = if send_root {
+        vec![root.encode()]
+    } else {
+        Vec::new()
+    };
+    Ok(Started {
+        id: record.id.clone(),
+        roots,
+    })
+}
+
 /// The request `text` parsed and checked against the app's allow-list, as it will be stored.
 fn checked_request(
     state: &AppState,

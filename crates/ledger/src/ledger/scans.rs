@@ -121,10 +121,22 @@ impl Ledger {
             Created::New => now,
             Created::Existing(existing) => existing.created_at,
         };
-        let index = Entity::new(INDEX_PARTITION, index_key(id, created_at))
-            .with("scan", Value::String(id.clone()));
-        self.table.upsert(&index, WriteMode::Replace).await?;
+        self.index_scan(id, created_at).await?;
         Ok(created)
+    }
+
+    /// Writes scan `id`'s row of the scans' index (newest first), the last write of a start:
+    /// written again by a start retried after a crash, and by a schedule finishing the start
+    /// of an interrupted occurrence.
+    pub async fn index_scan(
+        &self,
+        id: &str,
+        created_at: OffsetDateTime,
+    ) -> Result<(), LedgerError> {
+        let index = Entity::new(INDEX_PARTITION, index_key(id, created_at))
+            .with("scan", Value::String(id.to_string()));
+        self.table.upsert(&index, WriteMode::Replace).await?;
+        Ok(())
     }
 
     /// Whether a scan's root item is still waiting for its first step (pending and never
