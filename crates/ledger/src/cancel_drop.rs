@@ -15,7 +15,7 @@ use std::time::Instant;
 use time::OffsetDateTime;
 
 use super::ledger::{Ahead, Ledger, LedgerError};
-use super::rows::{self, millis, number, shard_of, text, Tallies};
+use super::rows::{self, millis, number, text, Tallies};
 use tablescan_storage::table::batch::{IfMatch, Operation};
 use tablescan_storage::table::query::{Continuation, Query};
 use tablescan_storage::ErrorKind;
@@ -110,7 +110,7 @@ impl Ledger {
         mut drops: Vec<(String, String)>,
     ) -> Result<u64, LedgerError> {
         while let Some((first, _)) = drops.first() {
-            let shard = shard_of(first);
+            let first = first.clone();
             let operations = drops
                 .iter()
                 .map(|(row, etag)| Operation::Delete {
@@ -123,7 +123,7 @@ impl Ledger {
                 dropped: drops.len() as u64,
                 ..Tallies::default()
             };
-            match self.commit_counted(id, shard, operations, delta).await {
+            match self.commit_counted(id, &first, operations, delta).await {
                 Ok(()) => return Ok(drops.len() as u64),
                 Err(LedgerError::Storage(e)) => match e.kind() {
                     ErrorKind::Batch { index, error }

@@ -121,12 +121,29 @@ pub fn item_of(row_key: &str) -> Option<&str> {
         .or_else(|| row_key.strip_prefix(FAILED))
 }
 
-/// The shard an item's finish counts in: fixed per item (so a retried finish contends with the
-/// same few), spread evenly because item ids are hashes.
+/// The shard an item's finish first tries to count in: spread evenly because item ids are
+/// hashes.
 pub fn shard_of(item: &str) -> u8 {
     item.bytes()
         .fold(0u8, |acc, b| acc.wrapping_mul(31).wrapping_add(b))
         % SHARDS
+}
+
+/// The shard a finish of `item` tries after losing `shard` to another finish for the
+/// `conflict`th time: another one, chosen by the item and the count, so that the finishes
+/// that lost one shard together scatter over the others instead of queueing on it (each
+/// round of that queue let one of them through: a finish at a simulated scan's ramp lost its
+/// shard up to 31 times in a row, about 2 s a round while the account was at its limit). Any
+/// shard counts alike: a status sums them all.
+pub fn next_shard(shard: u8, item: &str, conflict: u32) -> u8 {
+    let mixed = item
+        .bytes()
+        .chain(conflict.to_le_bytes())
+        .fold(2_166_136_261u32, |acc, b| {
+            (acc ^ u32::from(b)).wrapping_mul(16_777_619)
+        });
+    let step = 1 + (mixed % u32::from(SHARDS - 1)) as u8;
+    (shard + step) % SHARDS
 }
 
 pub(crate) fn text(entity: &Entity, name: &str) -> Option<String> {
@@ -833,6 +850,38 @@ mod tests {
             seen[shard_of(&id) as usize] += 1;
         }
         assert!(seen.iter().all(|&n| (50..150).contains(&n)), "{seen:?}");
+    }
+
+    #[test]
+    fn finishes_that_lost_one_shard_together_scatter_over_the_others() {
+        let ids: Vec<String> = (0..4000u32)
+            .map(|n| {
+                base64::Engine::encode(
+                    &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+                    ring::digest::digest(&ring::digest::SHA256, &n.to_le_bytes()).as_ref(),
+                )
+            })
+            .filter(|id| shard_of(id) == 3)
+            .collect();
+        assert!(ids.len() > 150, "{}", ids.len());
+        for conflict in 0..3 {
+            let mut seen = [0u32; SHARDS as usize];
+            for id in &ids {
+                let next = next_shard(3, id, conflict);
+                assert!(next < SHARDS && next != 3, "{next}");
+                seen[next as usize] += 1;
+            }
+            // Every other shard takes some, none more than a quarter.
+            let most = ids.len() as u32 / 4;
+            assert!(
+                seen.iter().enumerate().all(|(s, &n)| if s == 3 {
+                    n == 0
+                } else {
+                    n > 0 && n < most
+                }),
+                "{seen:?}"
+            );
+        }
     }
 
     #[test]

@@ -6,8 +6,7 @@ use time::OffsetDateTime;
 
 use super::{Ledger, LedgerError, ScanRecord};
 use crate::rows::{
-    self, done_key, failed_key, millis, pending_key, shard_of, DoneRow, PendingRow, ScanRow,
-    Tallies,
+    self, done_key, failed_key, millis, pending_key, DoneRow, PendingRow, ScanRow, Tallies,
 };
 use crate::work_item::WorkItem;
 use tablescan_storage::table::batch::{IfMatch, Operation};
@@ -195,7 +194,7 @@ impl Ledger {
             dropped: 1,
             ..Tallies::default()
         };
-        match self.commit_counted(scan, shard_of(id), drop, delta).await {
+        match self.commit_counted(scan, id, drop, delta).await {
             Ok(()) => {}
             // Dropped or claimed by another delivery meanwhile.
             Err(LedgerError::Storage(e))

@@ -4,7 +4,7 @@
 use time::OffsetDateTime;
 
 use super::{Claim, Ledger, LedgerError};
-use crate::rows::{self, millis, pending_key, shard_of, FailedRow, PendingRow, Tallies};
+use crate::rows::{self, millis, pending_key, FailedRow, PendingRow, Tallies};
 use crate::work_item::WorkItem;
 use tablescan_storage::table::batch::{IfMatch, Operation};
 use tablescan_storage::table::entity::{Entity, Value};
@@ -120,7 +120,7 @@ impl Ledger {
                 (operations, delta)
             }
         };
-        self.commit_counted(&item.scan, shard_of(&id), operations, delta)
+        self.commit_counted(&item.scan, &id, operations, delta)
             .await
     }
 
@@ -162,10 +162,7 @@ impl Ledger {
                 retried: 1,
                 ..Tallies::default()
             };
-            match self
-                .commit_counted(scan, shard_of(&item), operations, delta)
-                .await
-            {
+            match self.commit_counted(scan, &item, operations, delta).await {
                 Ok(()) => messages.push(failed.message),
                 // Retried by a concurrent call meanwhile.
                 Err(LedgerError::Storage(e))

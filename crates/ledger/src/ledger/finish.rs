@@ -7,7 +7,7 @@ use time::OffsetDateTime;
 use super::{Claim, Ledger, LedgerError};
 use crate::exports::BlobEntry;
 use crate::notes::RowNotes;
-use crate::rows::{done_key, millis, pending_key, shard_of, DoneRow, PendingRow, Tallies};
+use crate::rows::{done_key, millis, pending_key, DoneRow, PendingRow, Tallies};
 use crate::step_counts::StepCounts;
 use crate::work_item::WorkItem;
 use tablescan_storage::table::batch::{IfMatch, Operation};
@@ -133,10 +133,7 @@ impl Ledger {
             last.push(Operation::UpsertReplace(blob.to_entity(&item.scan, &id)));
         }
         let delta = finish_delta(counts, children.len(), blob, now);
-        match self
-            .commit_counted(&item.scan, shard_of(&id), last, delta)
-            .await
-        {
+        match self.commit_counted(&item.scan, &id, last, delta).await {
             Ok(()) => Ok(Ok(Finish::Recorded)),
             Err(LedgerError::Storage(e))
                 if matches!(e.kind(), ErrorKind::Batch { index, error }

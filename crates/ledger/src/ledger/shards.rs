@@ -22,18 +22,20 @@ const SHARD_CONFLICT_RETRIES: u32 = 30;
 pub(super) type Strains = Arc<Mutex<HashMap<String, u64>>>;
 
 impl Ledger {
-    /// Submits `operations` together with `delta` added to counter shard `shard`, reading the
-    /// shard and trying again while other finishes update it first. A failure of one of
+    /// Submits `operations` together with `delta` added to a counter shard (first `item`'s,
+    /// [`rows::shard_of`]), reading the shard and trying again, on another
+    /// ([`rows::next_shard`]), while other finishes update it first. A failure of one of
     /// `operations` comes back as it is (its index is its index in `operations`).
     pub(crate) async fn commit_counted(
         &self,
         scan: &str,
-        shard: u8,
+        item: &str,
         operations: Vec<Operation>,
         delta: Tallies,
     ) -> Result<(), LedgerError> {
         let shard_index = operations.len();
         let mut batch = operations;
+        let mut shard = rows::shard_of(item);
         for conflict in 0.. {
             let read = self.table.get_entity(scan, &counter_key(shard)).await;
             let read = read.inspect_err(|e| self.strained_if_refused(scan, e))?;
@@ -71,8 +73,10 @@ impl Ledger {
                         && matches!(e.kind(), ErrorKind::Batch { index, error }
                             if *index == shard_index && error.reason() == Reason::PreconditionFailed) =>
                 {
-                    // Another finish took the shard between our read and our write.
+                    // Another finish took the shard between our read and our write: the next
+                    // round tries another one.
                     self.strained(scan);
+                    shard = rows::next_shard(shard, item, conflict);
                     tokio::time::sleep(conflict_pause(conflict)).await;
                 }
                 Err(e) => {
@@ -111,7 +115,7 @@ impl Ledger {
         scan: &str,
         delta: Tallies,
     ) -> Result<(), LedgerError> {
-        self.commit_counted(scan, 0, Vec::new(), delta).await
+        self.commit_counted(scan, "", Vec::new(), delta).await
     }
 
     /// The scan's totals, summed over its counter shards from one query, with each shard's

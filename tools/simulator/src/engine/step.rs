@@ -18,10 +18,9 @@ use tablescan::scan::{StepError, StepReport};
 use super::io::{ledger_request, Reader, Sink, StepClock};
 use super::{lock, Engine, Message};
 use crate::ledger_costs::{
-    self, BEGIN, FAIL, RENEW, SHARDS, SHARD_CONFLICT_PAUSE_GROWTH_MS, SHARD_CONFLICT_PAUSE_MS,
+    self, BEGIN, FAIL, RENEW, SHARD_CONFLICT_PAUSE_GROWTH_MS, SHARD_CONFLICT_PAUSE_MS,
 };
 use crate::sim::batch_latency;
-use crate::table::partition_hash;
 use crate::tablescan::Action;
 
 /// How an invocation ended.
@@ -298,8 +297,8 @@ async fn record_failure(engine: &Engine, _message: &Message) -> bool {
     true
 }
 
-/// The finish: its counter shard read, then one transaction with it; again while another
-/// finish took the shard between the two (`Ledger::commit_counted`).
+/// The finish: its counter shard read, then one transaction with it; again, on another shard,
+/// while another finish took the shard between the two (`Ledger::commit_counted`).
 async fn finish(
     engine: &Engine,
     message: &Message,
@@ -307,18 +306,19 @@ async fn finish(
     children: usize,
 ) -> Result<(), ()> {
     let p = &engine.params;
-    let shard = partition_hash(&message.item.id()) % SHARDS;
+    let id = message.item.id();
+    let mut shard = tablescan::job::rows::shard_of(&id);
     let cost = ledger_costs::finish(children);
     let transaction = (cost.entities - 1) as f64;
     for conflict in 0..=30u32 {
         ledger_request(engine, 1.0, p.entity_ms / 1000.0).await?;
-        let seen = lock(&engine.shards)[shard];
+        let seen = lock(&engine.shards)[usize::from(shard)];
         ledger_request(engine, transaction, batch_latency(p, transaction)).await?;
         let committed = {
             let mut shards = lock(&engine.shards);
-            let free = shards[shard] == seen;
+            let free = shards[usize::from(shard)] == seen;
             if free {
-                shards[shard] += 1;
+                shards[usize::from(shard)] += 1;
             }
             free
         };
@@ -327,6 +327,7 @@ async fn finish(
         }
         engine.world().stats.shard_conflicts += 1;
         pace.ledger_strained();
+        shard = tablescan::job::rows::next_shard(shard, &id, conflict);
         let pause =
             SHARD_CONFLICT_PAUSE_MS + SHARD_CONFLICT_PAUSE_GROWTH_MS * f64::from(conflict.min(10));
         tokio::time::sleep(Duration::from_secs_f64(pause / 1000.0)).await;
