@@ -82,6 +82,21 @@ pub(crate) struct Started {
     pub roots: Vec<String>,
 }
 
+impl Started {
+    /// Scan `id` started, with `root`'s message to send if `send_root`.
+    fn new(id: &str, root: &WorkItem, send_root: bool) -> Started {
+        let roots = if send_root {
+            vec![root.encode()]
+        } else {
+            Vec::new()
+        };
+        Started {
+            id: id.to_string(),
+            roots,
+        }
+    }
+}
+
 /// Starts the scan `text` asks for, as `POST /api/scans` does, with idempotency key `key` if
 /// given: checked, prepared (targets created), recorded. Also what a schedule's occurrence
 /// runs (`functions::schedules`).
@@ -129,12 +144,7 @@ pub(crate) async fn start_request(
     };
     let send_root = root_to_send(ledger, &spec, &root, &created).await?;
     log_start(&id, key, &spec, &created);
-    let roots = if send_root {
-        vec![root.encode()]
-    } else {
-        Vec::new()
-    };
-    Ok(Started { id, roots })
+    Ok(Started::new(&id, &root, send_root))
 }
 
 /// Finishes the start of a scan found recorded, from the request as it was stored (prepared
@@ -163,16 +173,8 @@ pub(crate) async fn finish_recorded(
         .await
         .map_err(unavailable)?;
     let root = root_item(&record.spec, &record.id);
-    let send_root = ledger.root_unstarted(&root).await.map_err(unavailable)?;
-    let roots = if send_root {
-        vec![root.encode()]
-    } else {
-        Vec::new()
-    };
-    Ok(Started {
-        id: record.id.clone(),
-        roots,
-    })
+    let send_root = root_unstarted(ledger, &root).await?;
+    Ok(Started::new(&record.id, &root, send_root))
 }
 
 /// The request `text` parsed and checked against the app's allow-list, as it will be stored.
@@ -228,14 +230,23 @@ async fn root_to_send(
             Some(IDEMPOTENCY_KEY),
             "this key already started a scan with a different request",
         ),
-        Created::Existing(_) => ledger.root_unstarted(root).await.or_else(|e| {
-            refuse(
-                StatusCode::SERVICE_UNAVAILABLE,
-                None,
-                format!("the scan could not be read: {e}"),
-            )
-        }),
+        Created::Existing(_) => root_unstarted(ledger, root).await,
     }
+}
+
+/// Whether a recorded scan's first work item still waits for its first step (its message is
+/// then sent again); a 503 if the ledger cannot say.
+async fn root_unstarted(
+    ledger: &tablescan_ledger::Ledger,
+    root: &WorkItem,
+) -> Result<bool, HttpError> {
+    ledger.root_unstarted(root).await.or_else(|e| {
+        refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            None,
+            format!("the scan could not be read: {e}"),
+        )
+    })
 }
 
 /// The audit line: what was started, and the caller's idempotency key if it sent one (the
