@@ -600,8 +600,15 @@ impl StepPace {
             self.source.take(entities).await;
             return self.take_share(entities).await;
         };
-        self.source.wait(reserved.source_place).await;
-        self.pace.share.wait(reserved.share_place).await;
+        // Both held from here: a wait given up (the share did not come in time, the step
+        // ended) gives back whichever place is not yet earned.
+        let source = self.source.hold(reserved.source_place, reserved.entities);
+        let share = self
+            .pace
+            .share
+            .hold(reserved.share_place, reserved.entities);
+        source.earned().await;
+        share.earned().await;
         if entities > reserved.entities {
             let more = entities - reserved.entities;
             self.source.take(more).await;
@@ -647,7 +654,8 @@ impl StepPace {
     }
 
     /// Waits until `entities` may be written through `target`'s back-off (the share paid
-    /// last, as for reads), at most [`SHARE_WAIT`] for the share.
+    /// last, as for reads), at most [`SHARE_WAIT`] for the share. A share that did not come in
+    /// time is given back: what of it was not yet earned goes to the takers behind.
     pub async fn before_write(
         &self,
         entities: u64,

@@ -85,6 +85,52 @@ async fn a_capped_scans_first_step_runs_at_once_at_the_whole_cap() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_write_whose_share_did_not_come_in_time_charges_nothing_to_the_next() {
+    let ledger = ledger().await;
+    let pacing = Pacing::new(tablescan_pace::TokioClock);
+    let step = pacing
+        .admit(
+            &ledger,
+            &record("scan-w", Some(1_000)),
+            Arc::new(Governor::default()),
+            ADMIT_WAIT,
+        )
+        .await
+        .unwrap();
+    let target = Governor::default();
+    // Ten seconds of the cap: the share does not come within SHARE_WAIT.
+    let start = Instant::now();
+    let refused = step.before_write(10_000, &target).await;
+    assert!(refused.is_err());
+    assert!(start.elapsed() <= SHARE_WAIT + Duration::from_millis(300));
+    // What it reserved and did not get went back: the next write waits for its own 100
+    // entities only. (The wait kept them charged once: the next write waited for 5,000 more,
+    // at the eighth of the cap the process holds by then, having moved nothing: 40 s.)
+    let start = Instant::now();
+    step.before_write(100, &target).await.unwrap();
+    assert!(
+        start.elapsed() <= Duration::from_secs(1),
+        "{:?}",
+        start.elapsed()
+    );
+    // And so for a read whose wait was cut short with a page reserved ahead.
+    let reserved = step.reserve_read(10_000);
+    let cut = tokio::time::timeout(
+        SHARE_WAIT,
+        step.before_reserved_read(10_000, Some(reserved)),
+    )
+    .await;
+    assert!(cut.is_err());
+    let start = Instant::now();
+    step.before_read(100).await;
+    assert!(
+        start.elapsed() <= Duration::from_secs(1),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_uncapped_step_is_admitted_at_once_and_reads_whole_pages() {
     let ledger = ledger().await;
     let pacing = Pacing::new(tablescan_pace::TokioClock);

@@ -5,6 +5,7 @@
 //! served first come, first served without a queue of their own. A rate lowered while takers
 //! wait holds them back too, so a share cut when another process joins is a cut at once.
 
+use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -31,6 +32,11 @@ struct State {
     rate: Rate,
     reserved: f64,
     earned: f64,
+    /// Spans of places given up unearned behind the first taker still waiting, in order and
+    /// apart: the rate passes over them without earning them, so a later taker goes sooner
+    /// and an earlier one not at all sooner. (Earned across instead, a span given up behind a
+    /// waiting taker would let that taker go early, over the rate.)
+    released: VecDeque<(f64, f64)>,
     /// When `earned` was last brought up to date.
     at: Instant,
     /// When a taker last had to wait: the rate held something back.
@@ -48,18 +54,58 @@ impl State {
                     .saturating_duration_since(self.at)
                     .min(MAX_ACCRUAL_GAP)
                     .as_secs_f64();
-                self.earned = (self.earned + elapsed * rate).min(self.reserved);
+                self.credit(elapsed * rate);
             }
-            None => self.earned = self.reserved,
+            None => {
+                self.earned = self.reserved;
+                self.released.clear();
+            }
         }
         self.at = now;
     }
 
+    /// Earns `entities` of places, passing over the spans given up.
+    fn credit(&mut self, entities: f64) {
+        let mut left = entities;
+        loop {
+            self.pass_released();
+            match self.released.front() {
+                Some(&(from, _)) if self.earned + left >= from => {
+                    left -= from - self.earned;
+                    self.earned = from;
+                }
+                _ => {
+                    self.earned += left;
+                    break;
+                }
+            }
+        }
+        self.earned = self.earned.min(self.reserved);
+    }
+
+    /// Steps over the spans given up that begin where the earned places end.
+    fn pass_released(&mut self) {
+        while let Some(&(from, to)) = self.released.front() {
+            if from > self.earned {
+                break;
+            }
+            self.earned = self.earned.max(to);
+            self.released.pop_front();
+        }
+    }
+
     /// How long until `place` is earned, if it is not yet.
     fn wait_for(&self, place: f64) -> Option<Duration> {
+        // Spans given up before `place` are not owed.
+        let skipped: f64 = self
+            .released
+            .iter()
+            .take_while(|(from, _)| *from < place)
+            .map(|(from, to)| to.min(place) - from)
+            .sum();
         // Sums of fractions drift: a thousandth of an entity is paid. (Without this, a remainder
         // too small to wait for would make the taker spin.)
-        let owed = place - self.earned;
+        let owed = place - self.earned - skipped;
         if owed <= 1e-3 {
             return None;
         }
@@ -80,6 +126,7 @@ impl TokenBucket {
                 rate: rate.map(|r| r.max(f64::MIN_POSITIVE)),
                 reserved: 0.0,
                 earned: 0.0,
+                released: VecDeque::new(),
                 at: Instant::now(),
                 held_at: None,
             }),
@@ -97,10 +144,11 @@ impl TokenBucket {
         state.rate = rate.map(|r| r.max(f64::MIN_POSITIVE));
     }
 
-    /// Reserves `entities` and waits until they are earned, behind every earlier taker.
+    /// Reserves `entities` and waits until they are earned, behind every earlier taker. A wait
+    /// given up (its future dropped: a timeout, a step that ended) gives its place back.
     pub async fn take(&self, entities: u64) {
         let place = self.reserve(entities as f64);
-        self.wait(place).await;
+        self.hold(place, entities).earned().await;
     }
 
     /// Waits until a place [`reserve`](Self::reserve)d earlier is earned. Reserving ahead of
@@ -126,6 +174,18 @@ impl TokenBucket {
         }
     }
 
+    /// A place of `entities` reserved earlier, [`release`](Self::release)d unless it is waited
+    /// for until earned ([`Place::earned`]): whoever gives up the wait, or never starts it,
+    /// cannot leave the place ahead of every later taker.
+    pub fn hold(&self, place: f64, entities: u64) -> Place<'_> {
+        Place {
+            bucket: self,
+            place,
+            entities,
+            earned: false,
+        }
+    }
+
     /// When a place is earned at the present rate: now if it is already.
     pub fn due(&self, place: f64) -> Instant {
         let mut state = self.lock();
@@ -134,14 +194,24 @@ impl TokenBucket {
         now + state.wait_for(place).unwrap_or(Duration::ZERO)
     }
 
-    /// Gives up a place reserved ahead and not used: the part of it not yet earned goes back
-    /// to the takers behind; the part earned is forfeit (granting it now would let it go on top
-    /// of what is earned now).
+    /// Gives up a place of `entities` reserved and not used: the part of it not yet earned goes
+    /// to the takers behind it (never to those ahead); the part earned is forfeit (granting it
+    /// now would let it go on top of what is earned now).
     pub fn release(&self, place: f64, entities: u64) {
         let mut state = self.lock();
         state.settle(Instant::now());
-        let unearned = (place - state.earned).clamp(0.0, entities as f64);
-        state.earned = (state.earned + unearned).min(state.reserved);
+        let from = (place - entities as f64).max(state.earned);
+        if place <= from {
+            return;
+        }
+        if from <= state.earned {
+            state.earned = place.min(state.reserved);
+            state.pass_released();
+            return;
+        }
+        // Spans are the places of distinct reservations: they never overlap.
+        let at = state.released.partition_point(|(start, _)| *start < from);
+        state.released.insert(at, (from, place));
     }
 
     /// Whether a taker had to wait for the rate since `since`.
@@ -154,7 +224,7 @@ impl TokenBucket {
     pub fn give_back(&self, entities: u64) {
         let mut state = self.lock();
         state.settle(Instant::now());
-        state.earned = (state.earned + entities as f64).min(state.reserved);
+        state.credit(entities as f64);
     }
 
     /// How long the entities reserved so far take to earn.
@@ -180,155 +250,34 @@ impl TokenBucket {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// A place reserved in a [`TokenBucket`] and not yet earned: given back when dropped unless
+/// [`earned`](Self::earned) ran to the end. A taker's wait is cut short by a timeout or by its
+/// step's end; a place left reserved would stay ahead of every later taker, charging the rate
+/// for entities never sent.
+#[must_use = "a place not waited for is given back at once"]
+pub struct Place<'a> {
+    bucket: &'a TokenBucket,
+    place: f64,
+    entities: u64,
+    earned: bool,
+}
 
-    #[tokio::test(start_paused = true)]
-    async fn what_a_stall_held_back_is_forfeit_not_let_through_at_once() {
-        let bucket = TokenBucket::new(Some(1_000.0));
-        let place = bucket.reserve(3_000.0);
-        // Nobody looks for two seconds (the process did not run): only 300 ms are credited.
-        tokio::time::advance(Duration::from_secs(2)).await;
-        let left = bucket.due(place) - tokio::time::Instant::now();
-        assert_eq!(left, Duration::from_millis(2_700));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_place_released_after_it_was_earned_is_forfeit_and_before_it_goes_back() {
-        let bucket = TokenBucket::new(Some(1_000.0));
-        let early = bucket.reserve(500.0);
-        let due = bucket.due(early);
-        assert_eq!(
-            due - tokio::time::Instant::now(),
-            Duration::from_millis(500)
-        );
-        tokio::time::advance(Duration::from_secs(1)).await;
-        // Earned a while ago: given up, it does not let the next taker go early.
-        bucket.release(early, 500);
-        let start = tokio::time::Instant::now();
-        bucket.take(1_000).await;
-        assert!(
-            start.elapsed() >= Duration::from_millis(999),
-            "{:?}",
-            start.elapsed()
-        );
-        // Not earned yet: given back, the taker behind it goes that much sooner.
-        let ahead = bucket.reserve(1_000.0);
-        assert!(bucket.due(ahead) > tokio::time::Instant::now());
-        bucket.release(ahead, 1_000);
-        let start = tokio::time::Instant::now();
-        bucket.take(500).await;
-        assert!(
-            start.elapsed() <= Duration::from_millis(501),
-            "{:?}",
-            start.elapsed()
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn takers_are_paced_to_the_rate_with_no_burst() {
-        let bucket = TokenBucket::new(Some(1_000.0));
-        let start = tokio::time::Instant::now();
-        for _ in 0..10 {
-            bucket.take(500).await;
-        }
-        // 5,000 entities at 1,000/s: the last reservation is paid at 5 s, the first at 0.5 s.
-        assert_eq!(start.elapsed(), Duration::from_secs(5));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_rate_lowered_while_takers_wait_holds_them_back() {
-        let bucket = std::sync::Arc::new(TokenBucket::new(Some(1_000.0)));
-        let start = tokio::time::Instant::now();
-        let waiting = {
-            let bucket = bucket.clone();
-            tokio::spawn(async move { bucket.take(2_000).await })
-        };
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        // 1,000 of the 2,000 earned; the other 1,000 now at 250/s.
-        bucket.set_rate(Some(250.0));
-        waiting.await.unwrap();
-        assert_eq!(start.elapsed(), Duration::from_secs(5));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_rate_of_nothing_holds_takers_until_it_rises() {
-        // A process whose share of a cap falls to nothing: its takers wait (they used to panic
-        // on the infinite wait) and go once a share comes back.
-        let bucket = std::sync::Arc::new(TokenBucket::new(Some(0.0)));
-        let start = tokio::time::Instant::now();
-        let waiting = {
-            let bucket = bucket.clone();
-            tokio::spawn(async move { bucket.take(100).await })
-        };
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        assert!(!waiting.is_finished());
-        bucket.set_rate(Some(100.0));
-        waiting.await.unwrap();
-        assert!(
-            start.elapsed() <= Duration::from_millis(4_300),
-            "{:?}",
-            start.elapsed()
-        );
-    }
-    #[tokio::test(start_paused = true)]
-    async fn unlimited_never_waits_and_a_new_rate_applies_to_later_takers() {
-        let bucket = TokenBucket::new(None);
-        let start = tokio::time::Instant::now();
-        bucket.take(1_000_000).await;
-        assert_eq!(start.elapsed(), Duration::ZERO);
-        bucket.set_rate(Some(100.0));
-        bucket.take(100).await;
-        assert_eq!(start.elapsed(), Duration::from_secs(1));
-        bucket.set_rate(Some(1_000.0));
-        bucket.take(100).await;
-        assert_eq!(start.elapsed(), Duration::from_millis(1_100));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn entities_given_back_shorten_the_wait_of_later_takers() {
-        let bucket = TokenBucket::new(Some(1_000.0));
-        let start = tokio::time::Instant::now();
-        // A page of 1,000 reserved, 200 of it used: the next taker waits for 200 + its 300.
-        bucket.reserve(1_000.0);
-        bucket.give_back(800);
-        assert_eq!(bucket.backlog(), Duration::from_millis(200));
-        bucket.take(300).await;
-        assert_eq!(start.elapsed(), Duration::from_millis(500));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_remainder_too_small_to_wait_for_does_not_spin() {
-        // Rates and amounts whose sums do not come out even in binary.
-        let bucket = TokenBucket::new(Some(333.333_333_3));
-        for n in [1u64, 7, 13, 1000, 3] {
-            for _ in 0..50 {
-                bucket.take(n).await;
-            }
-            bucket.set_rate(Some(0.1 + n as f64 / 3.0));
-        }
-        assert!(bucket.backlog() < Duration::from_secs(1));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn concurrent_takers_share_the_rate() {
-        let bucket = std::sync::Arc::new(TokenBucket::new(Some(2_000.0)));
-        let start = tokio::time::Instant::now();
-        let tasks: Vec<_> = (0..8)
-            .map(|_| {
-                let bucket = bucket.clone();
-                tokio::spawn(async move {
-                    for _ in 0..5 {
-                        bucket.take(250).await;
-                    }
-                })
-            })
-            .collect();
-        for task in tasks {
-            task.await.unwrap();
-        }
-        // 8 x 5 x 250 = 10,000 entities at 2,000/s.
-        assert_eq!(start.elapsed(), Duration::from_secs(5));
+impl Place<'_> {
+    /// Waits until the place is earned; it is then the taker's.
+    pub async fn earned(mut self) {
+        self.bucket.wait(self.place).await;
+        self.earned = true;
     }
 }
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        if !self.earned {
+            self.bucket.release(self.place, self.entities);
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "bucket_tests.rs"]
+mod tests;

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
-use super::bucket::{Rate, TokenBucket};
+use super::bucket::{Place, Rate, TokenBucket};
 
 /// The rate after a refusal, as a share of the rate before it.
 const CUT: f64 = 0.7;
@@ -249,9 +249,16 @@ impl Default for Governor {
 
 impl Governor {
     /// Waits until `entities` may be sent to the target.
+    /// A wait given up (its future dropped) gives its place back.
     pub async fn take(&self, entities: u64) {
         let place = self.reserve(entities);
-        self.bucket.wait(place).await;
+        self.bucket.hold(place, entities).earned().await;
+    }
+
+    /// A place of `entities` reserved earlier, given back unless waited for until earned (see
+    /// `TokenBucket::hold`).
+    pub fn hold(&self, place: f64, entities: u64) -> Place<'_> {
+        self.bucket.hold(place, entities)
     }
 
     /// Reserves `entities` without waiting; the place to [`wait`](Self::wait) for, ahead of

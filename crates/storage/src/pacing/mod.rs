@@ -9,6 +9,6 @@ mod governor;
 pub mod queue;
 mod window;
 
-pub use bucket::{Rate, TokenBucket};
+pub use bucket::{Place, Rate, TokenBucket};
 pub use governor::{Governor, Governors, MIN_RATE};
 pub use window::{RecentUse, Ticket};

@@ -1,0 +1,274 @@
+//! The bucket's pacing, places given up and stalls, on a paused clock; and every taker's wait
+//! against a plain model over random sequences of reservations, give-ups and time.
+
+use super::*;
+
+#[tokio::test(start_paused = true)]
+async fn what_a_stall_held_back_is_forfeit_not_let_through_at_once() {
+    let bucket = TokenBucket::new(Some(1_000.0));
+    let place = bucket.reserve(3_000.0);
+    // Nobody looks for two seconds (the process did not run): only 300 ms are credited.
+    tokio::time::advance(Duration::from_secs(2)).await;
+    let left = bucket.due(place) - tokio::time::Instant::now();
+    assert_eq!(left, Duration::from_millis(2_700));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_place_released_after_it_was_earned_is_forfeit_and_before_it_goes_back() {
+    let bucket = TokenBucket::new(Some(1_000.0));
+    let early = bucket.reserve(500.0);
+    let due = bucket.due(early);
+    assert_eq!(
+        due - tokio::time::Instant::now(),
+        Duration::from_millis(500)
+    );
+    tokio::time::advance(Duration::from_secs(1)).await;
+    // Earned a while ago: given up, it does not let the next taker go early.
+    bucket.release(early, 500);
+    let start = tokio::time::Instant::now();
+    bucket.take(1_000).await;
+    assert!(
+        start.elapsed() >= Duration::from_millis(999),
+        "{:?}",
+        start.elapsed()
+    );
+    // Not earned yet: given back, the taker behind it goes that much sooner.
+    let ahead = bucket.reserve(1_000.0);
+    assert!(bucket.due(ahead) > tokio::time::Instant::now());
+    bucket.release(ahead, 1_000);
+    let start = tokio::time::Instant::now();
+    bucket.take(500).await;
+    assert!(
+        start.elapsed() <= Duration::from_millis(501),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_place_given_up_behind_a_waiting_taker_goes_to_those_behind_it_only() {
+    let bucket = TokenBucket::new(Some(1_000.0));
+    let ahead = bucket.reserve(1_000.0);
+    let given_up = bucket.reserve(2_000.0);
+    let behind = bucket.reserve(500.0);
+    bucket.release(given_up, 2_000);
+    let now = tokio::time::Instant::now();
+    // The taker ahead still waits its whole second; the one behind only for the two places
+    // around the gap: 1,500 entities.
+    assert_eq!(bucket.due(ahead) - now, Duration::from_secs(1));
+    assert_eq!(bucket.due(behind) - now, Duration::from_millis(1_500));
+    let start = tokio::time::Instant::now();
+    bucket.wait(behind).await;
+    assert_eq!(start.elapsed(), Duration::from_millis(1_500));
+    // Nothing left over: the next taker waits for its own entities only.
+    let start = tokio::time::Instant::now();
+    bucket.take(100).await;
+    assert_eq!(start.elapsed(), Duration::from_millis(100));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_take_given_up_gives_its_place_back() {
+    let bucket = TokenBucket::new(Some(1_000.0));
+    // 10 s of entities, given up after 2 s.
+    let gave_up = tokio::time::timeout(Duration::from_secs(2), bucket.take(10_000)).await;
+    assert!(gave_up.is_err());
+    let start = tokio::time::Instant::now();
+    bucket.take(100).await;
+    assert_eq!(start.elapsed(), Duration::from_millis(100));
+    // So does a place reserved ahead whose wait never started, behind another taker.
+    let ahead = bucket.reserve(1_000.0);
+    drop(bucket.hold(bucket.reserve(5_000.0), 5_000));
+    let start = tokio::time::Instant::now();
+    bucket.wait(ahead).await;
+    bucket.take(100).await;
+    assert_eq!(start.elapsed(), Duration::from_millis(1_100));
+}
+
+#[tokio::test(start_paused = true)]
+async fn takers_are_paced_to_the_rate_with_no_burst() {
+    let bucket = TokenBucket::new(Some(1_000.0));
+    let start = tokio::time::Instant::now();
+    for _ in 0..10 {
+        bucket.take(500).await;
+    }
+    // 5,000 entities at 1,000/s: the last reservation is paid at 5 s, the first at 0.5 s.
+    assert_eq!(start.elapsed(), Duration::from_secs(5));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rate_lowered_while_takers_wait_holds_them_back() {
+    let bucket = std::sync::Arc::new(TokenBucket::new(Some(1_000.0)));
+    let start = tokio::time::Instant::now();
+    let waiting = {
+        let bucket = bucket.clone();
+        tokio::spawn(async move { bucket.take(2_000).await })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // 1,000 of the 2,000 earned; the other 1,000 now at 250/s.
+    bucket.set_rate(Some(250.0));
+    waiting.await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_secs(5));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rate_of_nothing_holds_takers_until_it_rises() {
+    // A process whose share of a cap falls to nothing: its takers wait (they used to panic
+    // on the infinite wait) and go once a share comes back.
+    let bucket = std::sync::Arc::new(TokenBucket::new(Some(0.0)));
+    let start = tokio::time::Instant::now();
+    let waiting = {
+        let bucket = bucket.clone();
+        tokio::spawn(async move { bucket.take(100).await })
+    };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!waiting.is_finished());
+    bucket.set_rate(Some(100.0));
+    waiting.await.unwrap();
+    assert!(
+        start.elapsed() <= Duration::from_millis(4_300),
+        "{:?}",
+        start.elapsed()
+    );
+}
+#[tokio::test(start_paused = true)]
+async fn unlimited_never_waits_and_a_new_rate_applies_to_later_takers() {
+    let bucket = TokenBucket::new(None);
+    let start = tokio::time::Instant::now();
+    bucket.take(1_000_000).await;
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    bucket.set_rate(Some(100.0));
+    bucket.take(100).await;
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+    bucket.set_rate(Some(1_000.0));
+    bucket.take(100).await;
+    assert_eq!(start.elapsed(), Duration::from_millis(1_100));
+}
+
+#[tokio::test(start_paused = true)]
+async fn entities_given_back_shorten_the_wait_of_later_takers() {
+    let bucket = TokenBucket::new(Some(1_000.0));
+    let start = tokio::time::Instant::now();
+    // A page of 1,000 reserved, 200 of it used: the next taker waits for 200 + its 300.
+    bucket.reserve(1_000.0);
+    bucket.give_back(800);
+    assert_eq!(bucket.backlog(), Duration::from_millis(200));
+    bucket.take(300).await;
+    assert_eq!(start.elapsed(), Duration::from_millis(500));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_remainder_too_small_to_wait_for_does_not_spin() {
+    // Rates and amounts whose sums do not come out even in binary.
+    let bucket = TokenBucket::new(Some(333.333_333_3));
+    for n in [1u64, 7, 13, 1000, 3] {
+        for _ in 0..50 {
+            bucket.take(n).await;
+        }
+        bucket.set_rate(Some(0.1 + n as f64 / 3.0));
+    }
+    assert!(bucket.backlog() < Duration::from_secs(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_takers_share_the_rate() {
+    let bucket = std::sync::Arc::new(TokenBucket::new(Some(2_000.0)));
+    let start = tokio::time::Instant::now();
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let bucket = bucket.clone();
+            tokio::spawn(async move {
+                for _ in 0..5 {
+                    bucket.take(250).await;
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    // 8 x 5 x 250 = 10,000 entities at 2,000/s.
+    assert_eq!(start.elapsed(), Duration::from_secs(5));
+}
+
+/// What the bucket should do, kept plainly: each reservation's entities not yet earned,
+/// in order; the rate earns them front to back; one given up owes nothing any more (what of
+/// it was earned is forfeit); credit with nothing left to earn is lost.
+#[derive(Debug, Clone)]
+enum Op {
+    Reserve(u16),
+    GiveUp(usize),
+    Advance(u16),
+}
+
+fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+    use proptest::prelude::*;
+    prop_oneof![
+        (1u16..3_000).prop_map(Op::Reserve),
+        any::<usize>().prop_map(Op::GiveUp),
+        (1u16..300).prop_map(Op::Advance),
+    ]
+}
+
+proptest::proptest! {
+    #[test]
+    fn every_taker_waits_for_what_is_owed_ahead_of_it_and_no_more(
+        ops in proptest::collection::vec(op(), 1..60)
+    ) {
+        const RATE: f64 = 1_000.0;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let bucket = TokenBucket::new(Some(RATE));
+            // (place, entities not yet earned, given up)
+            let mut model: Vec<(f64, f64, bool)> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Reserve(n) => {
+                        let place = bucket.reserve(f64::from(n));
+                        model.push((place, f64::from(n), false));
+                    }
+                    Op::GiveUp(i) => {
+                        if model.is_empty() {
+                            continue;
+                        }
+                        let i = i % model.len();
+                        if model[i].2 {
+                            continue;
+                        }
+                        let (place, _, _) = model[i];
+                        let entities = (place - model[..i].last().map_or(0.0, |m| m.0)) as u64;
+                        bucket.release(place, entities);
+                        model[i].1 = 0.0;
+                        model[i].2 = true;
+                    }
+                    Op::Advance(ms) => {
+                        tokio::time::advance(Duration::from_millis(u64::from(ms))).await;
+                        let mut credit = f64::from(ms) / 1_000.0 * RATE;
+                        for entry in model.iter_mut() {
+                            let paid = entry.1.min(credit);
+                            entry.1 -= paid;
+                            credit -= paid;
+                        }
+                    }
+                }
+                let now = tokio::time::Instant::now();
+                let mut owed = 0.0;
+                for (place, unearned, given_up) in &model {
+                    owed += unearned;
+                    if *given_up {
+                        continue;
+                    }
+                    let expected = if owed <= 1e-3 { 0.0 } else { owed / RATE };
+                    let due = (bucket.due(*place) - now).as_secs_f64();
+                    assert!(
+                        (due - expected).abs() <= 0.001,
+                        "place {place}: due in {due} s, owed {owed} ahead"
+                    );
+                }
+            }
+        });
+    }
+}
