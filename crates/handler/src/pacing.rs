@@ -187,8 +187,9 @@ struct PaceState {
     given_back_at: Option<Instant>,
 }
 
-/// A place reserved in a scan's share ahead of a read ([`StepPace::reserve_read`]).
-#[derive(Debug, Clone, Copy)]
+/// A place reserved in a scan's share ahead of a read ([`StepPace::reserve_read`]): used or
+/// released once (not `Copy`: given up twice, it would be skipped twice).
+#[derive(Debug)]
 pub struct Reservation {
     source_place: f64,
     share_place: f64,
@@ -589,13 +590,13 @@ impl StepPace {
     ) -> Ticket {
         // A place earned a while ago (the step wrote, or waited, between its pages) would go
         // on top of what is earned now: it is given up, and the page pays afresh.
-        let reserved = reserved.filter(|reserved| {
-            let fresh = Instant::now() <= reserved.due + RESERVATION_LIFE;
-            if !fresh {
-                self.release(*reserved);
+        let reserved = match reserved {
+            Some(stale) if Instant::now() > stale.due + RESERVATION_LIFE => {
+                self.release(stale);
+                None
             }
-            fresh
-        });
+            fresh => fresh,
+        };
         let Some(reserved) = reserved else {
             self.source.take(entities).await;
             return self.take_share(entities).await;

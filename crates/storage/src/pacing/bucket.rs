@@ -24,16 +24,16 @@ pub struct TokenBucket {
 }
 
 /// Two running totals: entities reserved, and entities earned at the rate (never more than
-/// reserved: no credit builds up while nobody takes). A taker's place is the total reserved
-/// with it; it may go once that much is earned. Places rather than times make a rate changed
-/// while takers wait apply to them too.
+/// reserved: no credit builds up while nobody takes); and the spans of places given up ahead of
+/// the rate. A taker's place is the total reserved with it; it may go once everything up to it
+/// is earned or given up. Places rather than times make a rate changed while takers wait apply
+/// to them too.
 #[derive(Debug)]
 struct State {
     rate: Rate,
     reserved: f64,
     earned: f64,
-    /// Spans of places given up unearned behind the first taker still waiting, in order and
-    /// apart: the rate passes over them without earning them, so a later taker goes sooner
+    /// Spans of places given up unearned after the last place earned, in order and apart: the rate passes over them without earning them, so a later taker goes sooner
     /// and an earlier one not at all sooner. (Earned across instead, a span given up behind a
     /// waiting taker would let that taker go early, over the rate.)
     released: VecDeque<(f64, f64)>,
@@ -153,8 +153,9 @@ impl TokenBucket {
 
     /// Waits until a place [`reserve`](Self::reserve)d earlier is earned. Reserving ahead of
     /// the moment the entities are needed (the next page, while this one is on its way) lets
-    /// the wait run meanwhile, and nothing goes before it is earned all the same.
-    pub async fn wait(&self, place: f64) {
+    /// the wait run meanwhile, and nothing goes before it is earned all the same. Not given
+    /// back if the wait is given up: callers wait through [`hold`](Self::hold).
+    pub(super) async fn wait(&self, place: f64) {
         loop {
             let wait = {
                 let mut state = self.lock();
@@ -176,7 +177,8 @@ impl TokenBucket {
 
     /// A place of `entities` reserved earlier, [`release`](Self::release)d unless it is waited
     /// for until earned ([`Place::earned`]): whoever gives up the wait, or never starts it,
-    /// cannot leave the place ahead of every later taker.
+    /// cannot leave the place ahead of every later taker. `entities` must be what was reserved
+    /// with `place` (more would give up places of others).
     pub fn hold(&self, place: f64, entities: u64) -> Place<'_> {
         Place {
             bucket: self,
@@ -209,8 +211,16 @@ impl TokenBucket {
             state.pass_released();
             return;
         }
-        // Spans are the places of distinct reservations: they never overlap.
+        // Spans are the places of distinct reservations: they never overlap, unless a place is
+        // given up twice, which must not skip it twice (the takers behind would go early).
         let at = state.released.partition_point(|(start, _)| *start < from);
+        let overlaps = |span: Option<&(f64, f64)>| {
+            span.is_some_and(|&(start, end)| start < place && from < end)
+        };
+        let before = at.checked_sub(1).and_then(|i| state.released.get(i));
+        if overlaps(before) || overlaps(state.released.get(at)) {
+            return;
+        }
         state.released.insert(at, (from, place));
     }
 
@@ -236,7 +246,7 @@ impl TokenBucket {
         state.wait_for(place).unwrap_or(Duration::ZERO)
     }
 
-    /// Reserves `entities`; the place of this reservation, to [`wait`](Self::wait) for.
+    /// Reserves `entities`; the place of this reservation, to [`hold`](Self::hold) and wait for.
     pub fn reserve(&self, entities: f64) -> f64 {
         let mut state = self.lock();
         state.settle(Instant::now());

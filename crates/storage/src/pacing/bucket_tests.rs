@@ -190,23 +190,110 @@ async fn concurrent_takers_share_the_rate() {
     assert_eq!(start.elapsed(), Duration::from_secs(5));
 }
 
-/// What the bucket should do, kept plainly: each reservation's entities not yet earned,
-/// in order; the rate earns them front to back; one given up owes nothing any more (what of
-/// it was earned is forfeit); credit with nothing left to earn is lost.
+/// What the bucket should do, kept plainly: each reservation's entities not yet earned, in
+/// order; the rate earns them front to back, and entities given back (a short page) are earned
+/// the same way at once; one given up owes nothing any more (what of it was earned is forfeit),
+/// and given up again changes nothing; credit with nothing left to earn is lost; no rate earns
+/// everything; a look more than 300 ms after the last earns 300 ms (a stall's time is forfeit).
 #[derive(Debug, Clone)]
 enum Op {
     Reserve(u16),
     GiveUp(usize),
+    GiveBack(u16),
+    SetRate(Option<u16>),
     Advance(u16),
 }
 
 fn op() -> impl proptest::strategy::Strategy<Value = Op> {
     use proptest::prelude::*;
     prop_oneof![
-        (1u16..3_000).prop_map(Op::Reserve),
-        any::<usize>().prop_map(Op::GiveUp),
-        (1u16..300).prop_map(Op::Advance),
+        3 => (1u16..3_000).prop_map(Op::Reserve),
+        2 => any::<usize>().prop_map(Op::GiveUp),
+        1 => (1u16..2_000).prop_map(Op::GiveBack),
+        1 => proptest::option::weighted(0.8, 100u16..5_000).prop_map(Op::SetRate),
+        3 => (1u16..2_000).prop_map(Op::Advance),
     ]
+}
+
+/// The model's reservations: place, entities, entities not yet earned, given up.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    place: f64,
+    entities: u64,
+    unearned: f64,
+    given_up: bool,
+}
+
+/// Earns `credit` entities front to back over what is still owed.
+fn earn(model: &mut [Entry], mut credit: f64) {
+    for entry in model.iter_mut().filter(|e| !e.given_up) {
+        let paid = entry.unearned.min(credit);
+        entry.unearned -= paid;
+        credit -= paid;
+    }
+}
+
+async fn check(ops: Vec<Op>) -> Result<(), proptest::test_runner::TestCaseError> {
+    let mut rate = Some(1_000.0);
+    let bucket = TokenBucket::new(rate);
+    let mut model: Vec<Entry> = Vec::new();
+    for op in ops {
+        match op {
+            Op::Reserve(n) => {
+                let place = bucket.reserve(f64::from(n));
+                model.push(Entry {
+                    place,
+                    entities: u64::from(n),
+                    unearned: f64::from(n),
+                    given_up: false,
+                });
+            }
+            Op::GiveUp(i) if !model.is_empty() => {
+                let at = i % model.len();
+                let entry = &mut model[at];
+                bucket.release(entry.place, entry.entities);
+                entry.unearned = 0.0;
+                entry.given_up = true;
+            }
+            Op::GiveUp(_) => {}
+            Op::GiveBack(n) => {
+                bucket.give_back(u64::from(n));
+                earn(&mut model, f64::from(n));
+            }
+            Op::SetRate(new) => {
+                rate = new.map(f64::from);
+                bucket.set_rate(rate);
+            }
+            Op::Advance(ms) => {
+                tokio::time::advance(Duration::from_millis(u64::from(ms))).await;
+                if let Some(rate) = rate {
+                    earn(&mut model, f64::from(ms.min(300)) / 1_000.0 * rate);
+                }
+            }
+        }
+        if rate.is_none() {
+            earn(&mut model, f64::INFINITY);
+        }
+        let now = tokio::time::Instant::now();
+        let mut owed = 0.0;
+        for entry in &model {
+            owed += entry.unearned;
+            if entry.given_up {
+                continue;
+            }
+            let expected = match rate {
+                Some(rate) if owed > 1e-3 => (owed / rate).min(3_600.0),
+                _ => 0.0,
+            };
+            let due = (bucket.due(entry.place) - now).as_secs_f64();
+            proptest::prop_assert!(
+                (due - expected).abs() <= 0.001,
+                "place {}: due in {due} s, {owed} owed up to it",
+                entry.place
+            );
+        }
+    }
+    Ok(())
 }
 
 proptest::proptest! {
@@ -214,61 +301,11 @@ proptest::proptest! {
     fn every_taker_waits_for_what_is_owed_ahead_of_it_and_no_more(
         ops in proptest::collection::vec(op(), 1..60)
     ) {
-        const RATE: f64 = 1_000.0;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .start_paused(true)
             .build()
             .unwrap();
-        runtime.block_on(async {
-            let bucket = TokenBucket::new(Some(RATE));
-            // (place, entities not yet earned, given up)
-            let mut model: Vec<(f64, f64, bool)> = Vec::new();
-            for op in ops {
-                match op {
-                    Op::Reserve(n) => {
-                        let place = bucket.reserve(f64::from(n));
-                        model.push((place, f64::from(n), false));
-                    }
-                    Op::GiveUp(i) => {
-                        if model.is_empty() {
-                            continue;
-                        }
-                        let i = i % model.len();
-                        if model[i].2 {
-                            continue;
-                        }
-                        let (place, _, _) = model[i];
-                        let entities = (place - model[..i].last().map_or(0.0, |m| m.0)) as u64;
-                        bucket.release(place, entities);
-                        model[i].1 = 0.0;
-                        model[i].2 = true;
-                    }
-                    Op::Advance(ms) => {
-                        tokio::time::advance(Duration::from_millis(u64::from(ms))).await;
-                        let mut credit = f64::from(ms) / 1_000.0 * RATE;
-                        for entry in model.iter_mut() {
-                            let paid = entry.1.min(credit);
-                            entry.1 -= paid;
-                            credit -= paid;
-                        }
-                    }
-                }
-                let now = tokio::time::Instant::now();
-                let mut owed = 0.0;
-                for (place, unearned, given_up) in &model {
-                    owed += unearned;
-                    if *given_up {
-                        continue;
-                    }
-                    let expected = if owed <= 1e-3 { 0.0 } else { owed / RATE };
-                    let due = (bucket.due(*place) - now).as_secs_f64();
-                    assert!(
-                        (due - expected).abs() <= 0.001,
-                        "place {place}: due in {due} s, owed {owed} ahead"
-                    );
-                }
-            }
-        });
+        runtime.block_on(check(ops))?;
     }
 }

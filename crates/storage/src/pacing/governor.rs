@@ -261,8 +261,8 @@ impl Governor {
         self.bucket.hold(place, entities)
     }
 
-    /// Reserves `entities` without waiting; the place to [`wait`](Self::wait) for, ahead of
-    /// the moment they are sent (see `TokenBucket::wait`). Unused, they are given back.
+    /// Reserves `entities` without waiting; the place to [`hold`](Self::hold) and wait for,
+    /// ahead of the moment they are sent. Unused, they are given back.
     pub fn reserve(&self, entities: u64) -> f64 {
         self.count_use(entities);
         self.bucket.reserve(entities as f64)
@@ -280,11 +280,6 @@ impl Governor {
     /// Gives up a place reserved earlier and not used (see `TokenBucket::release`).
     pub fn release(&self, place: f64, entities: u64) {
         self.bucket.release(place, entities);
-    }
-
-    /// Waits until a place reserved earlier may go.
-    pub async fn wait(&self, place: f64) {
-        self.bucket.wait(place).await;
     }
 
     /// Returns entities taken and not used (a short page).
