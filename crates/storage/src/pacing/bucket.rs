@@ -33,9 +33,10 @@ struct State {
     rate: Rate,
     reserved: f64,
     earned: f64,
-    /// Spans of places given up unearned after the last place earned, in order and apart: the rate passes over them without earning them, so a later taker goes sooner
-    /// and an earlier one not at all sooner. (Earned across instead, a span given up behind a
-    /// waiting taker would let that taker go early, over the rate.)
+    /// Spans of places given up unearned after the last place earned, in order and apart: the
+    /// rate passes over them without earning them, so a later taker goes sooner and an earlier
+    /// one not at all sooner. (Earned across instead, a span given up behind a waiting taker
+    /// would let that taker go early, over the rate.)
     released: VecDeque<(f64, f64)>,
     /// When `earned` was last brought up to date.
     at: Instant,
