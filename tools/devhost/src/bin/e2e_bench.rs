@@ -29,9 +29,10 @@
 //! 137 ms, from the published serial read of 3.5M rows in about 8 minutes; a transaction
 //! 30 ms and 0.1 ms an operation; any other request 15 ms), on top of what Azurite takes. On
 //! this machine Azurite, one Node.js thread that looks at every row of the table for every
-//! query, answers a page in about 25 ms of its processor time however few rows the page asks
-//! for: a client that keeps it busy reads the table no faster than about 100 of those, and the
-//! SDK's serial read alone keeps it busy more than half the time. Against the service a page
+//! query, spends 22-33 ms of processor time on a page of a query over the whole table whatever
+//! it returns (benches/python/page_cost.py); tablescan's count keeps it busy all the time, and
+//! the SDK's serial read alone half the time, so the emulator, not the reader, sets the ratio
+//! between them. Against the service a page
 //! costs a round trip and the service is not one thread: the latency is what a serial reader
 //! waits on there, and what parallel readers overlap. The queues stay direct (devhost polls
 //! them). Writes target/bench/end_to_end_latency.md.
