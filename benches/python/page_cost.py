@@ -6,17 +6,17 @@ Reads the whole table serially in pages of 1,000 with the official SDK, three wa
 property; keys only; keys only within a PartitionKey range that holds every row, as a prefix
 scan's queries are), ROUNDS times each (2 by default), and prints for each read the wall-clock
 seconds and the emulator's processor time (user and system, from /proc/EMULATOR_PID/stat) per
-page. Azurite answers a query by interpreting its filter over every row of the table, so a
-page costs about the same whatever it returns: that cost times the table's pages is what any
-reader, however parallel, needs of the emulator's one thread (docs/scan.md, "Measured").
+page. Azurite answers a query by interpreting its filter over every row of the table and sorting
+the rows that match, so a page of a query over the whole table costs about the same whatever
+properties it returns (docs/scan.md, "Measured"); narrower queries cost it less.
 
 To run it by hand on the end-to-end benchmark's table (100,000 NuGet-like rows, `benche2e`):
 
-    scripts/azurite start --free-ports --state /tmp/az > /tmp/az/conn
-    TABLESCAN_BENCH_STORAGE=$(cat /tmp/az/conn) TABLESCAN_BENCH_PYTHON=target/bench-venv/bin/python \
+    scripts/azurite start --free-ports --state /tmp/az >/dev/null
+    conn=$(scripts/azurite env --state /tmp/az)
+    TABLESCAN_BENCH_STORAGE=$conn TABLESCAN_BENCH_PYTHON=target/bench-venv/bin/python \
       TABLESCAN_BENCH_APP=target/bench-app target/release/e2e_bench --only count --rounds 1
-    target/bench-venv/bin/python benches/python/page_cost.py "$(cat /tmp/az/conn)" benche2e \
-      "$(cat /tmp/az/pid)"
+    target/bench-venv/bin/python benches/python/page_cost.py "$conn" benche2e "$(cat /tmp/az/pid)"
     scripts/azurite stop --state /tmp/az
 """
 import os

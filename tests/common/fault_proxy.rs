@@ -20,11 +20,10 @@
 //! operation of a transaction, one for anything else), that answers 503 Server Busy while it is
 //! empty, as the service answers a client above an account's or a partition's target.
 //!
-//! And one for the service's latency (`set_latency`): every forwarded answer is held back by
-//! what the service would have taken to answer it ([`ServiceLatency`]), on top of what Azurite
-//! took, so that a client that waits on one request at a time (a serial page-through) pays the
-//! round trips it pays against the service, and a single-threaded emulator on a small machine
-//! is not the only thing that sets the pace (`e2e_bench --service-latency`).
+//! And one for the service's latency (`set_latency`): every answer leaves the proxy no sooner
+//! than the service would have answered it ([`ServiceLatency`]), counted from the request's
+//! arrival, so Azurite's own time is part of it, not added to it (`e2e_bench
+//! --service-latency`).
 //!
 //! Requests to one table can be counted apart (`mark_table`): an application that shares the
 //! account with a scan (tools/devhost/tests/common/app_load.rs) uses a table of its own, so a
@@ -170,9 +169,11 @@ struct Plan {
     latency: Option<ServiceLatency>,
 }
 
-/// What the Table service takes to answer a request, by kind: a query a fixed part plus a part
-/// per entity returned, a transaction a fixed part plus a part per operation, anything else a
-/// fixed time. [`ServiceLatency::PUBLISHED`] is the simulator's model (tools/simulator, `Params`).
+/// What the Table service takes to answer a request, by kind: a query (any read but of one
+/// entity) a fixed part plus a part per entity returned, a transaction a fixed part plus a part
+/// per operation, anything else a fixed time. [`ServiceLatency::PUBLISHED`] is the simulator's
+/// model (tools/simulator `Params`: `query_base_ms`, `query_ms_per_entity`, `batch_base_ms`,
+/// `batch_ms_per_entity`, `entity_ms`); keep the two in step.
 #[derive(Debug, Clone, Copy)]
 pub struct ServiceLatency {
     pub query: Duration,
@@ -194,12 +195,14 @@ impl ServiceLatency {
         single: Duration::from_millis(15),
     };
 
-    /// The latency of a request of `path`, a query or not, that touched `entities`.
-    fn of(&self, path: &str, is_query: bool, entities: u64) -> Duration {
+    /// The latency of a `method` request of `path` that touched `entities`: a transaction
+    /// (`$batch`), a query (a GET of anything but one entity: `table(PartitionKey=..,RowKey=..)`
+    /// names one, a page or a filtered read of a few rows does not), or a single request.
+    fn of(&self, method: &str, path: &str, entities: u64) -> Duration {
         let entities = u32::try_from(entities).unwrap_or(u32::MAX);
         if path.ends_with("$batch") {
             self.transaction + self.transaction_per_operation * entities
-        } else if is_query {
+        } else if method == "GET" && !path.contains("PartitionKey=") {
             self.query + self.query_per_entity * entities
         } else {
             self.single
@@ -314,7 +317,7 @@ impl FaultProxy {
         });
     }
 
-    /// Holds every answer back by the service's latency for it (`None` ends it).
+    /// Holds every answer back until the service would have answered it (`None` ends it).
     pub fn set_latency(&self, latency: Option<ServiceLatency>) {
         self.shared.plan.lock().unwrap().latency = latency;
     }
@@ -522,7 +525,8 @@ async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Respons
         plan.latency
     };
     if let Some(latency) = latency {
-        tokio::time::sleep(latency.of(parts.uri.path(), is_query, touched)).await;
+        let answered = latency.of(parts.method.as_str(), parts.uri.path(), touched);
+        tokio::time::sleep_until((arrived + answered).into()).await;
     }
     if moment == Some(Moment::After) {
         act();

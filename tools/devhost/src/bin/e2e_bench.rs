@@ -672,8 +672,17 @@ fn commit() -> String {
     };
     match git(&["rev-parse", "--short=12", "HEAD"]) {
         Some(hash) => {
-            let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
-                .is_some_and(|changes| !changes.is_empty());
+            // A change of the docs alone is not a change of what was measured.
+            let dirty = git(&[
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                "--",
+                ".",
+                ":(exclude)docs",
+                ":(exclude)*.md",
+            ])
+            .is_some_and(|changes| !changes.is_empty());
             let note = if dirty {
                 " (with uncommitted changes)"
             } else {
