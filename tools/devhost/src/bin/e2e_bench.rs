@@ -24,18 +24,12 @@
 //! `"maxRowsPerSecond": "unlimited"`, so that no cap shapes them.
 //!
 //! `--service-latency` runs the same cases with every table request of both, the SDK's and
-//! tablescan's (its reads, writes and ledger), through a proxy that holds each answer back by
-//! what the Table service takes to answer it (the simulator's latency model: a full page
-//! 137 ms, from the published serial read of 3.5M rows in about 8 minutes; a transaction
-//! 30 ms and 0.1 ms an operation; any other request 15 ms), on top of what Azurite takes. On
-//! this machine Azurite, one Node.js thread that looks at every row of the table for every
-//! query, spends 22-33 ms of processor time on a page of a query over the whole table whatever
-//! it returns (benches/python/page_cost.py); tablescan's count keeps it busy all the time, and
-//! the SDK's serial read alone half the time, so the emulator, not the reader, sets the ratio
-//! between them. Against the service a page
-//! costs a round trip and the service is not one thread: the latency is what a serial reader
-//! waits on there, and what parallel readers overlap. The queues stay direct (devhost polls
-//! them). Writes target/bench/end_to_end_latency.md.
+//! tablescan's (its reads, writes and ledger; its queues stay direct), through a proxy that
+//! answers each no sooner than the Table service would (`ServiceLatency::PUBLISHED`, the
+//! simulator's model: a full page 137 ms), counted from the request's arrival. On this machine
+//! the single-threaded emulator, not the reader, sets the ratio of the bare runs; against the
+//! service a serial reader waits on latency, which parallel readers overlap (docs/performance.md,
+//! "With the service's latency"). Writes target/bench/end_to_end_latency.md.
 //!
 //! Run by `scripts/bench`, which passes TABLESCAN_BENCH_STORAGE, TABLESCAN_BENCH_PYTHON,
 //! TABLESCAN_BENCH_APP (an assembled function app folder) and TABLESCAN_BENCH_EMULATOR_PID (the
@@ -213,6 +207,8 @@ async fn main() {
     };
 
     // The command line as run, for the report.
+    // The code as it was when the runs began: an edit during them is not what ran.
+    let code = commit();
     let mut flags = format!(" --rounds {rounds}");
     if let Some(job) = only {
         flags += match job {
@@ -259,7 +255,11 @@ async fn main() {
         }
     }
     if only.is_some() || service_latency {
-        let report = format!("{}\n\n{}\n", provenance(&flags), comparison(&runs, rounds));
+        let report = format!(
+            "{}\n\n{}\n",
+            provenance(&code, &flags),
+            comparison(&runs, rounds)
+        );
         println!("{report}");
         if only.is_none() {
             write_report("end_to_end_latency.md", &report);
@@ -270,7 +270,7 @@ async fn main() {
     let memory = bench.handler_memory().await;
     let report = format!(
         "{}\n\n{}\n\n{filtered}\n\n{memory}\n",
-        provenance(&flags),
+        provenance(&code, &flags),
         comparison(&runs, rounds)
     );
     println!("{report}");
@@ -642,8 +642,9 @@ fn processor_seconds(pid: u32) -> Option<f64> {
     Some(ticks as f64 / 100.0)
 }
 
-/// Which commit, when, on what machine and with what command the figures were measured.
-fn provenance(flags: &str) -> String {
+/// Which commit (`code`, as the runs began), when, on what machine and with what command the
+/// figures were measured.
+fn provenance(code: &str, flags: &str) -> String {
     let now = time::OffsetDateTime::now_utc();
     let date = now
         .format(time::macros::format_description!(
@@ -653,7 +654,7 @@ fn provenance(flags: &str) -> String {
     format!(
         "Commit {}, {date}, {}. Command: `scripts/bench`, which starts a private Azurite and \
          runs `target/release/e2e_bench{flags}`.",
-        commit(),
+        code,
         machine()
     )
 }
