@@ -6,6 +6,14 @@ repo_root() {
 }
 
 say() { printf '%s\n' "$*" >&2; }
+
+# The line that heads a measured or simulated table, and a blank line: the code it ran (CODE),
+# when, on what machine, and COMMAND (already quoted as the caller wants it shown).
+provenance_line() {
+  printf 'Commit `%s`, %s, %s cores (%s). Command: %s.\n\n' "$1" \
+    "$(date -u '+%Y-%m-%d %H:%M UTC')" "$(nproc)" \
+    "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" "$2"
+}
 die() { say "error: $*"; exit 1; }
 
 # Installs the pinned Azurite (tools/azurite) with `npm ci` when it is missing or its lock file

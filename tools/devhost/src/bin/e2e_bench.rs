@@ -206,9 +206,9 @@ async fn main() {
         emulator_pid,
     };
 
-    // The command line as run, for the report.
     // The code as it was when the runs began: an edit during them is not what ran.
     let code = commit();
+    // The command line as run, for the report.
     let mut flags = format!(" --rounds {rounds}");
     if let Some(job) = only {
         flags += match job {
