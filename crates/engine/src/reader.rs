@@ -32,6 +32,9 @@ pub struct PageRequest<'a> {
     /// The scan's own condition on rows, if any, applied by the service together with the keys
     /// (a page may then come back short or empty, with a continuation, where few rows match).
     pub filter: Option<&'a Filter>,
+    /// The step's query budget ends with this page: it reads no page after it (a paced reader
+    /// then reserves no share for one).
+    pub last: bool,
 }
 
 /// A table the scan engine can read, one page at a time. Pages come back in key order; a page

@@ -743,4 +743,4 @@ mod learning_tests;
 #[cfg(test)]
 mod queue_tests;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -254,16 +254,21 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
         self.lock().next_probe_ms = now + ms(PROBE_MIN);
     }
 
-    /// Reads every slice and takes those free.
+    /// Reads every slice, keeps those handed over to this process, and takes those free.
     async fn take_all_free(&self, now: u64) {
         let Ok(stored) = self.store.read_all(&self.scan).await else {
             return;
         };
-        let free: Vec<SliceRow> = self
-            .adopt(stored, now)
-            .into_iter()
-            .filter(|row| row.is_free(now))
-            .collect();
+        let before = self.lock().held.len();
+        let rows = self.adopt(stored, now);
+        {
+            let mut state = self.lock();
+            let added = state.held.len().saturating_sub(before);
+            if added > 0 {
+                state.schedule_renewal(added, now);
+            }
+        }
+        let free: Vec<SliceRow> = rows.into_iter().filter(|row| row.is_free(now)).collect();
         if !free.is_empty() {
             self.take(free, now).await;
         }
@@ -477,14 +482,33 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
             // always kept), or, wanting no more, more than its use needs.
             asked.sort_by_key(|(_, holds)| *holds);
             let mut given = Vec::new();
-            for (index, holds) in asked {
+            for (index, holds) in &asked {
                 let held = state.held.len();
                 let gives = held >= holds + 2 || needed.is_some_and(|needed| held > needed);
                 if !gives {
                     continue;
                 }
-                if let Some(held) = state.held.remove(&index) {
-                    given.push((index, held));
+                if let Some(held) = state.held.remove(index) {
+                    given.push((*index, held));
+                }
+            }
+            // A holder that wants no more and was asked frees the rest its use does not need
+            // in the same write, not a slice per ask (each a renewal and a look apart): the
+            // asker takes them with the one handed over (`take_all_free`). Freed, not handed:
+            // an asker whose need passed meanwhile would hold them unknowingly until their
+            // leases ran out; free, any process that wants more takes them.
+            if let Some(needed) = needed.filter(|_| !given.is_empty()) {
+                let spare: Vec<u16> = state.held.keys().rev().copied().collect();
+                for index in spare {
+                    if state.held.len() <= needed {
+                        break;
+                    }
+                    if asked.iter().any(|(asked, _)| *asked == index) {
+                        continue;
+                    }
+                    if let Some(held) = state.held.remove(&index) {
+                        given.push((index, held));
+                    }
                 }
             }
             given
@@ -510,6 +534,10 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
             self.take_free(found, now).await;
         } else if found.usable_by(&self.process, now) {
             self.keep_handed_over(index, &found, now);
+            // Its holder may have freed more with it (`give_up_wanted`), and a slice handed
+            // over is often one of several a holder leaving gave up: all at once, as for free
+            // ones.
+            self.take_all_free(now).await;
         } else {
             self.ask_for(index, found, asked_before, now).await;
         }
@@ -682,6 +710,37 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(100)).await;
             waited += Duration::from_millis(100);
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_holder_that_wants_no_more_frees_its_spare_slices_to_an_asker_at_once() {
+        let store = InMemorySlices::default();
+        let first = ScanShare::new(store.clone(), TokioClock, "s", "first", 1_600.0);
+        first.tick(WANTS).await;
+        assert_eq!(first.usable(), 16);
+        // The first's steps use 150 of the 1,600 entities/s its 16 slices allow: two slices'
+        // worth at the margin. Asked once, it keeps those and frees the rest in the same write,
+        // and the asker takes them with the slice handed over: within a renewal and a look or
+        // two, well before the three seconds after which unused slices go back anyway.
+        let idle = Demand {
+            wants_more: false,
+            used: 150.0,
+        };
+        let second = ScanShare::new(store.clone(), TokioClock, "s", "second", 1_600.0);
+        let mut waited = Duration::ZERO;
+        while second.usable() < 14 {
+            assert!(
+                waited < HAND_OVER_EVERY + PROBE_MIN * 3,
+                "the asker holds {} after {waited:?}, the holder {}",
+                second.usable(),
+                first.usable()
+            );
+            first.tick(idle).await;
+            second.tick(WANTS).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            waited += Duration::from_millis(100);
+        }
+        assert_eq!(first.usable(), 2, "the holder keeps what its use needs");
     }
 
     #[tokio::test(start_paused = true)]

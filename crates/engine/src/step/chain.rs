@@ -243,20 +243,20 @@ where
             Some((page, rows)) => (Some(page), Some(rows)),
             None => (None, None),
         };
+        let cost = query_cost(top, self.options.page_size);
+        let last = self.spent_rows.saturating_add(cost) >= self.budget_rows;
         let (page, accepted) = tokio::join!(
             read(
                 self.reader,
                 task,
                 self.options,
-                top,
+                (top, last),
                 self.columns.as_deref()
             ),
             accept(sink, rows, self.deadline)
         );
         self.report.queries += 1;
-        self.spent_rows = self
-            .spent_rows
-            .saturating_add(query_cost(top, self.options.page_size));
+        self.spent_rows = self.spent_rows.saturating_add(cost);
         if let Some(waiting) = waiting {
             let finished = accepted.map_err(StepError::Action)?;
             if settle(
@@ -463,12 +463,12 @@ async fn accept<S: RowSink>(
     }
 }
 
-/// The page request for a task.
+/// The page request for a task: `top` rows at most, and whether the step's budget ends with it.
 async fn read<R: TableReader>(
     reader: &R,
     task: &ReadRange,
     options: &ScanOptions,
-    top: u16,
+    (top, last): (u16, bool),
     columns: Option<&[String]>,
 ) -> Result<Page, StorageError> {
     let (scope, cursor) = match task {
@@ -496,6 +496,7 @@ async fn read<R: TableReader>(
         columns,
         cursor,
         filter: options.filter.as_ref(),
+        last,
     };
     reader.read_page(&request).await
 }

@@ -159,6 +159,63 @@ async fn the_action_works_on_a_page_while_the_next_is_read_and_pages_stay_in_ord
     assert_eq!(sink.pages.len(), 4);
 }
 
+/// Reads the model and notes, for each request, whether it was marked the step's last.
+struct NotesLast<'a> {
+    inner: MemoryReader<'a>,
+    marks: std::sync::Mutex<Vec<bool>>,
+}
+
+impl TableReader for NotesLast<'_> {
+    async fn read_page(&self, request: &PageRequest<'_>) -> Result<Page, StorageError> {
+        self.marks.lock().unwrap().push(request.last);
+        self.inner.read_page(request).await
+    }
+}
+
+/// Takes every row.
+struct TakesAll;
+impl RowSink for TakesAll {
+    type Error = String;
+    async fn accept(&mut self, rows: Vec<Entity>, _: Duration) -> Result<usize, String> {
+        Ok(rows.len())
+    }
+}
+
+#[tokio::test]
+async fn only_the_page_that_spends_the_query_budget_is_marked_last() {
+    // A paced reader reserves the next page's share while a page is on its way; after the
+    // budget's last page it must not, or the place is earned and forfeit at the step's end.
+    let keys: Vec<String> = (0..30).map(|i| format!("k{i:02}")).collect();
+    let table = MemoryTable::from_keys(keys.iter().map(|k| (k.as_str(), "r")));
+    for (budget, expected) in [
+        (4, vec![false, false, false, true]),
+        (1, vec![true]),
+        // The range ends before the budget: no page is the budget's last.
+        (20, vec![false; 10]),
+    ] {
+        let reader = NotesLast {
+            inner: MemoryReader::new(&table, Quirks::default()),
+            marks: Default::default(),
+        };
+        let options = ScanOptions {
+            page_size: 3,
+            first_step_queries: budget,
+            budget: crate::budget::Budget {
+                max_queries: budget,
+                ..Default::default()
+            },
+            ..ScanOptions::default()
+        };
+        let item = WorkItem::root("s", KeyRange::all(), "");
+        let report = run_step(&reader, &item, &options, &Frozen, &mut TakesAll)
+            .await
+            .unwrap();
+        let marks = reader.marks.into_inner().unwrap();
+        assert_eq!(marks, expected, "a budget of {budget} queries");
+        assert_eq!(report.queries as usize, marks.len());
+    }
+}
+
 /// A sink that fails on its second page.
 struct FailsSecond(usize);
 impl RowSink for FailsSecond {

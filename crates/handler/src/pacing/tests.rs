@@ -5,7 +5,7 @@ use super::*;
 use tablescan_storage::table::in_memory::InMemoryTable;
 
 /// A scan record as a process reads it: id, and cap if any.
-pub(super) fn record(id: &str, cap: Option<u32>) -> ScanRecord {
+pub(crate) fn record(id: &str, cap: Option<u32>) -> ScanRecord {
     let settings = |name: &str| {
         (name == tablescan_api::DEFAULT_CONNECTION).then(|| "UseDevelopmentStorage=true".into())
     };
@@ -29,7 +29,7 @@ pub(super) fn record(id: &str, cap: Option<u32>) -> ScanRecord {
     }
 }
 
-pub(super) async fn ledger() -> Ledger {
+pub(crate) async fn ledger() -> Ledger {
     let table = InMemoryTable::new("ledger");
     table.create_if_missing().await.unwrap();
     Ledger::in_memory(table)

@@ -14,6 +14,8 @@ mod import;
 mod parking;
 mod run;
 mod sink;
+#[cfg(test)]
+mod sink_tests;
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};

@@ -67,16 +67,16 @@ impl<'a> ActionSink<'a> {
 
 /// The step's source, read at its scan's pace: each page waits for the rows it asks for (sized
 /// to the step's share of the rate), and what a short page did not use is given back.
-pub(super) struct PacedReader<'a> {
-    table: &'a tablescan_storage::TableClient,
+pub(super) struct PacedReader<'a, R = tablescan_storage::TableClient> {
+    table: &'a R,
     pace: &'a StepPace,
     /// The share reserved for the next page while this one is on its way (given back if the
     /// step reads no more).
     next: std::sync::Mutex<Option<Reservation>>,
 }
 
-impl<'a> PacedReader<'a> {
-    pub(super) fn new(table: &'a tablescan_storage::TableClient, pace: &'a StepPace) -> Self {
+impl<'a, R> PacedReader<'a, R> {
+    pub(super) fn new(table: &'a R, pace: &'a StepPace) -> Self {
         PacedReader {
             table,
             pace,
@@ -95,7 +95,7 @@ impl<'a> PacedReader<'a> {
     }
 }
 
-impl TableReader for PacedReader<'_> {
+impl<R: TableReader> TableReader for PacedReader<'_, R> {
     async fn read_page(&self, request: &PageRequest<'_>) -> Result<Page, StorageError> {
         let top = self.pace.page_size(request.top);
         let reserved = self.take_next();
@@ -104,17 +104,21 @@ impl TableReader for PacedReader<'_> {
             .await
             .map_err(|_| crate::pacing::no_share("query entities", self.pace.scan()))?;
         // A step reads page after page: the next one's share is earned while this one is on
-        // its way, so a step alone is not held to a page per wait plus request.
-        let next = self.pace.reserve_read(u64::from(top));
-        // The pieces of a partition-keys step read side by side through one reader: a place
-        // another piece reserved and nobody took is given back, not dropped.
-        let replaced = self
-            .next
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .replace(next);
-        if let Some(replaced) = replaced {
-            self.pace.release(replaced);
+        // its way, so a step alone is not held to a page per wait plus request. Not after
+        // the step's last page: kept to the step's end, that place would be earned and
+        // forfeit.
+        if !request.last {
+            let next = self.pace.reserve_read(u64::from(top));
+            // The pieces of a partition-keys step read side by side through one reader: a
+            // place another piece reserved and nobody took is given back, not dropped.
+            let replaced = self
+                .next
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .replace(next);
+            if let Some(replaced) = replaced {
+                self.pace.release(replaced);
+            }
         }
         let paced = PageRequest { top, ..*request };
         let page = self.table.read_page(&paced).await;
@@ -122,11 +126,20 @@ impl TableReader for PacedReader<'_> {
         let used = page.as_ref().map_or(0, |page| page.entities.len() as u64);
         self.pace
             .after_read(ticket, used, u64::from(top).saturating_sub(used));
+        if matches!(&page, Ok(page) if page.continuation.is_none()) {
+            // The query is over (its partition or range read to the end), and with it, most
+            // often, the step. The next page's place, kept until the step ends, would by then
+            // be earned and forfeit, a page of the cap lost at every such end: 5,758 entities
+            // in a capped copy of 80,002 through devhost (7% of its cap). Given up now, it is
+            // mostly not yet earned, and goes to the takers behind; a step that reads on pays
+            // afresh.
+            self.release_next();
+        }
         page
     }
 }
 
-impl Drop for PacedReader<'_> {
+impl<R> Drop for PacedReader<'_, R> {
     fn drop(&mut self) {
         self.release_next();
     }
