@@ -129,6 +129,8 @@ pub struct ScanPace {
     /// The cap it is paced at now: the set one, or one learned from the accounts' refusals
     /// (see [`cap_of`]).
     cap: Mutex<Option<f64>>,
+    /// When the cap last changed here.
+    cap_changed: Mutex<Instant>,
     /// This process's part of the cap, once the scan has one.
     slices: Mutex<Option<Arc<ScanShare<Ledger, LeaseClock>>>>,
     ledger: Ledger,
@@ -399,6 +401,7 @@ impl ScanPace {
             scan: scan.id.clone(),
             set,
             cap: Mutex::new(None),
+            cap_changed: Mutex::new(Instant::now()),
             slices: Mutex::new(None),
             ledger: ledger.clone(),
             holder,
@@ -441,6 +444,7 @@ impl ScanPace {
         // The learned cap takes over (it had none, or only the one its request set).
         let takes_over = learned.is_some() && (current.is_none() || *current == self.set);
         *current = Some(cap);
+        *lock(&self.cap_changed) = Instant::now();
         if takes_over {
             // The scan's own ceiling, for all its processes, takes over from this process's
             // back-off (`Governor::lift`), which would otherwise hold it under that ceiling

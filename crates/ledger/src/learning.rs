@@ -79,6 +79,13 @@ pub const LOWER: f64 = 0.9;
 /// scan (and its cap) within `functions::app::CANCEL_CHECK_EVERY`, and refusals met before it
 /// did are not news.
 pub const LOWER_EVERY: Duration = Duration::from_secs(6);
+/// The least time between a change of the learned cap and a lowering asked for by a process
+/// that had run under that very cap for a while when the account refused it
+/// (`lower_learned_cap`'s `seen`): its refusal is news of the cap, whatever the others have
+/// read. With [`LOWER_EVERY`] alone, the refusals that met a first cap learned too high (over
+/// what an application beside the scan left it) went unheeded, and the next lowering came
+/// 20 s later, the application refused meanwhile.
+pub const LOWER_SEEN_EVERY: Duration = Duration::from_secs(2);
 /// How many times a report or a raise is tried when another process wrote the row meanwhile.
 const TRIES: usize = 3;
 /// The least cap learned (entities per second): a scan always moves.
@@ -395,13 +402,15 @@ impl Ledger {
     /// more of them: it sends small requests). To [`LOWER`] of what the scan moved, or of the
     /// cap if it moved more ([`lowered_cap`]; one read of the slices). At most once per
     /// [`LOWER_EVERY`], so that every process applies one lowering (it reads the scan every
-    /// few seconds) before the next; never under a quarter of the highest cap learned. The new
-    /// cap if this call lowered it; `None` when the scan has no learned cap yet (the refusal is
-    /// for a round to learn one), or it was lowered lately.
+    /// few seconds) before the next, or [`LOWER_SEEN_EVERY`] when the refused process had run
+    /// under the cap in force (`seen`, the cap it ran under); never under a quarter of the
+    /// highest cap learned. The new cap if this call lowered it; `None` when the scan has no
+    /// learned cap yet (the refusal is for a round to learn one), or it was lowered lately.
     pub async fn lower_learned_cap(
         &self,
         scan: &str,
         now_ms: u64,
+        seen: Option<f64>,
     ) -> Result<Option<f64>, LedgerError> {
         let Some(current) = self.learning(scan).await? else {
             return Ok(None);
@@ -409,7 +418,13 @@ impl Ledger {
         let Some(cap) = current.cap else {
             return Ok(None);
         };
-        if !current.closed || now_ms < current.cap_at_ms + ms(LOWER_EVERY) {
+        let under_it = seen.is_some_and(|seen| (seen - cap).abs() <= cap.abs() * 1e-9);
+        let every = if under_it {
+            LOWER_SEEN_EVERY
+        } else {
+            LOWER_EVERY
+        };
+        if !current.closed || now_ms < current.cap_at_ms + ms(every) {
             return Ok(None);
         }
         // Claimed first, by a conditional write of its time alone: of the processes refused at

@@ -17,8 +17,11 @@ use tablescan_pace::{Clock, Demand};
 use tokio::time::Instant;
 
 use super::{lock, LeaseClock, ScanPace, Scans};
-use tablescan_ledger::learning::{Reported, LOWER_EVERY, QUIET, ROUND};
+use tablescan_ledger::learning::{Reported, LOWER_EVERY, LOWER_SEEN_EVERY, QUIET, ROUND};
 
+/// How long a process runs under a learned cap before a refusal it meets is news of that cap:
+/// the answers to requests sent before it took over come within this.
+const SEEN_FOR: Duration = Duration::from_secs(1);
 /// How often the refresher runs.
 const TICK: Duration = Duration::from_millis(100);
 /// How long a process stays in a scan after its last step of it ended: the next work item may
@@ -272,12 +275,18 @@ impl Refresher {
         if cuts > seen {
             self.last_cut = Some(now);
         }
+        let every = if self.seen_cap(now).is_some() {
+            LOWER_SEEN_EVERY
+        } else {
+            LOWER_EVERY
+        };
         let tried_lately = self
             .lower_tried
-            .is_some_and(|at| now.saturating_duration_since(at) < LOWER_EVERY);
+            .is_some_and(|at| now.saturating_duration_since(at) < every);
         if cuts > seen && !tried_lately && (refused_again || self.pressing(now)) {
             self.lower_tried = Some(now);
-            self.lower(now_ms).await;
+            let seen = self.seen_cap(now);
+            self.lower(now_ms, seen).await;
         }
     }
 
@@ -366,11 +375,22 @@ impl Refresher {
         granted > 0.0 && self.demand(now).used >= granted * PRESSING
     }
 
-    async fn lower(&mut self, now_ms: u64) {
+    /// The learned cap this process has run under for [`SEEN_FOR`] at least: a refusal met now
+    /// was met under it, not under a cap or back-off before it.
+    fn seen_cap(&self, now: Instant) -> Option<f64> {
+        if !self.learned_in_force() {
+            return None;
+        }
+        let changed = *lock(&self.pace.cap_changed);
+        let cap = *lock(&self.pace.cap);
+        cap.filter(|_| now.saturating_duration_since(changed) >= SEEN_FOR)
+    }
+
+    async fn lower(&mut self, now_ms: u64, seen: Option<f64>) {
         match self
             .pace
             .ledger
-            .lower_learned_cap(&self.pace.scan, now_ms)
+            .lower_learned_cap(&self.pace.scan, now_ms, seen)
             .await
         {
             Ok(Some(cap)) => self.pace.learned(Some(cap)),

@@ -179,7 +179,7 @@ async fn a_lowered_cap_waits_a_quiet_while_then_is_raised_while_it_binds() {
     let learned = 10_000.0 * LEARNED_SHARE;
     let refused = closed + ms(LOWER_EVERY);
     assert_eq!(
-        ledger.lower_learned_cap("s", refused).await.unwrap(),
+        ledger.lower_learned_cap("s", refused, None).await.unwrap(),
         Some(learned * LOWER)
     );
     let lowered = learned * LOWER;
@@ -230,23 +230,66 @@ async fn a_cap_that_held_quietly_is_raised_at_most_once_a_quiet_while() {
 }
 
 #[tokio::test]
+async fn a_process_refused_under_the_cap_in_force_lowers_it_sooner() {
+    let ledger = ledger().await;
+    let closed = learned_at(&ledger, 7_000_000, 4_000.0).await;
+    let learned = 4_000.0 * LEARNED_SHARE;
+    let seen_every = ms(LOWER_SEEN_EVERY);
+    assert!(seen_every < ms(LOWER_EVERY));
+    // Refused under another cap (one before this, or none yet seen): not news of this one.
+    for seen in [None, Some(learned * 1.5)] {
+        assert_eq!(
+            ledger
+                .lower_learned_cap("s", closed + seen_every, seen)
+                .await
+                .unwrap(),
+            None,
+            "{seen:?}"
+        );
+    }
+    // Under this very cap: lowered once its short while has passed, and not before.
+    assert_eq!(
+        ledger
+            .lower_learned_cap("s", closed + seen_every - 1, Some(learned))
+            .await
+            .unwrap(),
+        None
+    );
+    let lowered = ledger
+        .lower_learned_cap("s", closed + seen_every, Some(learned))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!((lowered - learned * LOWER).abs() < 1e-6, "{lowered}");
+    assert_eq!(published(&ledger).await, Some(lowered));
+    // The old cap seen again right after: nothing more.
+    assert_eq!(
+        ledger
+            .lower_learned_cap("s", closed + 2 * seen_every, Some(learned))
+            .await
+            .unwrap(),
+        None
+    );
+}
+
+#[tokio::test]
 async fn a_refusal_at_the_learned_cap_lowers_it_at_most_once_a_while_and_not_far_below_its_peak() {
     let ledger = ledger().await;
     // No learned cap yet: nothing to lower (a round learns one).
-    assert_eq!(ledger.lower_learned_cap("s", 1).await.unwrap(), None);
+    assert_eq!(ledger.lower_learned_cap("s", 1, None).await.unwrap(), None);
     let closed = learned_at(&ledger, 7_000_000, 4_000.0).await;
     let learned = 4_000.0 * LEARNED_SHARE;
     let every = ms(LOWER_EVERY);
     // Too soon after the cap was set: the refusal may come from before every process had it.
     assert_eq!(
         ledger
-            .lower_learned_cap("s", closed + every - 1)
+            .lower_learned_cap("s", closed + every - 1, None)
             .await
             .unwrap(),
         None
     );
     let lowered = ledger
-        .lower_learned_cap("s", closed + every)
+        .lower_learned_cap("s", closed + every, None)
         .await
         .unwrap()
         .unwrap();
@@ -254,7 +297,7 @@ async fn a_refusal_at_the_learned_cap_lowers_it_at_most_once_a_while_and_not_far
     assert_eq!(published(&ledger).await, Some(lowered));
     assert_eq!(
         ledger
-            .lower_learned_cap("s", closed + every + 10)
+            .lower_learned_cap("s", closed + every + 10, None)
             .await
             .unwrap(),
         None
@@ -264,7 +307,7 @@ async fn a_refusal_at_the_learned_cap_lowers_it_at_most_once_a_while_and_not_far
     let mut at = closed + every;
     for _ in 0..40 {
         at += every;
-        ledger.lower_learned_cap("s", at).await.unwrap();
+        ledger.lower_learned_cap("s", at, None).await.unwrap();
     }
     let cap = ledger.learning("s").await.unwrap().unwrap().cap.unwrap();
     assert!((cap - learned * LEAST_OF_PEAK).abs() < 1e-6, "{cap}");
@@ -337,7 +380,7 @@ async fn a_failure_at_any_request_of_a_change_leaves_every_process_reading_the_l
 
         let lowered_at = at + ms(LOWER_EVERY);
         let due = fail_request(&table, fail_at);
-        let _ = ledger.lower_learned_cap("s", lowered_at).await;
+        let _ = ledger.lower_learned_cap("s", lowered_at, None).await;
         spend_failure(&table, &ledger, due).await;
         assert!(agree(&ledger).await, "lowering, request {fail_at} failed");
         // Tried again by the next process refused (a failure after the claim leaves the cap
@@ -347,7 +390,7 @@ async fn a_failure_at_any_request_of_a_change_leaves_every_process_reading_the_l
             if published(&ledger).await != Some(raised) {
                 break;
             }
-            ledger.lower_learned_cap("s", again_at).await.unwrap();
+            ledger.lower_learned_cap("s", again_at, None).await.unwrap();
             assert!(agree(&ledger).await, "lowering tried again after {fail_at}");
             again_at += ms(LOWER_EVERY);
         }
@@ -381,7 +424,11 @@ async fn a_refusal_of_a_scan_moving_under_its_learned_cap_lowers_it_under_what_i
     let at = closed + ms(LOWER_EVERY);
     // The scan moves 3,300 of its 3,600: the account (beside an application) holds it there.
     scan_moves(&ledger, 3_300.0, at + 5_000).await;
-    let lowered = ledger.lower_learned_cap("s", at).await.unwrap().unwrap();
+    let lowered = ledger
+        .lower_learned_cap("s", at, None)
+        .await
+        .unwrap()
+        .unwrap();
     assert!((lowered - 3_300.0 * LOWER).abs() < 1e-6, "{lowered}");
     assert_eq!(published(&ledger).await, Some(lowered));
 }
