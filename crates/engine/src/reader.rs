@@ -32,8 +32,8 @@ pub struct PageRequest<'a> {
     /// The scan's own condition on rows, if any, applied by the service together with the keys
     /// (a page may then come back short or empty, with a continuation, where few rows match).
     pub filter: Option<&'a Filter>,
-    /// The step's query budget ends with this page: it reads no page after it (a paced reader
-    /// then reserves no share for one).
+    /// The query budget of the step (or of its piece, for pieces read side by side) ends with
+    /// this page: no page of it follows (a paced reader then reserves no share for one).
     pub last: bool,
 }
 

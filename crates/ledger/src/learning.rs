@@ -16,7 +16,8 @@
 //! come and go. From then on the scan is paced as a capped one (its slices, `tablescan_pace`)
 //! at that cap; a refusal of a process using its whole share of it, or refusals that keep
 //! coming, lower it to [`LOWER`] of what the scan moved then (at most once per
-//! [`LOWER_EVERY`]), and a cap that has held for [`QUIET`] while the scan used all of it is
+//! [`LOWER_EVERY`], or [`LOWER_SEEN_EVERY`] after a round or a raise for a process that ran
+//! under the cap), and a cap that has held for [`QUIET`] while the scan used all of it is
 //! raised by [`RAISE`], so a ceiling set while an application
 //! was busy is found again when it is not.
 //!
@@ -43,7 +44,7 @@
 //! times when processes report at once); a round at most every [`BETWEEN_ROUNDS`]; a raise a
 //! transaction of two rows and a read of the slices (at most 16 rows) at most every [`QUIET`],
 //! or one write when the cap is found not to bind; a lowering, per process, a read at most
-//! every [`LOWER_EVERY`] while it is refused (and a conditional write, which only one process
+//! every [`LOWER_EVERY`] while it is refused (one more under a cap just changed) (and a conditional write, which only one process
 //! wins), and for the winner a read of the slices, of the row again and a transaction, per
 //! scan at most that often.
 
@@ -79,12 +80,16 @@ pub const LOWER: f64 = 0.9;
 /// scan (and its cap) within `functions::app::CANCEL_CHECK_EVERY`, and refusals met before it
 /// did are not news.
 pub const LOWER_EVERY: Duration = Duration::from_secs(6);
-/// The least time between a change of the learned cap and a lowering asked for by a process
-/// that had run under that very cap for a while when the account refused it
-/// (`lower_learned_cap`'s `seen`): its refusal is news of the cap, whatever the others have
-/// read. With [`LOWER_EVERY`] alone, the refusals that met a first cap learned too high (over
-/// what an application beside the scan left it) went unheeded, and the next lowering came
-/// 20 s later, the application refused meanwhile.
+/// The least time between a change of the learned cap by a round or a raise and a lowering
+/// asked for by a process that had run under that very cap for a while when the account
+/// refused it (`lower_learned_cap`'s `seen`). The other processes run under that cap or under
+/// a lower one (a raise reaches them within their next read of the scan), so the account's
+/// refusal at it is news of it. Not after a lowering: processes that have not read it yet still
+/// run at the cap before, and a refusal they cause is no news of the lowered one (lowerings 2 s
+/// apart could take a cap to half before the others applied the first). With [`LOWER_EVERY`]
+/// alone, the refusals that met a first cap learned too high (over what an application beside
+/// the scan left it) went unheeded, and the next lowering came 20 s later, the application
+/// refused meanwhile.
 pub const LOWER_SEEN_EVERY: Duration = Duration::from_secs(2);
 /// How many times a report or a raise is tried when another process wrote the row meanwhile.
 const TRIES: usize = 3;
@@ -106,6 +111,8 @@ pub struct Learning {
     /// The highest cap set so far: a floor for later rounds (see [`next_cap`]).
     pub peak: f64,
     pub cap_at_ms: u64,
+    /// When a lowering last set the cap, or claimed to (epoch ms), 0 before any.
+    pub lowered_at_ms: u64,
     /// When a raise last found the cap not binding (epoch ms): the next look waits a quiet
     /// while from then, so that processes do not read the slices again and again.
     pub looked_at_ms: u64,
@@ -126,6 +133,7 @@ impl Learning {
             cap: double("cap").filter(|cap| *cap >= 1.0),
             peak: double("peak").unwrap_or(0.0),
             cap_at_ms: number(e, "capAt"),
+            lowered_at_ms: number(e, "loweredAt"),
             looked_at_ms: number(e, "lookedAt"),
             etag: e.etag.clone(),
         }
@@ -139,6 +147,7 @@ impl Learning {
             .with("reporters", int(self.reporters))
             .with("closed", Value::Boolean(self.closed))
             .with("capAt", int(self.cap_at_ms))
+            .with("loweredAt", int(self.lowered_at_ms))
             .with("peak", Value::Double(self.peak))
             .with("lookedAt", int(self.looked_at_ms));
         if let Some(cap) = self.cap {
@@ -403,7 +412,8 @@ impl Ledger {
     /// cap if it moved more ([`lowered_cap`]; one read of the slices). At most once per
     /// [`LOWER_EVERY`], so that every process applies one lowering (it reads the scan every
     /// few seconds) before the next, or [`LOWER_SEEN_EVERY`] when the refused process had run
-    /// under the cap in force (`seen`, the cap it ran under); never under a quarter of the
+    /// under the cap in force (`seen`, the cap it ran under) and a round or a raise set it;
+    /// never under a quarter of the
     /// highest cap learned. The new cap if this call lowered it; `None` when the scan has no
     /// learned cap yet (the refusal is for a round to learn one), or it was lowered lately.
     pub async fn lower_learned_cap(
@@ -419,7 +429,8 @@ impl Ledger {
             return Ok(None);
         };
         let under_it = seen.is_some_and(|seen| (seen - cap).abs() <= cap.abs() * 1e-9);
-        let every = if under_it {
+        let by_lowering = current.lowered_at_ms > 0 && current.lowered_at_ms >= current.cap_at_ms;
+        let every = if under_it && !by_lowering {
             LOWER_SEEN_EVERY
         } else {
             LOWER_EVERY
@@ -433,6 +444,7 @@ impl Ledger {
         // while later; the claim's time holds off raises meanwhile, and nothing more.
         let claim = Learning {
             cap_at_ms: now_ms,
+            lowered_at_ms: now_ms,
             ..current.clone()
         };
         if !self
@@ -451,6 +463,7 @@ impl Ledger {
         let next = Learning {
             cap: Some(lowered.min(cap)),
             cap_at_ms: now_ms,
+            lowered_at_ms: now_ms,
             ..claimed.clone()
         };
         let published = (lowered < cap).then(|| ScanRow::learned(scan, lowered));

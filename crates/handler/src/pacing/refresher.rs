@@ -275,7 +275,13 @@ impl Refresher {
         if cuts > seen {
             self.last_cut = Some(now);
         }
-        let every = if self.seen_cap(now).is_some() {
+        // Under a cap it has seen, a process tries once as soon as the ledger may take it
+        // (`LOWER_SEEN_EVERY`), then once a while as under any other: the learning row's reads
+        // stay at one per process per `LOWER_EVERY` while refusals go on.
+        let seen_cap = self.seen_cap(now);
+        let tried_under_it =
+            seen_cap.is_some_and(|(_, since)| self.lower_tried.is_some_and(|at| at >= since));
+        let every = if seen_cap.is_some() && !tried_under_it {
             LOWER_SEEN_EVERY
         } else {
             LOWER_EVERY
@@ -285,8 +291,7 @@ impl Refresher {
             .is_some_and(|at| now.saturating_duration_since(at) < every);
         if cuts > seen && !tried_lately && (refused_again || self.pressing(now)) {
             self.lower_tried = Some(now);
-            let seen = self.seen_cap(now);
-            self.lower(now_ms, seen).await;
+            self.lower(now_ms, seen_cap.map(|(cap, _)| cap)).await;
         }
     }
 
@@ -375,15 +380,18 @@ impl Refresher {
         granted > 0.0 && self.demand(now).used >= granted * PRESSING
     }
 
-    /// The learned cap this process has run under for [`SEEN_FOR`] at least: a refusal met now
-    /// was met under it, not under a cap or back-off before it.
-    fn seen_cap(&self, now: Instant) -> Option<f64> {
+    /// The learned cap this process has run under for [`SEEN_FOR`] at least, and since when:
+    /// a refusal met now was met under it, not under a cap or back-off before it.
+    fn seen_cap(&self, now: Instant) -> Option<(f64, Instant)> {
         if !self.learned_in_force() {
             return None;
         }
+        // Both under the cap's lock, as `ScanPace::learned` writes them: a cap and the time of
+        // the change before it would make a cap just applied look seen.
+        let cap = lock(&self.pace.cap);
         let changed = *lock(&self.pace.cap_changed);
-        let cap = *lock(&self.pace.cap);
         cap.filter(|_| now.saturating_duration_since(changed) >= SEEN_FOR)
+            .map(|cap| (cap, changed))
     }
 
     async fn lower(&mut self, now_ms: u64, seen: Option<f64>) {

@@ -123,18 +123,19 @@ impl<R: TableReader> TableReader for PacedReader<'_, R> {
         let paced = PageRequest { top, ..*request };
         let page = self.table.read_page(&paced).await;
         // A refused or failed request took nothing from the account.
-        let used = page.as_ref().map_or(0, |page| page.entities.len() as u64);
-        self.pace
-            .after_read(ticket, used, u64::from(top).saturating_sub(used));
         if matches!(&page, Ok(page) if page.continuation.is_none()) {
             // The query is over (its partition or range read to the end), and with it, most
             // often, the step. The next page's place, kept until the step ends, would by then
-            // be earned and forfeit, a page of the cap lost at every such end: 5,758 entities
-            // in a capped copy of 80,002 through devhost (7% of its cap). Given up now, it is
-            // mostly not yet earned, and goes to the takers behind; a step that reads on pays
-            // afresh.
+            // be earned and forfeit, a page of the cap lost at every such end (5,758 entities
+            // of the 80,002 a devhost capped copy moved: docs/scan.md, "Pacing"). Given up now,
+            // it is mostly not yet earned, and goes to the takers behind; a step that reads on
+            // pays afresh. Given up before a short page gives back what it did not read, so
+            // that this goes to the takers behind too, not into the place given up.
             self.release_next();
         }
+        let used = page.as_ref().map_or(0, |page| page.entities.len() as u64);
+        self.pace
+            .after_read(ticket, used, u64::from(top).saturating_sub(used));
         page
     }
 }

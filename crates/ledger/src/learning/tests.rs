@@ -229,82 +229,58 @@ async fn a_cap_that_held_quietly_is_raised_at_most_once_a_quiet_while() {
     );
 }
 
-#[tokio::test]
-async fn a_process_refused_under_the_cap_in_force_lowers_it_sooner() {
+/// A cap learned from a round summing 4,000 entities/s is refused: a lowering asked by a process
+/// that names that cap as the one it ran under, or not, is declined until `every` after the cap
+/// was set, then
+/// lowers it to [`LOWER`] of it and publishes that, and is declined again right after. The
+/// ledger and the time of the lowering.
+async fn lowered_once_a_while(names_the_cap: bool, every: u64) -> (Ledger, u64) {
     let ledger = ledger().await;
     let closed = learned_at(&ledger, 7_000_000, 4_000.0).await;
     let learned = 4_000.0 * LEARNED_SHARE;
+    let seen = names_the_cap.then_some(learned);
+    let lower = |at| ledger.lower_learned_cap("s", at, seen);
+    // Too soon after the cap was set: the refusal may come from before every process had it.
+    assert_eq!(lower(closed + every - 1).await.unwrap(), None);
+    let lowered = lower(closed + every).await.unwrap().unwrap();
+    assert!((lowered - learned * LOWER).abs() < 1e-6, "{lowered}");
+    assert_eq!(published(&ledger).await, Some(lowered));
+    assert_eq!(lower(closed + every + 10).await.unwrap(), None);
+    (ledger, closed + every)
+}
+
+#[tokio::test]
+async fn a_process_refused_under_the_cap_in_force_lowers_it_sooner() {
     let seen_every = ms(LOWER_SEEN_EVERY);
     assert!(seen_every < ms(LOWER_EVERY));
     // Refused under another cap (one before this, or none yet seen): not news of this one.
-    for seen in [None, Some(learned * 1.5)] {
-        assert_eq!(
-            ledger
-                .lower_learned_cap("s", closed + seen_every, seen)
-                .await
-                .unwrap(),
-            None,
-            "{seen:?}"
-        );
+    let ledger = ledger().await;
+    let closed = learned_at(&ledger, 7_000_000, 4_000.0).await;
+    let other = 4_000.0 * LEARNED_SHARE * 1.5;
+    for seen in [None, Some(other)] {
+        let lowered = ledger.lower_learned_cap("s", closed + seen_every, seen);
+        assert_eq!(lowered.await.unwrap(), None, "{seen:?}");
     }
-    // Under this very cap: lowered once its short while has passed, and not before.
-    assert_eq!(
-        ledger
-            .lower_learned_cap("s", closed + seen_every - 1, Some(learned))
-            .await
-            .unwrap(),
-        None
-    );
-    let lowered = ledger
-        .lower_learned_cap("s", closed + seen_every, Some(learned))
-        .await
-        .unwrap()
-        .unwrap();
-    assert!((lowered - learned * LOWER).abs() < 1e-6, "{lowered}");
-    assert_eq!(published(&ledger).await, Some(lowered));
-    // The old cap seen again right after: nothing more.
-    assert_eq!(
-        ledger
-            .lower_learned_cap("s", closed + 2 * seen_every, Some(learned))
-            .await
-            .unwrap(),
-        None
-    );
+    // Under this very cap: its short while, not the long one.
+    let (ledger, lowered_at) = lowered_once_a_while(true, seen_every).await;
+    // Under the lowered cap, its short while later: not news of it (the others may not have
+    // read it yet, and run at the cap before); the long while, as for any refusal.
+    let lowered = ledger.learning("s").await.unwrap().unwrap().cap;
+    let again = |at| ledger.lower_learned_cap("s", at, lowered);
+    assert_eq!(again(lowered_at + seen_every).await.unwrap(), None);
+    assert!(again(lowered_at + ms(LOWER_EVERY)).await.unwrap().is_some());
 }
 
 #[tokio::test]
 async fn a_refusal_at_the_learned_cap_lowers_it_at_most_once_a_while_and_not_far_below_its_peak() {
-    let ledger = ledger().await;
     // No learned cap yet: nothing to lower (a round learns one).
-    assert_eq!(ledger.lower_learned_cap("s", 1, None).await.unwrap(), None);
-    let closed = learned_at(&ledger, 7_000_000, 4_000.0).await;
-    let learned = 4_000.0 * LEARNED_SHARE;
+    let fresh = ledger().await;
+    assert_eq!(fresh.lower_learned_cap("s", 1, None).await.unwrap(), None);
     let every = ms(LOWER_EVERY);
-    // Too soon after the cap was set: the refusal may come from before every process had it.
-    assert_eq!(
-        ledger
-            .lower_learned_cap("s", closed + every - 1, None)
-            .await
-            .unwrap(),
-        None
-    );
-    let lowered = ledger
-        .lower_learned_cap("s", closed + every, None)
-        .await
-        .unwrap()
-        .unwrap();
-    assert!((lowered - learned * LOWER).abs() < 1e-6, "{lowered}");
-    assert_eq!(published(&ledger).await, Some(lowered));
-    assert_eq!(
-        ledger
-            .lower_learned_cap("s", closed + every + 10, None)
-            .await
-            .unwrap(),
-        None
-    );
+    let (ledger, mut at) = lowered_once_a_while(false, every).await;
+    let learned = 4_000.0 * LEARNED_SHARE;
     // Refusals that keep coming (an account failing a share of requests whatever the rate)
     // stop at a quarter of the highest cap learned.
-    let mut at = closed + every;
     for _ in 0..40 {
         at += every;
         ledger.lower_learned_cap("s", at, None).await.unwrap();
