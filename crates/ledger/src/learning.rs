@@ -18,8 +18,8 @@
 //! coming, lower it to [`LOWER`] of what the scan moved then (at most once per
 //! [`LOWER_EVERY`], or [`LOWER_SEEN_EVERY`] after a round or a raise for a process that ran
 //! under the cap), and a cap that has held for [`QUIET`] while the scan used all of it is
-//! raised by [`RAISE`], so a ceiling set while an application
-//! was busy is found again when it is not.
+//! raised by [`RAISE`], so a ceiling set while an application was busy is found again when it
+//! is not.
 //!
 //! A raise needs the cap to be what binds: the scan as a whole (every process's last report on
 //! its slices, one read of the slice rows) moved at least [`BINDING`] of it. Without that
@@ -44,9 +44,9 @@
 //! times when processes report at once); a round at most every [`BETWEEN_ROUNDS`]; a raise a
 //! transaction of two rows and a read of the slices (at most 16 rows) at most every [`QUIET`],
 //! or one write when the cap is found not to bind; a lowering, per process, a read at most
-//! every [`LOWER_EVERY`] while it is refused (one more under a cap just changed) (and a conditional write, which only one process
-//! wins), and for the winner a read of the slices, of the row again and a transaction, per
-//! scan at most that often.
+//! every [`LOWER_EVERY`] while it is refused, one more under a cap just changed (and a
+//! conditional write, which only one process wins), and for the winner a read of the slices,
+//! of the row again and a transaction, per scan at most that often.
 
 use std::time::Duration;
 
@@ -413,9 +413,9 @@ impl Ledger {
     /// [`LOWER_EVERY`], so that every process applies one lowering (it reads the scan every
     /// few seconds) before the next, or [`LOWER_SEEN_EVERY`] when the refused process had run
     /// under the cap in force (`seen`, the cap it ran under) and a round or a raise set it;
-    /// never under a quarter of the
-    /// highest cap learned. The new cap if this call lowered it; `None` when the scan has no
-    /// learned cap yet (the refusal is for a round to learn one), or it was lowered lately.
+    /// never under a quarter of the highest cap learned. The new cap if this call lowered it;
+    /// `None` when the scan has no learned cap yet (the refusal is for a round to learn one),
+    /// or it was lowered lately.
     pub async fn lower_learned_cap(
         &self,
         scan: &str,

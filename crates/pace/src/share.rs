@@ -256,22 +256,27 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
 
     /// Reads every slice, keeps those handed over to this process, and takes those free.
     async fn take_all_free(&self, now: u64) {
-        let Ok(stored) = self.store.read_all(&self.scan).await else {
+        let Some(rows) = self.readopt(now).await else {
             return;
         };
-        let before = self.lock().held.len();
-        let rows = self.adopt(stored, now);
-        {
-            let mut state = self.lock();
-            let added = state.held.len().saturating_sub(before);
-            if added > 0 {
-                state.schedule_renewal(added, now);
-            }
-        }
         let free: Vec<SliceRow> = rows.into_iter().filter(|row| row.is_free(now)).collect();
         if !free.is_empty() {
             self.take(free, now).await;
         }
+    }
+
+    /// Reads every slice and holds those the store says this process holds (handed over to it,
+    /// or not given up by a write that failed); every slice, or `None` if the read failed.
+    async fn readopt(&self, now: u64) -> Option<Vec<SliceRow>> {
+        let stored = self.store.read_all(&self.scan).await.ok()?;
+        let before = self.lock().held.len();
+        let rows = self.adopt(stored, now);
+        let mut state = self.lock();
+        let added = state.held.len().saturating_sub(before);
+        if added > 0 {
+            state.schedule_renewal(added, now);
+        }
+        Some(rows)
     }
 
     /// Every slice, stored or not, after taking as held those the store says this process
@@ -519,14 +524,20 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
             (given, spare_given)
         };
         if !wanted.is_empty() {
-            tracing::debug!(scan = %self.scan, given = wanted.len(), spare = spare.len(), "gave slices to processes that asked");
+            tracing::debug!(
+                scan = %self.scan, given = wanted.len(), spare = spare.len(),
+                "gave slices to processes that asked"
+            );
         }
-        self.free_as(wanted, rows).await;
-        // In a write of their own: one row's change (another asker's mark) fails a write whole,
-        // and the asked slices' hand-over must not wait on these. Not freed, they are still
-        // this process's at the store: taken back into use rather than left to their leases.
-        if !spare.is_empty() && !self.free_as(spare, rows).await {
-            self.take_all_free(self.clock.now_ms()).await;
+        // The spare ones first, in a write of their own: one row's change (another asker's
+        // mark) fails a write whole, and the hand-over must not wait on them; written before
+        // it, they are free when the asker finds its slice handed over and reads them all.
+        // Slices a failed write did not give up are still this process's at the store: taken
+        // back into use, not left idle to the end of their leases.
+        let spare_went = self.free_as(spare, rows).await;
+        let wanted_went = self.free_as(wanted, rows).await;
+        if !(spare_went && wanted_went) {
+            self.readopt(self.clock.now_ms()).await;
         }
     }
 

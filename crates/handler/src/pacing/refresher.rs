@@ -20,8 +20,11 @@ use super::{lock, LeaseClock, ScanPace, Scans};
 use tablescan_ledger::learning::{Reported, LOWER_EVERY, LOWER_SEEN_EVERY, QUIET, ROUND};
 
 /// How long a process runs under a learned cap before a refusal it meets is news of that cap:
-/// the answers to requests sent before it took over come within this.
-const SEEN_FOR: Duration = Duration::from_secs(1);
+/// the answers to requests sent before it took over come within a second, and the ledger takes
+/// a lowering under a cap a round or a raise set only this long after the change
+/// (`LOWER_SEEN_EVERY`, counted from the ledger's change, which comes before this process's):
+/// a try sooner would be refused, and spend the process's one try on the short clock.
+const SEEN_FOR: Duration = LOWER_SEEN_EVERY;
 /// How often the refresher runs.
 const TICK: Duration = Duration::from_millis(100);
 /// How long a process stays in a scan after its last step of it ended: the next work item may

@@ -122,7 +122,6 @@ impl<R: TableReader> TableReader for PacedReader<'_, R> {
         }
         let paced = PageRequest { top, ..*request };
         let page = self.table.read_page(&paced).await;
-        // A refused or failed request took nothing from the account.
         if matches!(&page, Ok(page) if page.continuation.is_none()) {
             // The query is over (its partition or range read to the end), and with it, most
             // often, the step. The next page's place, kept until the step ends, would by then
@@ -133,6 +132,7 @@ impl<R: TableReader> TableReader for PacedReader<'_, R> {
             // that this goes to the takers behind too, not into the place given up.
             self.release_next();
         }
+        // A refused or failed request took nothing from the account.
         let used = page.as_ref().map_or(0, |page| page.entities.len() as u64);
         self.pace
             .after_read(ticket, used, u64::from(top).saturating_sub(used));
