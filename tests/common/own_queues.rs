@@ -1,5 +1,6 @@
 //! A handler state with a ledger and work-item queues of its own, for the tests that run the
-//! re-drive sweep and parking (tests/redrive_sweep.rs, tests/parking.rs): the sweep sends to the
+//! re-drive sweep and parking (tests/redrive_sweep.rs, tests/parking.rs) and a step that may give
+//! its item back (tests/handler_actions.rs): the sweep sends to the
 //! state's own queues, so another test's items never reach them.
 
 use std::sync::Arc;
@@ -12,14 +13,22 @@ use super::{connection_string, queues, unique_name};
 /// The state, its ledger table and queues named from `prefix` and created; items count as
 /// stranded after `redrive_after_seconds` (`TABLESCAN_REDRIVE_AFTER_SECONDS`).
 pub async fn state(prefix: &str, redrive_after_seconds: u64) -> (Arc<AppState>, ItemQueues) {
-    let mut state = AppState::new(Settings::from_pairs([
+    let redrive = redrive_after_seconds.to_string();
+    state_with(
+        prefix,
+        &[("TABLESCAN_REDRIVE_AFTER_SECONDS", redrive.as_str())],
+    )
+    .await
+}
+
+/// [`state`] with these app settings besides the storage and the ledger's name.
+pub async fn state_with(prefix: &str, extra: &[(&str, &str)]) -> (Arc<AppState>, ItemQueues) {
+    let mut settings = vec![
         ("AzureWebJobsStorage".to_string(), connection_string()),
         ("TABLESCAN_LEDGER_TABLE".to_string(), unique_name("ledger")),
-        (
-            "TABLESCAN_REDRIVE_AFTER_SECONDS".to_string(),
-            redrive_after_seconds.to_string(),
-        ),
-    ]));
+    ];
+    settings.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let mut state = AppState::new(Settings::from_pairs(settings));
     let item_queues = ItemQueues {
         range: unique_name(&format!("{prefix}r")),
         partition: unique_name(&format!("{prefix}p")),
