@@ -17,9 +17,9 @@
 //! at that cap; a refusal of a process using its whole share of it, or refusals that keep
 //! coming, lower it to [`LOWER`] of what the scan moved then (at most once per
 //! [`LOWER_EVERY`], or [`LOWER_SEEN_EVERY`] after a round or a raise for a process that ran
-//! under the cap), and a cap that has held for [`QUIET`] while the scan used all of it is
-//! raised by [`RAISE`], so a ceiling set while an application was busy is found again when it
-//! is not.
+//! under the cap), and a cap that has held a quiet while ([`quiet_for`]) while the scan used
+//! all of it is raised by [`RAISE`], so a ceiling set while an application was busy is found
+//! again when it is not.
 //!
 //! A raise needs the cap to be what binds: the scan as a whole (every process's last report on
 //! its slices, one read of the slice rows) moved at least [`BINDING`] of it. Without that
@@ -34,7 +34,11 @@
 //! test of an account taking 3,000), and that ceiling held the scan at 2,000 entities/s, 81% of
 //! the account, where without it the scan ran at 91% (one run each, c59f746). Raises stay
 //! conservative without it: only while the cap binds, after a quiet while, and not while any
-//! process was refused or answered slowly (the refresher).
+//! process was refused or answered slowly (the refresher). The quiet while is counted in the
+//! scan's requests as well as in seconds (a hundred pages' worth of entities, at least 20 s),
+//! since the scan's few requests are what tells it the account refuses others, and each raise
+//! a lowering followed doubles it (up to eight times): where the account's ceiling holds, the
+//! scan probes over it seldom, and an application beside it pays for few probes.
 //!
 //! Every change of the cap is written to the learning row and the scan row in one transaction
 //! (both are in the scan's partition): written apart, a failure between the two writes left
@@ -64,8 +68,22 @@ pub const BETWEEN_ROUNDS: Duration = Duration::from_secs(12);
 /// refused process reports where its back-off takes the account to refuse it), less the
 /// margin the back-off itself keeps.
 pub const LEARNED_SHARE: f64 = 0.9;
-/// How long a learned cap holds, used in full and with no refusal, before it is raised.
+/// How long a learned cap holds, used in full and with no refusal, before it is raised, at
+/// the least (see [`quiet_for`]).
 pub const QUIET: Duration = Duration::from_secs(20);
+/// How many entities a scan moves under a learned cap with no refusal before it is raised, at
+/// the least (see [`quiet_for`]): a hundred full pages. An account over its limit refuses a
+/// share of the requests that come, the scan's and an application's alike, and a scan sends few
+/// requests (a page is up to 1,000 entities; an application's request is often one): a hundred
+/// of them without a refusal say the account refused under about 3% of requests (at 3%, a
+/// hundred pass unrefused one time in twenty). At 2,500 entities/s that is 40 s, not
+/// [`QUIET`]: in the devhost test of an account taking 3,000 entities/s beside an application
+/// sending 500, two raises 20 s apart took the cap to 2,800 while only the application's
+/// requests were refused (6.11% of them after the first 10 s, f9e9f70).
+pub const QUIET_ENTITIES: f64 = 100_000.0;
+/// The most raises followed by a lowering that each double the quiet while before the next
+/// raise (see [`quiet_for`]).
+pub const MOST_FAILED_RAISES: u32 = 3;
 /// How much a raise adds.
 pub const RAISE: f64 = 1.05;
 /// A learned cap is raised only while the scan, all its processes together, moves at least
@@ -113,6 +131,11 @@ pub struct Learning {
     pub cap_at_ms: u64,
     /// When a lowering last set the cap, or claimed to (epoch ms), 0 before any.
     pub lowered_at_ms: u64,
+    /// When a raise last set the cap (epoch ms), 0 before any.
+    pub raised_at_ms: u64,
+    /// Raises a lowering followed, less raises that held until the next, at most
+    /// [`MOST_FAILED_RAISES`]: each doubles the quiet while before a raise ([`quiet_for`]).
+    pub failed_raises: u32,
     /// When a raise last found the cap not binding (epoch ms): the next look waits a quiet
     /// while from then, so that processes do not read the slices again and again.
     pub looked_at_ms: u64,
@@ -134,6 +157,8 @@ impl Learning {
             peak: double("peak").unwrap_or(0.0),
             cap_at_ms: number(e, "capAt"),
             lowered_at_ms: number(e, "loweredAt"),
+            raised_at_ms: number(e, "raisedAt"),
+            failed_raises: number(e, "failedRaises").min(u64::from(MOST_FAILED_RAISES)) as u32,
             looked_at_ms: number(e, "lookedAt"),
             etag: e.etag.clone(),
         }
@@ -148,12 +173,20 @@ impl Learning {
             .with("closed", Value::Boolean(self.closed))
             .with("capAt", int(self.cap_at_ms))
             .with("loweredAt", int(self.lowered_at_ms))
+            .with("raisedAt", int(self.raised_at_ms))
+            .with("failedRaises", int(u64::from(self.failed_raises)))
             .with("peak", Value::Double(self.peak))
             .with("lookedAt", int(self.looked_at_ms));
         if let Some(cap) = self.cap {
             e.properties.insert("cap".into(), Value::Double(cap));
         }
         e
+    }
+
+    /// Whether the last raise was followed by a lowering (or a lowering's claim) before any
+    /// other raise.
+    fn raise_failed(&self) -> bool {
+        self.raised_at_ms > 0 && self.lowered_at_ms >= self.raised_at_ms
     }
 
     /// Whether a round is open for reports at `now_ms`.
@@ -185,6 +218,23 @@ pub fn next_cap(cap: Option<f64>, peak: f64, sum: f64) -> f64 {
         _ => learned,
     };
     next.max(peak * LEAST_OF_PEAK).clamp(LEAST_CAP, MOST_CAP)
+}
+
+/// How long a learned cap of `cap` entities a second must hold, with no refusal and no other
+/// change, before it is raised: [`QUIET`], or the time the scan takes to move
+/// [`QUIET_ENTITIES`] at that cap if longer, doubled for each raise a lowering followed
+/// (`failed_raises`, at most [`MOST_FAILED_RAISES`]). A raise probes over where the account
+/// refused, and an application on the account pays for the probe (its requests are refused
+/// until the scan's are, and a lowering follows): a scan whose raises keep failing probes
+/// seldom, as the ceiling the account showed holds, and one whose raises hold (the application
+/// went quiet) probes as often as before, a held raise taking one doubling back.
+pub fn quiet_for(cap: f64, failed_raises: u32) -> Duration {
+    let moving = if cap.is_finite() && cap > 0.0 {
+        Duration::from_secs_f64((QUIET_ENTITIES / cap).min(3_600.0))
+    } else {
+        QUIET
+    };
+    QUIET.max(moving) * (1 << failed_raises.min(MOST_FAILED_RAISES))
 }
 
 /// The cap a raise sets, if any: [`RAISE`] over `cap` when the scan moved (`scan_rate`, all its
@@ -333,9 +383,10 @@ impl Ledger {
         Ok(Some(cap))
     }
 
-    /// Raises the scan's learned cap if it has held for [`QUIET`] with no round since and the
-    /// scan, all its processes together, uses [`BINDING`] of it (see [`raised_cap`]); the new
-    /// cap if this call raised it. The caller says its own process uses all of its share.
+    /// Raises the scan's learned cap if it has held for [`quiet_for`] it with no round since
+    /// and the scan, all its processes together, uses [`BINDING`] of it (see [`raised_cap`]);
+    /// the new cap if this call raised it. The caller says its own process uses all of its
+    /// share.
     pub async fn raise_learned_cap(
         &self,
         scan: &str,
@@ -351,7 +402,7 @@ impl Ledger {
             .cap_at_ms
             .max(current.round_at_ms)
             .max(current.looked_at_ms);
-        if !current.closed || now_ms < last + ms(QUIET) {
+        if !current.closed || now_ms < last + ms(quiet_for(cap, current.failed_raises)) {
             return Ok(None);
         }
         let scan_rate = self.scan_rate(scan, now_ms).await;
@@ -366,10 +417,18 @@ impl Ledger {
             tracing::debug!(scan, cap, scan_rate, "the learned cap is not raised");
             return Ok(None);
         };
+        // The raise before held until this one: its doubling of the quiet while is taken back.
+        let held = current.raised_at_ms > 0 && !current.raise_failed();
         let next = Learning {
             cap: Some(raised),
             peak: current.peak.max(raised),
             cap_at_ms: now_ms,
+            raised_at_ms: now_ms,
+            failed_raises: if held {
+                current.failed_raises.saturating_sub(1)
+            } else {
+                current.failed_raises
+            },
             ..current.clone()
         };
         let published = Some(ScanRow::learned(scan, raised));
@@ -441,10 +500,18 @@ impl Ledger {
         // Claimed first, by a conditional write of its time alone: of the processes refused at
         // once (a hundred, at scale), one wins it, and only that one reads the slices. A
         // failure after the claim leaves the cap as it was, lowered at the next refusal a
-        // while later; the claim's time holds off raises meanwhile, and nothing more.
+        // while later; the claim's time holds off raises meanwhile, and nothing more. The
+        // first lowering after a raise counts the raise as failed (in the claim: one at the
+        // floor is no less a refusal over the raise).
+        let failed_raises = if current.raised_at_ms > 0 && !current.raise_failed() {
+            (current.failed_raises + 1).min(MOST_FAILED_RAISES)
+        } else {
+            current.failed_raises
+        };
         let claim = Learning {
             cap_at_ms: now_ms,
             lowered_at_ms: now_ms,
+            failed_raises,
             ..current.clone()
         };
         if !self

@@ -200,9 +200,20 @@ async fn a_lowered_cap_waits_a_quiet_while_then_is_raised_while_it_binds() {
 async fn a_cap_that_held_quietly_is_raised_at_most_once_a_quiet_while() {
     let ledger = ledger().await;
     let closed = learned_at(&ledger, 5_000_000, 1_000.0).await;
-    let quiet = ms(QUIET);
+    let cap = 1_000.0 * LEARNED_SHARE;
+    // A small cap: its quiet while is the time to move a hundred pages, not QUIET.
+    let quiet = ms(quiet_for(cap, 0));
+    assert_eq!(quiet, (QUIET_ENTITIES / cap * 1_000.0) as u64);
+    assert!(quiet > ms(QUIET));
     // The scan moves all of its cap.
-    scan_moves(&ledger, 1_000.0 * LEARNED_SHARE, closed + quiet + 5_000).await;
+    scan_moves(&ledger, cap, closed + quiet + 5_000).await;
+    assert_eq!(
+        ledger
+            .raise_learned_cap("s", closed + ms(QUIET))
+            .await
+            .unwrap(),
+        None
+    );
     assert_eq!(
         ledger
             .raise_learned_cap("s", closed + quiet - 1)
@@ -215,10 +226,7 @@ async fn a_cap_that_held_quietly_is_raised_at_most_once_a_quiet_while() {
         .await
         .unwrap()
         .unwrap();
-    assert!(
-        (raised - 1_000.0 * LEARNED_SHARE * RAISE).abs() < 1e-6,
-        "{raised}"
-    );
+    assert!((raised - cap * RAISE).abs() < 1e-6, "{raised}");
     assert_eq!(published(&ledger).await, Some(raised));
     assert_eq!(
         ledger
@@ -227,6 +235,66 @@ async fn a_cap_that_held_quietly_is_raised_at_most_once_a_quiet_while() {
             .unwrap(),
         None
     );
+}
+
+#[test]
+fn the_quiet_while_is_a_hundred_pages_at_least_twenty_seconds_doubled_per_failed_raise() {
+    assert_eq!(quiet_for(20_000.0, 0), QUIET);
+    assert_eq!(quiet_for(2_500.0, 0), Duration::from_secs(40));
+    assert_eq!(quiet_for(2_500.0, 1), Duration::from_secs(80));
+    assert_eq!(quiet_for(20_000.0, 2), QUIET * 4);
+    // No more than MOST_FAILED_RAISES doublings; nonsense caps take QUIET.
+    assert_eq!(quiet_for(20_000.0, 50), QUIET * 8);
+    assert_eq!(quiet_for(0.0, 0), QUIET);
+    assert_eq!(quiet_for(f64::NAN, 1), QUIET * 2);
+}
+
+/// A raise a lowering follows doubles the quiet while before the next raise, up to
+/// MOST_FAILED_RAISES times; a raise that holds until the next takes one doubling back.
+#[tokio::test]
+async fn raises_a_lowering_follows_come_seldom_and_raises_that_hold_as_often_as_before() {
+    let ledger = ledger().await;
+    let mut at = learned_at(&ledger, 9_000_000, 40_000.0).await;
+    let failed = |ledger: &Ledger| {
+        let ledger = ledger.clone();
+        async move { ledger.learning("s").await.unwrap().unwrap().failed_raises }
+    };
+    // Raised, then refused, again and again: each cycle waits twice as long, up to 8 times.
+    for round in 0..5u32 {
+        let cap = ledger.learning("s").await.unwrap().unwrap().cap.unwrap();
+        let quiet = ms(quiet_for(cap, round.min(MOST_FAILED_RAISES)));
+        scan_moves(&ledger, cap, at + quiet + 60_000).await;
+        assert_eq!(
+            ledger.raise_learned_cap("s", at + quiet - 1).await.unwrap(),
+            None
+        );
+        at += quiet;
+        assert!(ledger.raise_learned_cap("s", at).await.unwrap().is_some());
+        at += ms(LOWER_EVERY);
+        assert!(ledger
+            .lower_learned_cap("s", at, None)
+            .await
+            .unwrap()
+            .is_some());
+        assert_eq!(failed(&ledger).await, (round + 1).min(MOST_FAILED_RAISES));
+    }
+    // A second lowering after the same raise counts it once.
+    at += ms(LOWER_EVERY);
+    ledger.lower_learned_cap("s", at, None).await.unwrap();
+    assert_eq!(failed(&ledger).await, MOST_FAILED_RAISES);
+    // The first raise after a lowering keeps the count (it has not held yet); each raise
+    // after one that held takes a doubling back.
+    for expected in (0..=MOST_FAILED_RAISES).rev() {
+        let learning = ledger.learning("s").await.unwrap().unwrap();
+        let cap = learning.cap.unwrap();
+        at += ms(quiet_for(cap, learning.failed_raises));
+        scan_moves(&ledger, cap, at + 5_000).await;
+        assert!(ledger.raise_learned_cap("s", at).await.unwrap().is_some());
+        assert_eq!(failed(&ledger).await, expected);
+    }
+    // The row keeps both through a read.
+    let learning = ledger.learning("s").await.unwrap().unwrap();
+    assert!(learning.raised_at_ms > learning.lowered_at_ms);
 }
 
 /// A cap learned from a round summing 4,000 entities/s is refused: a lowering asked by a process
