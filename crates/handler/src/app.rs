@@ -325,6 +325,7 @@ impl AppState {
             Ok(answer) => return answer,
             Err(turn) => turn,
         };
+        let started = tokio::time::Instant::now();
         let read = match self.ledger() {
             Ok(ledger) => ledger.scan(id).await.map(|r| r.map(Arc::new)).ok(),
             Err(_) => None,
@@ -333,7 +334,7 @@ impl AppState {
         if let Some(record) = &record {
             // A cap learned, lowered or raised by another process applies here within this
             // read's period, also to steps that run long.
-            self.pacing.read(record).await;
+            self.pacing.read(record, started).await;
         }
         // A read that failed is not remembered, nor one a pause or resume through this
         // process overtook: the next call reads again.

@@ -218,7 +218,7 @@ async fn process_reading(
             learn_round_ms: row.learn_round_ms,
             ..scan.clone()
         };
-        pacing.read(&fresh).await;
+        pacing.read(&fresh, Instant::now()).await;
         *lock(&record) = fresh;
     }
 }
@@ -294,7 +294,7 @@ async fn a_process_that_joins_a_scan_learning_its_cap_waits_for_the_cap() {
     assert_eq!(why.learning_for, Some(learning));
     // The cap comes with the scan's next read: steps run, paced by their share of it.
     scan.learned_cap = Some(2_000.0);
-    pacing.read(&scan).await;
+    pacing.read(&scan, Instant::now()).await;
     let step = pacing
         .admit(&ledger, &scan, source.clone(), ADMIT_WAIT)
         .await;
@@ -337,7 +337,7 @@ async fn a_process_in_a_scan_learning_its_cap_holds_its_back_off() {
     source.throttled();
     let mut learning = scan.clone();
     learning.learn_round_ms = tablescan_pace::TokioClock.now_ms();
-    pacing.read(&learning).await;
+    pacing.read(&learning, Instant::now()).await;
     let ceiling = source.estimate().unwrap() * 0.9;
     let cut = Instant::now();
     // Busy past the back-off's quiet whiles (a creep 8 s after the cut, a lift at 12), until
@@ -351,7 +351,7 @@ async fn a_process_in_a_scan_learning_its_cap_holds_its_back_off() {
             // The cap takes over (as the scan is read with it): the hold ends with the lift.
             let mut learned = scan.clone();
             learned.learned_cap = Some(cap);
-            pacing.read(&learned).await;
+            pacing.read(&learned, Instant::now()).await;
             assert_eq!(source.rate(), None);
             break;
         }
@@ -393,4 +393,48 @@ async fn a_round_whose_reporters_left_is_closed_by_a_process_that_joined_it() {
     if let Err(why) = pacing.admit(&ledger, &scan, source, ADMIT_WAIT).await {
         panic!("not admitted with the cap: {why}");
     }
+}
+
+/// A read of the scan begun before this process changed its learned cap (a lowering it made)
+/// does not put the cap before back, nor does a step admitted by a record read before it; a
+/// read begun after the change brings what the ledger says.
+#[tokio::test(start_paused = true)]
+async fn a_read_older_than_a_change_made_here_does_not_undo_it() {
+    let ledger = ledger_with_scan_row("scan-reads").await;
+    let pacing = Pacing::new(tablescan_pace::TokioClock);
+    let source = Arc::new(Governor::default());
+    let old = ScanRecord {
+        learned_cap: Some(3_000.0),
+        ..record("scan-reads", None)
+    };
+    let first = pacing
+        .admit(&ledger, &old, source.clone(), ADMIT_WAIT)
+        .await;
+    let pace = pacing
+        .scans
+        .lock()
+        .await
+        .get("scan-reads")
+        .cloned()
+        .unwrap();
+    assert_eq!(*lock(&pace.cap), Some(3_000.0));
+    let read_began = Instant::now();
+    tokio::time::advance(Duration::from_millis(10)).await;
+    // Lowered here, as the refresher does with the ledger's answer.
+    pace.learned(Some(2_400.0));
+    pacing.read(&old, read_began).await;
+    assert_eq!(*lock(&pace.cap), Some(2_400.0));
+    let second = pacing
+        .admit(&ledger, &old, source.clone(), ADMIT_WAIT)
+        .await;
+    assert_eq!(*lock(&pace.cap), Some(2_400.0));
+    // Another process's raise, read after the change.
+    tokio::time::advance(Duration::from_millis(10)).await;
+    let raised = ScanRecord {
+        learned_cap: Some(2_520.0),
+        ..old.clone()
+    };
+    pacing.read(&raised, Instant::now()).await;
+    assert_eq!(*lock(&pace.cap), Some(2_520.0));
+    drop((first, second));
 }

@@ -86,6 +86,8 @@ pub(super) struct Refresher {
     /// When the account's back-off here last cut (the account refused this process), once the
     /// scan has a learned cap: no raise is asked for within [`QUIET`] of it.
     last_cut: Option<Instant>,
+    /// When [`log_pace`](Self::log_pace) last wrote.
+    logged_at: Option<Instant>,
 }
 
 impl Refresher {
@@ -104,6 +106,7 @@ impl Refresher {
             raise_tried: None,
             lower_tried: None,
             last_cut: None,
+            logged_at: None,
         }
     }
 
@@ -133,8 +136,46 @@ impl Refresher {
                     self.raise(now).await;
                 }
             }
+            self.log_pace(now);
             tokio::time::sleep(TICK).await;
         }
+    }
+
+    /// Once a second, at debug level (`TABLESCAN_LOG=info,tablescan_handler::pacing=debug`),
+    /// where the process's pace of the scan stands: its cap, its slices and what they grant,
+    /// what it moved, its steps running and waiting, the account's back-off. What the devhost
+    /// runs' faults were found with (docs/scan.md, "Pacing").
+    fn log_pace(&mut self, now: Instant) {
+        if !tracing::enabled!(tracing::Level::DEBUG)
+            || self
+                .logged_at
+                .is_some_and(|at| now.saturating_duration_since(at) < Duration::from_secs(1))
+        {
+            return;
+        }
+        self.logged_at = Some(now);
+        let (running, waiting) = {
+            let state = self.pace.lock();
+            (state.running, state.waiting)
+        };
+        let back_off = lock(&self.pace.source)
+            .as_ref()
+            .and_then(|(source, _)| source.rate());
+        let slices = self.pace.slices();
+        let demand = self.demand(now);
+        tracing::debug!(
+            scan = %self.pace.scan,
+            cap = ?*lock(&self.pace.cap),
+            slices = ?slices.as_ref().map(|s| s.usable()),
+            granted = ?slices.as_ref().map(|s| s.granted().round()),
+            moved = demand.used.round(),
+            wants_more = demand.wants_more,
+            running,
+            waiting,
+            back_off = ?back_off.map(f64::round),
+            slow = self.account_answers_slowly(),
+            "pace"
+        );
     }
 
     /// Sets the share's rate to what the process's leases allow now; that rate.
@@ -193,7 +234,10 @@ impl Refresher {
     }
 
     fn demand(&self, now: Instant) -> Demand {
-        let waiting = self.pace.lock().waiting;
+        let (running, waiting) = {
+            let state = self.pace.lock();
+            (state.running, state.waiting)
+        };
         let held_back = self
             .pace
             .share
@@ -201,7 +245,8 @@ impl Refresher {
         // No rate (an uncapped scan) counts as no grant: any hold is want. The bucket keeps a
         // rate of 0 as a tiny one, which `judged` takes as none too.
         let granted = self.pace.share.rate().unwrap_or(0.0);
-        Demand::judged(waiting > 0, held_back, self.rate(), granted)
+        let starved = held_back && super::starved(granted, running);
+        Demand::judged(waiting > 0 || starved, held_back, self.rate(), granted)
     }
 
     /// Reports a new cut of the account's back-off into the scan's learning round, and closes
@@ -292,7 +337,13 @@ impl Refresher {
         let tried_lately = self
             .lower_tried
             .is_some_and(|at| now.saturating_duration_since(at) < every);
-        if cuts > seen && !tried_lately && (refused_again || self.pressing(now)) {
+        // Under a learned cap adopted less than `SEEN_FOR` ago no try is made: the ledger
+        // takes none so soon after a change (`LOWER_EVERY`, or `LOWER_SEEN_EVERY` for a
+        // process that names the cap), and a try refused would spend the early one, the next
+        // coming `LOWER_EVERY` later. A first cap learned over the room an application left was
+        // refused a second after it took over, and lowered only 9.6 s after the round.
+        let just_adopted = seen_cap.is_none() && self.learned_in_force();
+        if cuts > seen && !just_adopted && !tried_lately && (refused_again || self.pressing(now)) {
             self.lower_tried = Some(now);
             self.lower(now_ms, seen_cap.map(|(cap, _)| cap)).await;
         }

@@ -169,8 +169,9 @@ impl ScanPacing {
             .cloned()
             .collect();
         for instance in busy {
+            let started = tokio::time::Instant::now();
             if let Some(record) = self.read_scan(true).await {
-                instance.pacing.read(&record).await;
+                instance.pacing.read(&record, started).await;
             }
         }
     }

@@ -144,3 +144,43 @@ async fn a_process_held_back_with_no_grant_wants_more() {
     assert!(demand.wants_more, "{demand:?}");
     taker.abort();
 }
+
+/// A refusal met under a learned cap the process adopted a moment ago, the cap just set in the
+/// ledger, spends no try (the ledger would decline it so soon, and the next try would come
+/// `LOWER_EVERY` later): refused again once the process has run under the cap for `SEEN_FOR`,
+/// it lowers the cap at once.
+#[tokio::test(start_paused = true)]
+async fn a_refusal_under_a_cap_just_adopted_spends_no_try() {
+    let scan = record("scan-adopted", None);
+    let ledger = ledger_with_scan_row(&scan.id).await;
+    let clock = LeaseClock::new(tablescan_pace::TokioClock);
+    let now_ms = clock.now_ms();
+    ledger
+        .report_refusal(&scan.id, 3_000.0, now_ms - ROUND.as_millis() as u64)
+        .await
+        .unwrap();
+    let cap = ledger.close_round(&scan.id, now_ms).await.unwrap();
+    let source = Arc::new(Governor::default());
+    let pace = Arc::new(ScanPace::new(&ledger, "p".into(), &clock, &scan));
+    pace.watch(&source);
+    pace.learned(cap);
+    let mut refresher = Refresher::new(pace, Scans::default());
+    // Refused twice within the first second under it (refused again soon: it would try).
+    refresher
+        .lower_if_pressing(1, 0, Instant::now(), clock.now_ms())
+        .await;
+    tokio::time::advance(Duration::from_millis(500)).await;
+    refresher
+        .lower_if_pressing(2, 1, Instant::now(), clock.now_ms())
+        .await;
+    assert_eq!(
+        refresher.lower_tried, None,
+        "tried under a cap just adopted"
+    );
+    tokio::time::advance(SEEN_FOR).await;
+    refresher
+        .lower_if_pressing(3, 2, Instant::now(), clock.now_ms())
+        .await;
+    let after = ledger.learning(&scan.id).await.unwrap().unwrap().cap;
+    assert!(after < cap, "{cap:?} -> {after:?}");
+}
