@@ -87,15 +87,17 @@ const PAGE_SECONDS: f64 = 0.5;
 /// The smallest page a paced step asks for.
 const MIN_PAGE: u16 = 100;
 
-/// Whether the process's share of a scan, `granted` entities per second, is too small for its
-/// `running` steps' pages: each step's half second of it is under the smallest page, so every
-/// page waits for more than the share earns while the page is read, and the process moves less
-/// than [`tablescan_pace::WANTS_MORE_AT`] of its grant however much it is held back. Such a
-/// process was not taken to want more, and only one that wants more looks for slices the
+/// Whether the process's share of a scan, `granted` entities per second, is too small for any
+/// step of it (`running` of them): half a second of it is under the smallest page, so every
+/// page waits for more than the share earns while the page is read, and the process moves
+/// less than [`tablescan_pace::WANTS_MORE_AT`] of its grant however much it is held back. Such
+/// a process was not taken to want more, and only one that wants more looks for slices the
 /// others do not use: in a devhost run a default scan moved 100 entities a second, one
-/// smallest page, for 13 s under a learned cap of 2,416 with no refusal.
+/// smallest page, for 13 s under a learned cap of 2,416 (a slice: 151) with no refusal. Per
+/// step it would take in processes that run many steps on a fair grant too (a third of 3,000
+/// over five steps), and their asks hand slices to and fro between busy processes.
 pub(crate) fn starved(granted: f64, running: usize) -> bool {
-    running > 0 && granted > 0.0 && granted / running as f64 * PAGE_SECONDS < f64::from(MIN_PAGE)
+    running > 0 && granted > 0.0 && granted * PAGE_SECONDS < f64::from(MIN_PAGE)
 }
 
 /// This process's pacing of every scan it runs steps of.

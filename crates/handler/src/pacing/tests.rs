@@ -428,11 +428,12 @@ async fn steps_arriving_together_that_all_fit_are_not_crowded() {
 }
 
 #[test]
-fn a_share_under_a_smallest_page_a_half_second_for_each_step_is_starved() {
+fn a_share_under_a_smallest_page_a_half_second_is_starved() {
     assert!(starved(150.0, 1));
+    assert!(starved(150.0, 3));
     assert!(!starved(200.0, 1));
-    assert!(starved(2_000.0, 11));
-    assert!(!starved(2_000.0, 10));
+    // Many steps on a fair share: not starved (their asks would hand slices to and fro).
+    assert!(!starved(1_000.0, 5));
     // No grant (wanting more anyway), or no step.
     assert!(!starved(0.0, 1));
     assert!(!starved(150.0, 0));
