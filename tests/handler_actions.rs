@@ -307,7 +307,7 @@ async fn a_step_longer_than_its_lease_is_not_run_twice() {
     let range_queue = queues().queue(&item_queues.range).unwrap();
     if range_queue.approximate_count().await.unwrap() > 0 {
         // Given back: delivered once visible, after the step finished.
-        let text = given_back_text(&range_queue).await;
+        let text = common::own_queues::given_back(&item_queues.range).await;
         let again = host
             .post_raw("ScanRange", host.delivery("ScanRange", &text, 1, 3))
             .await;
@@ -323,20 +323,6 @@ async fn a_step_longer_than_its_lease_is_not_run_twice() {
         .await
         .unwrap();
     assert_eq!(sent, rows.len() as u64, "each row enqueued once");
-}
-
-/// The one message in `queue`, as sent, once its visibility delay is over (at most 30 s).
-async fn given_back_text(queue: &tablescan::storage::queue::QueueClient) -> String {
-    for _ in 0..150 {
-        let received = queue.receive(32, Duration::from_secs(60)).await.unwrap();
-        if let Some(first) = received.first() {
-            assert_eq!(received.len(), 1, "one message given back");
-            let text = MessageEncoding::Base64.decode(&first.text).unwrap();
-            return String::from_utf8(text).unwrap();
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    panic!("the message given back was not visible within 30 s");
 }
 
 /// A copy whose target table vanished fails for good (a permanent cause, at once); once the

@@ -129,21 +129,6 @@ async fn slices_freed(ledger: &Ledger, scan: &str) {
     ledger.table().submit_transaction(&slices).await.unwrap();
 }
 
-/// The one message the step gave back to `queue`, as sent (waiting out its visibility delay).
-async fn given_back(queue: &str) -> String {
-    let queue = queues().queue(queue).unwrap();
-    for _ in 0..100 {
-        let received = queue.receive(32, Duration::from_secs(60)).await.unwrap();
-        if let Some(first) = received.first() {
-            assert_eq!(received.len(), 1, "one message given back");
-            let text = MessageEncoding::Base64.decode(&first.text).unwrap();
-            return String::from_utf8(text).unwrap();
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    panic!("nothing was given back within 20 s");
-}
-
 /// Delivers `first` and whatever follows from it, the steps' answers and the messages they give
 /// back to the state's own range queue, until the scan is over (at most 2 minutes).
 async fn run_to_end(host: &mut TestHost, range_queue: &str, id: &str, first: &str) -> Value {
@@ -205,7 +190,7 @@ async fn a_step_without_room_is_given_back_twice_then_parked_and_runs_once_when_
         assert!(answer
             .messages(tablescan::functions::names::RANGE_OUTPUT)
             .is_empty());
-        message = given_back(&item_queues.range).await;
+        message = common::own_queues::given_back(&item_queues.range).await;
         assert_eq!(WorkItem::decode(&message).unwrap().given_back, back);
     }
     assert_eq!(ledger.oldest_parked_ms(&id).await.unwrap(), None);

@@ -4,9 +4,11 @@
 //! state's own queues, so another test's items never reach them.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tablescan::functions::app::ItemQueues;
 use tablescan::functions::{AppState, Settings};
+use tablescan::storage::queue::MessageEncoding;
 
 use super::{connection_string, queues, unique_name};
 
@@ -39,4 +41,20 @@ pub async fn state_with(prefix: &str, extra: &[(&str, &str)]) -> (Arc<AppState>,
     }
     Arc::get_mut(&mut state).unwrap().item_queues = item_queues.clone();
     (state, item_queues)
+}
+
+/// The one message a step gave back to `queue` (one of the state's own), as sent, once its
+/// visibility delay is over; panics if none is visible within 30 s, or more than one is.
+pub async fn given_back(queue: &str) -> String {
+    let queue = queues().queue(queue).unwrap();
+    for _ in 0..150 {
+        let received = queue.receive(32, Duration::from_secs(60)).await.unwrap();
+        if let Some(first) = received.first() {
+            assert_eq!(received.len(), 1, "one message given back");
+            let text = MessageEncoding::Base64.decode(&first.text).unwrap();
+            return String::from_utf8(text).unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("no message given back was visible within 30 s");
 }
