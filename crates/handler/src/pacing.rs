@@ -445,22 +445,26 @@ impl ScanPace {
         pace
     }
 
-    /// Takes `learned` (the scan's learned cap as last read) into the cap: a scan paced by
-    /// neither has no slices; one that gets a cap takes slices from then on, and uses nothing
-    /// until it holds one.
-    /// [`learned`](Self::learned), from a read of the scan begun at `started`: not if the
-    /// cap changed here since (this process changed it in the ledger, or a newer read did):
-    /// the read may predate the change.
+    /// [`learned`](Self::learned), from a read of the scan begun at `started`: not if a
+    /// learned cap is in force that changed here since (this process changed it in the
+    /// ledger, or a newer read did): the read may predate the change. (The check and the
+    /// change are not under one lock: a change between them is put back until the next read.)
     fn learned_as_read(&self, learned: Option<f64>, started: Instant) {
-        if started < *lock(&self.cap_changed) {
-            if learned.is_some() {
-                self.has_learned.store(true, Ordering::Relaxed);
-            }
+        // Only a learned cap in force can be undone: with none (a pace made from a record
+        // without one, whose creation counts as a change), the read is the news.
+        let learned_in_force = {
+            let cap = lock(&self.cap);
+            cap.is_some() && self.set.is_none_or(|set| *cap < Some(set))
+        };
+        if learned_in_force && started < *lock(&self.cap_changed) {
             return;
         }
         self.learned(learned);
     }
 
+    /// Takes `learned` (the scan's learned cap as last read) into the cap: a scan paced by
+    /// neither has no slices; one that gets a cap takes slices from then on, and uses nothing
+    /// until it holds one.
     pub(super) fn learned(&self, learned: Option<f64>) {
         if learned.is_some() {
             self.has_learned.store(true, Ordering::Relaxed);

@@ -398,11 +398,22 @@ impl Ledger {
         let Some(cap) = current.cap else {
             return Ok(None);
         };
-        let last = current
-            .cap_at_ms
-            .max(current.round_at_ms)
-            .max(current.looked_at_ms);
-        if !current.closed || now_ms < last + ms(quiet_for(cap, current.failed_raises)) {
+        // The raise before held until now: the quiet while it doubled is taken back for this
+        // one (taken back only at the next raise, four raises followed a held one at 8, 8, 4
+        // and 2 quiet whiles).
+        let held = current.raised_at_ms > 0 && !current.raise_failed();
+        let failed_raises = if held {
+            current.failed_raises.saturating_sub(1)
+        } else {
+            current.failed_raises
+        };
+        // A look that found the cap not binding holds the next one off by QUIET alone: the
+        // slices' reports understate the scan (a slice just handed over reports nothing), and
+        // one look must not push a raise back by eight quiet whiles.
+        let changed = current.cap_at_ms.max(current.round_at_ms);
+        let due =
+            (changed + ms(quiet_for(cap, failed_raises))).max(current.looked_at_ms + ms(QUIET));
+        if !current.closed || now_ms < due {
             return Ok(None);
         }
         let scan_rate = self.scan_rate(scan, now_ms).await;
@@ -417,18 +428,12 @@ impl Ledger {
             tracing::debug!(scan, cap, scan_rate, "the learned cap is not raised");
             return Ok(None);
         };
-        // The raise before held until this one: its doubling of the quiet while is taken back.
-        let held = current.raised_at_ms > 0 && !current.raise_failed();
         let next = Learning {
             cap: Some(raised),
             peak: current.peak.max(raised),
             cap_at_ms: now_ms,
             raised_at_ms: now_ms,
-            failed_raises: if held {
-                current.failed_raises.saturating_sub(1)
-            } else {
-                current.failed_raises
-            },
+            failed_raises,
             ..current.clone()
         };
         let published = Some(ScanRow::learned(scan, raised));
@@ -502,8 +507,11 @@ impl Ledger {
         // failure after the claim leaves the cap as it was, lowered at the next refusal a
         // while later; the claim's time holds off raises meanwhile, and nothing more. The
         // first lowering after a raise counts the raise as failed (in the claim: one at the
-        // floor is no less a refusal over the raise).
-        let failed_raises = if current.raised_at_ms > 0 && !current.raise_failed() {
+        // floor is no less a refusal over the raise), if it comes within a quiet while of the
+        // raise: a raise that held longer is no failure (an application that came later).
+        let after_raise = current.raised_at_ms > 0
+            && now_ms < current.raised_at_ms + ms(quiet_for(cap, current.failed_raises));
+        let failed_raises = if after_raise && !current.raise_failed() {
             (current.failed_raises + 1).min(MOST_FAILED_RAISES)
         } else {
             current.failed_raises

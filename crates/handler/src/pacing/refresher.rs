@@ -17,7 +17,9 @@ use tablescan_pace::{Clock, Demand};
 use tokio::time::Instant;
 
 use super::{lock, LeaseClock, ScanPace, Scans};
-use tablescan_ledger::learning::{Reported, LOWER_EVERY, LOWER_SEEN_EVERY, QUIET, ROUND};
+use tablescan_ledger::learning::{
+    quiet_for, Reported, LOWER_EVERY, LOWER_SEEN_EVERY, QUIET, ROUND,
+};
 
 /// How long a process runs under a learned cap before a refusal it meets is news of that cap:
 /// the answers to requests sent before it took over come within a second, and the ledger takes
@@ -490,9 +492,12 @@ impl Refresher {
     /// answers slowly (`Governor::answers_slowly`): the account queues what it is sent, as it
     /// does before it refuses, and a higher cap would lengthen the queue.
     async fn raise(&mut self, now: Instant) {
+        // As long as the ledger's quiet while at this cap: a refusal that lowered nothing (the
+        // process did not press, or had tried lately) does not restart the ledger's count.
+        let quiet = lock(&self.pace.cap).map_or(QUIET, |cap| quiet_for(cap, 0));
         let refused_lately = self
             .last_cut
-            .is_some_and(|at| now.saturating_duration_since(at) < QUIET);
+            .is_some_and(|at| now.saturating_duration_since(at) < quiet);
         if !self.learned_in_force()
             || refused_lately
             || self.account_answers_slowly()

@@ -277,24 +277,90 @@ async fn raises_a_lowering_follows_come_seldom_and_raises_that_hold_as_often_as_
             .unwrap()
             .is_some());
         assert_eq!(failed(&ledger).await, (round + 1).min(MOST_FAILED_RAISES));
+        if round == 0 {
+            // A second lowering after the same raise counts it once.
+            at += ms(LOWER_EVERY);
+            ledger.lower_learned_cap("s", at, None).await.unwrap();
+            assert_eq!(failed(&ledger).await, 1);
+        }
     }
-    // A second lowering after the same raise counts it once.
-    at += ms(LOWER_EVERY);
-    ledger.lower_learned_cap("s", at, None).await.unwrap();
-    assert_eq!(failed(&ledger).await, MOST_FAILED_RAISES);
-    // The first raise after a lowering keeps the count (it has not held yet); each raise
-    // after one that held takes a doubling back.
+    // The first raise after a lowering waits its quiet while and keeps the count (it has not
+    // held yet); each raise after one that held waits a doubling less and takes it back.
     for expected in (0..=MOST_FAILED_RAISES).rev() {
         let learning = ledger.learning("s").await.unwrap().unwrap();
         let cap = learning.cap.unwrap();
-        at += ms(quiet_for(cap, learning.failed_raises));
-        scan_moves(&ledger, cap, at + 5_000).await;
+        let held = learning.raised_at_ms > learning.lowered_at_ms;
+        let doublings = learning.failed_raises - u32::from(held);
+        let quiet = ms(quiet_for(cap, doublings));
+        scan_moves(&ledger, cap, at + quiet + 5_000).await;
+        assert_eq!(
+            ledger.raise_learned_cap("s", at + quiet - 1).await.unwrap(),
+            None
+        );
+        at += quiet;
         assert!(ledger.raise_learned_cap("s", at).await.unwrap().is_some());
         assert_eq!(failed(&ledger).await, expected);
     }
-    // The row keeps both through a read.
-    let learning = ledger.learning("s").await.unwrap().unwrap();
-    assert!(learning.raised_at_ms > learning.lowered_at_ms);
+    // A lowering that comes more than a quiet while after the raise does not count it.
+    at += 2 * ms(quiet_for(
+        ledger.learning("s").await.unwrap().unwrap().cap.unwrap(),
+        0,
+    ));
+    assert!(ledger
+        .lower_learned_cap("s", at, None)
+        .await
+        .unwrap()
+        .is_some());
+    assert_eq!(failed(&ledger).await, 0);
+}
+
+#[test]
+fn a_row_without_the_raise_fields_reads_as_no_raise_and_a_huge_count_as_the_most() {
+    let old = Learning::from_entity(&Entity::new("s", LEARN_ROW).with("cap", Value::Double(900.0)));
+    assert_eq!((old.raised_at_ms, old.failed_raises), (0, 0));
+    let huge = Learning::from_entity(
+        &Entity::new("s", LEARN_ROW).with("failedRaises", Value::Int64(i64::MAX)),
+    );
+    assert_eq!(huge.failed_raises, MOST_FAILED_RAISES);
+}
+
+/// A look that found the cap not binding holds the next raise off by QUIET, not by the quiet
+/// while the failed raises doubled.
+#[tokio::test]
+async fn a_look_at_a_cap_not_binding_holds_the_next_off_by_quiet_alone() {
+    let ledger = ledger().await;
+    let closed = learned_at(&ledger, 11_000_000, 40_000.0).await;
+    let cap = 40_000.0 * LEARNED_SHARE;
+    let mut at = closed + ms(quiet_for(cap, 0));
+    // A raise, then a lowering: one failed raise.
+    scan_moves(&ledger, cap, at + 5_000).await;
+    let raised = ledger.raise_learned_cap("s", at).await.unwrap().unwrap();
+    at += ms(LOWER_EVERY);
+    let lowered = ledger
+        .lower_learned_cap("s", at, None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(lowered < raised);
+    let changed = at;
+    // Looked at after its doubled quiet while, the scan moving half the cap: not binding.
+    at = changed + ms(quiet_for(lowered, 1));
+    scan_moves(&ledger, lowered * 0.5, at + 5_000).await;
+    assert_eq!(ledger.raise_learned_cap("s", at).await.unwrap(), None);
+    // Binding again QUIET later: raised then, not a doubled quiet while later.
+    scan_moves(&ledger, lowered, at + ms(QUIET) + 5_000).await;
+    assert_eq!(
+        ledger
+            .raise_learned_cap("s", at + ms(QUIET) - 1)
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(ledger
+        .raise_learned_cap("s", at + ms(QUIET))
+        .await
+        .unwrap()
+        .is_some());
 }
 
 /// A cap learned from a round summing 4,000 entities/s is refused: a lowering asked by a process
