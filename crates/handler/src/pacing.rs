@@ -93,9 +93,10 @@ const MIN_PAGE: u16 = 100;
 /// less than [`tablescan_pace::WANTS_MORE_AT`] of its grant however much it is held back. Such
 /// a process was not taken to want more, and only one that wants more looks for slices the
 /// others do not use: in a devhost run a default scan moved 100 entities a second, one
-/// smallest page, for 13 s under a learned cap of 2,416 (a slice: 151) with no refusal. Per
-/// step it would take in processes that run many steps on a fair grant too (a third of 3,000
-/// over five steps), and their asks hand slices to and fro between busy processes.
+/// smallest page, for 13 s under a learned cap of 2,416 (a slice of it: 151) with no refusal.
+/// Counted per step it took in processes running many steps on a fair grant too (a third of
+/// 3,000 over five steps), and the default alone ran at 90% in two runs: slices asked to and
+/// fro between busy processes is the likely cause, not established.
 pub(crate) fn starved(granted: f64, running: usize) -> bool {
     running > 0 && granted > 0.0 && granted * PAGE_SECONDS < f64::from(MIN_PAGE)
 }

@@ -398,9 +398,9 @@ impl Ledger {
         let Some(cap) = current.cap else {
             return Ok(None);
         };
-        // The raise before held until now: the quiet while it doubled is taken back for this
-        // one (taken back only at the next raise, four raises followed a held one at 8, 8, 4
-        // and 2 quiet whiles).
+        // The raise before held until now: the doubling it would take back at this raise
+        // shortens this one's wait already (taken back only after, the raises that followed
+        // a held one waited 8, 8, 4 and 2 quiet whiles).
         let held = current.raised_at_ms > 0 && !current.raise_failed();
         let failed_raises = if held {
             current.failed_raises.saturating_sub(1)

@@ -249,6 +249,22 @@ fn the_quiet_while_is_a_hundred_pages_at_least_twenty_seconds_doubled_per_failed
     assert_eq!(quiet_for(f64::NAN, 1), QUIET * 2);
 }
 
+/// Scan `s`, moving all of its cap `cap`, is not raised a millisecond before `quiet` after
+/// `from` and is raised then; that time.
+async fn raised_after(ledger: &Ledger, cap: f64, from: u64, quiet: u64) -> u64 {
+    scan_moves(ledger, cap, from + quiet + 60_000).await;
+    assert_eq!(
+        ledger
+            .raise_learned_cap("s", from + quiet - 1)
+            .await
+            .unwrap(),
+        None
+    );
+    let at = from + quiet;
+    assert!(ledger.raise_learned_cap("s", at).await.unwrap().is_some());
+    at
+}
+
 /// A raise a lowering follows doubles the quiet while before the next raise, up to
 /// MOST_FAILED_RAISES times; a raise that holds until the next takes one doubling back.
 #[tokio::test]
@@ -263,13 +279,7 @@ async fn raises_a_lowering_follows_come_seldom_and_raises_that_hold_as_often_as_
     for round in 0..5u32 {
         let cap = ledger.learning("s").await.unwrap().unwrap().cap.unwrap();
         let quiet = ms(quiet_for(cap, round.min(MOST_FAILED_RAISES)));
-        scan_moves(&ledger, cap, at + quiet + 60_000).await;
-        assert_eq!(
-            ledger.raise_learned_cap("s", at + quiet - 1).await.unwrap(),
-            None
-        );
-        at += quiet;
-        assert!(ledger.raise_learned_cap("s", at).await.unwrap().is_some());
+        at = raised_after(&ledger, cap, at, quiet).await;
         at += ms(LOWER_EVERY);
         assert!(ledger
             .lower_learned_cap("s", at, None)
@@ -292,13 +302,7 @@ async fn raises_a_lowering_follows_come_seldom_and_raises_that_hold_as_often_as_
         let held = learning.raised_at_ms > learning.lowered_at_ms;
         let doublings = learning.failed_raises - u32::from(held);
         let quiet = ms(quiet_for(cap, doublings));
-        scan_moves(&ledger, cap, at + quiet + 5_000).await;
-        assert_eq!(
-            ledger.raise_learned_cap("s", at + quiet - 1).await.unwrap(),
-            None
-        );
-        at += quiet;
-        assert!(ledger.raise_learned_cap("s", at).await.unwrap().is_some());
+        at = raised_after(&ledger, cap, at, quiet).await;
         assert_eq!(failed(&ledger).await, expected);
     }
     // A lowering that comes more than a quiet while after the raise does not count it.
