@@ -87,6 +87,42 @@ const PAGE_SECONDS: f64 = 0.5;
 /// The smallest page a paced step asks for.
 const MIN_PAGE: u16 = 100;
 
+/// How many seconds of a step's part of the rate its smallest page may take to earn, where
+/// [`MIN_PAGE`] would take longer: a quarter of [`SHARE_WAIT`], since a step waits for the page
+/// it reserved ahead as well as for this one, behind the other steps of its process. A page
+/// the share cannot pay within [`SHARE_WAIT`] times out whenever it is asked for: a scan capped
+/// under 20 entities/s, or a low cap split into slices of it over many processes (16 slices of
+/// 300 entities/s are 19 each), read nothing, step after step, its items given back for ever.
+const AFFORDABLE_SECONDS: f64 = SHARE_WAIT.as_secs_f64() / 4.0;
+
+/// The page a step asks for at `per_step` entities per second, at most `top` (at least 1):
+/// half a second of it, not under [`MIN_PAGE`] unless that takes longer than
+/// [`AFFORDABLE_SECONDS`] to earn.
+fn page_size(per_step: f64, top: u16) -> u16 {
+    let top = top.max(1);
+    let affordable = (per_step * AFFORDABLE_SECONDS).clamp(1.0, f64::from(u16::MAX)) as u16;
+    let least = MIN_PAGE.min(affordable).min(top);
+    ((per_step * PAGE_SECONDS) as u16).clamp(least, top)
+}
+
+/// The most a write waits for its share beyond [`SHARE_WAIT`], however large it is for the
+/// share: a bound on the step, whatever the rate.
+const MOST_SHARE_EARNING: Duration = Duration::from_secs(30);
+
+/// How long a write of `entities` may wait for its share at `rate`: [`SHARE_WAIT`] beyond the
+/// time the rate takes to earn them. A transaction's rows are planned before the share is
+/// known (up to 100 of one partition), and a share that takes longer than [`SHARE_WAIT`] to
+/// earn them (a cap under 20 entities/s, or a slice of a low one) would time out every write,
+/// its step and the step after it alike. A share that does not come at all still times out
+/// soon after [`SHARE_WAIT`].
+fn share_wait(entities: u64, rate: Option<f64>) -> Duration {
+    let earning = match rate {
+        Some(rate) if rate > 0.0 => entities as f64 / rate,
+        _ => 0.0,
+    };
+    SHARE_WAIT + Duration::from_secs_f64(earning.min(MOST_SHARE_EARNING.as_secs_f64()))
+}
+
 /// Whether the process's share of a scan, `granted` entities per second, is too small for any
 /// step of it (`running` of them): half a second of it is under the smallest page, so every
 /// page waits for more than the share earns while the page is read, and the process moves
@@ -248,22 +284,20 @@ pub fn fan_out(scan_fan_out: usize, crowded: bool) -> usize {
     }
 }
 
-/// How long a running step's read or write may wait for its share of the rate: a page waits
-/// half a second of it normally, but a share may fall to nothing while the step runs (its
-/// process lost its slices). Past this the step ends as if throttled, handing on the rest.
+/// How long a running step's read may wait for its share of the rate, and a write beyond the
+/// time its share takes to earn it ([`share_wait`]): a page waits half a second of it
+/// normally, but a share may fall to nothing while the step runs (its process lost its
+/// slices). Past this the step ends as if throttled, handing on the rest.
 pub const SHARE_WAIT: Duration = Duration::from_secs(5);
 
-/// The error a read or write meets when its share did not come within [`SHARE_WAIT`]: transient
+/// The error a read or write meets when its share did not come in time ([`SHARE_WAIT`]): transient
 /// (the step hands its rest on, or is tried again).
 pub fn no_share(operation: &'static str, scan: &str) -> tablescan_storage::StorageError {
     tablescan_storage::StorageError::new(
         operation,
         format!("scan {scan}"),
         tablescan_storage::ErrorKind::Transport {
-            message: format!(
-                "no share of the scan's rate within {} s in this process",
-                SHARE_WAIT.as_secs()
-            ),
+            message: "no share of the scan's rate came in time in this process".to_string(),
             maybe_sent: false,
         },
     )
@@ -600,15 +634,14 @@ impl StepPace {
     }
 
     /// How many rows to ask for in the next page: half a second's worth of the step's part of the
-    /// rate (at least 100 rows), at most `top`.
+    /// rate (at least 100 rows, or what that part pays for in [`AFFORDABLE_SECONDS`] if less),
+    /// at most `top`.
     pub fn page_size(&self, top: u16) -> u16 {
         let Some(rate) = self.pace.rate(&self.source) else {
             return top;
         };
         let running = self.pace.lock().running.max(1) as f64;
-        let top = top.max(1);
-        let least = MIN_PAGE.min(top);
-        ((rate / running * PAGE_SECONDS) as u16).clamp(least, top)
+        page_size(rate / running, top)
     }
 
     /// Waits until `entities` may be read from the source; the ticket gives back what the
@@ -695,15 +728,17 @@ impl StepPace {
     }
 
     /// Waits until `entities` may be written through `target`'s back-off (the share paid
-    /// last, as for reads), at most [`SHARE_WAIT`] for the share. A share that did not come in
-    /// time is given back: what of it was not yet earned goes to the takers behind.
+    /// last, as for reads), for the share at most [`share_wait`]: [`SHARE_WAIT`] beyond what the
+    /// share takes to earn them. A share that did not come in time is given back: what of it
+    /// was not yet earned goes to the takers behind.
     pub async fn before_write(
         &self,
         entities: u64,
         target: &Governor,
     ) -> Result<(), tablescan_storage::StorageError> {
         target.take(entities).await;
-        tokio::time::timeout(SHARE_WAIT, self.take_share(entities))
+        let wait = share_wait(entities, self.pace.share.rate());
+        tokio::time::timeout(wait, self.take_share(entities))
             .await
             .map_err(|_| no_share("write rows", &self.pace.scan))?;
         self.pace.moved.fetch_add(entities, Ordering::Relaxed);

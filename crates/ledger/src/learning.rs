@@ -122,6 +122,12 @@ pub struct Learning {
     /// What the round's reports add up to, entities per second.
     pub sum: f64,
     pub reporters: u64,
+    /// Who reported in the round (the processes' pace holders, comma-separated): a report is
+    /// counted once however often it is sent. A conditional write that the service applied
+    /// but answered with a 500 is sent again, meets 412 (the row changed: by itself), and is
+    /// read and added afresh: counted twice, the round's sum and the cap learned from it too
+    /// high.
+    pub reported_by: String,
     /// Whether the round was closed (its cap set).
     pub closed: bool,
     /// The cap last set (by a round or a raise), and when.
@@ -152,6 +158,10 @@ impl Learning {
             round_at_ms: number(e, "roundAt"),
             sum: double("sum").unwrap_or(0.0),
             reporters: number(e, "reporters"),
+            reported_by: match e.properties.get("reportedBy") {
+                Some(Value::String(names)) => names.clone(),
+                _ => String::new(),
+            },
             closed: matches!(e.properties.get("closed"), Some(Value::Boolean(true))),
             cap: double("cap").filter(|cap| *cap >= 1.0),
             peak: double("peak").unwrap_or(0.0),
@@ -170,6 +180,7 @@ impl Learning {
             .with("roundAt", int(self.round_at_ms))
             .with("sum", Value::Double(self.sum))
             .with("reporters", int(self.reporters))
+            .with("reportedBy", Value::String(self.reported_by.clone()))
             .with("closed", Value::Boolean(self.closed))
             .with("capAt", int(self.cap_at_ms))
             .with("loweredAt", int(self.lowered_at_ms))
@@ -187,6 +198,11 @@ impl Learning {
     /// other raise.
     fn raise_failed(&self) -> bool {
         self.raised_at_ms > 0 && self.lowered_at_ms >= self.raised_at_ms
+    }
+
+    /// Whether `reporter` reported in the round.
+    fn reported(&self, reporter: &str) -> bool {
+        self.reported_by.split(',').any(|name| name == reporter)
     }
 
     /// Whether a round is open for reports at `now_ms`.
@@ -304,11 +320,14 @@ impl Ledger {
         Ok(row.as_ref().map(Learning::from_entity))
     }
 
-    /// Reports that the account refused this process while it moved `rate` entities a second
-    /// for `scan`: counted in the open round, or opening one.
+    /// Reports that the account refused this process (`reporter`, its pace's holder name,
+    /// unique among the processes sharing the ledger and free of commas) while it moved `rate`
+    /// entities a second for `scan`: counted in the open round, or opening one; counted once
+    /// however often it is sent in one round.
     pub async fn report_refusal(
         &self,
         scan: &str,
+        reporter: &str,
         rate: f64,
         now_ms: u64,
     ) -> Result<Reported, LedgerError> {
@@ -316,9 +335,15 @@ impl Ledger {
         for _ in 0..TRIES {
             let current = self.learning(scan).await?;
             let next = match &current {
+                // This report's write was applied: a retry of it, or the last try of the loop
+                // answered 412 by a write of its own.
+                Some(l) if l.open(now_ms) && l.reported(reporter) => {
+                    return Ok(Reported::In(l.round_at_ms))
+                }
                 Some(l) if l.open(now_ms) => Learning {
                     sum: l.sum + rate,
                     reporters: l.reporters + 1,
+                    reported_by: format!("{},{reporter}", l.reported_by),
                     ..l.clone()
                 },
                 Some(l) if now_ms < l.round_at_ms + ms(BETWEEN_ROUNDS) => {
@@ -328,6 +353,7 @@ impl Ledger {
                     round_at_ms: now_ms,
                     sum: rate,
                     reporters: 1,
+                    reported_by: reporter.to_string(),
                     closed: false,
                     ..other.clone().unwrap_or_default()
                 },

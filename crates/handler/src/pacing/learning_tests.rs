@@ -374,7 +374,7 @@ async fn a_round_whose_reporters_left_is_closed_by_a_process_that_joined_it() {
     // A process reported a refusal and left: the round is open, and nobody will close it.
     let opened = tablescan_pace::TokioClock.now_ms();
     ledger
-        .report_refusal(&scan.id, 3_000.0, opened)
+        .report_refusal(&scan.id, "p1", 3_000.0, opened)
         .await
         .unwrap();
     scan.learn_round_ms = opened;

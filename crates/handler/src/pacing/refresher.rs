@@ -469,7 +469,7 @@ impl Refresher {
         match self
             .pace
             .ledger
-            .report_refusal(&self.pace.scan, rate, now_ms)
+            .report_refusal(&self.pace.scan, &self.pace.holder, rate, now_ms)
             .await
         {
             Ok(Reported::In(round_at)) => {

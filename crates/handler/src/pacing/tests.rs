@@ -98,11 +98,16 @@ async fn a_write_whose_share_did_not_come_in_time_charges_nothing_to_the_next() 
         .await
         .unwrap();
     let target = Governor::default();
-    // Ten seconds of the cap: the share does not come within SHARE_WAIT.
+    // A hundred seconds of the cap: the share does not come within the write's wait
+    // (SHARE_WAIT past the most it waits for a share to earn a write).
     let start = Instant::now();
-    let refused = step.before_write(10_000, &target).await;
+    let refused = step.before_write(100_000, &target).await;
     assert!(refused.is_err());
-    assert!(start.elapsed() <= SHARE_WAIT + Duration::from_millis(300));
+    assert!(
+        start.elapsed() <= share_wait(100_000, Some(1_000.0)) + Duration::from_millis(300),
+        "{:?}",
+        start.elapsed()
+    );
     // What it reserved and did not get went back: the next write waits for its own 100
     // entities only. (The wait kept them charged once: the next write waited for 5,000 more,
     // at the eighth of the cap the process holds by then, having moved nothing: 40 s.)
@@ -128,6 +133,100 @@ async fn a_write_whose_share_did_not_come_in_time_charges_nothing_to_the_next() 
         "{:?}",
         start.elapsed()
     );
+}
+
+/// A scan capped under what a page of 100 rows takes in SHARE_WAIT reads and writes all the
+/// same: its pages are what its share earns in a quarter of SHARE_WAIT, and a write waits for
+/// its share as long as the share takes to earn it, and SHARE_WAIT more. (With pages of at
+/// least 100 rows, a scan capped at 10 entities/s timed out every read: each step ended
+/// having read nothing, and its item came back for ever.)
+#[tokio::test(start_paused = true)]
+async fn a_scan_capped_under_a_page_in_the_shares_wait_still_reads_and_writes() {
+    let ledger = ledger().await;
+    let pacing = Pacing::new(tablescan_pace::TokioClock);
+    let step = pacing
+        .admit(
+            &ledger,
+            &record("scan-slow", Some(10)),
+            Arc::new(Governor::default()),
+            ADMIT_WAIT,
+        )
+        .await
+        .unwrap();
+    let page = step.page_size(1000);
+    assert_eq!(page, 12, "what 10 entities/s earn in 1.25 s");
+    // Page after page, each reserved ahead as `PacedReader` does, within SHARE_WAIT each.
+    let start = Instant::now();
+    let mut reserved = None;
+    for _ in 0..5 {
+        let ticket = tokio::time::timeout(
+            SHARE_WAIT,
+            step.before_reserved_read(u64::from(page), reserved.take()),
+        )
+        .await
+        .expect("a page's share within SHARE_WAIT");
+        reserved = Some(step.reserve_read(u64::from(page)));
+        step.after_read(ticket, u64::from(page), 0);
+    }
+    step.release(reserved.take().unwrap());
+    // 60 entities at 10/s, no faster.
+    assert!(
+        start.elapsed() >= Duration::from_millis(5_800),
+        "{:?}",
+        start.elapsed()
+    );
+    // A transaction of 100 rows: ten seconds of the share.
+    let start = Instant::now();
+    step.before_write(100, &Governor::default()).await.unwrap();
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_secs(9) && took <= Duration::from_secs(11),
+        "{took:?}"
+    );
+}
+
+#[test]
+fn a_page_is_half_a_second_of_the_share_and_never_takes_long_to_earn() {
+    // Half a second, at least 100 rows where they are earned within a quarter of SHARE_WAIT.
+    assert_eq!(page_size(10_000.0, 1000), 1000);
+    assert_eq!(page_size(1_000.0, 1000), 500);
+    assert_eq!(page_size(100.0, 1000), 100);
+    // A slice of a cap of 300 entities/s in each of 16 processes: 18.75/s.
+    assert_eq!(page_size(18.75, 1000), 23);
+    assert_eq!(page_size(1.0, 1000), 1);
+    assert_eq!(page_size(0.0, 1000), 1);
+    // Never more than asked, never zero.
+    assert_eq!(page_size(18.75, 5), 5);
+    assert_eq!(page_size(1_000.0, 0), 1);
+    for tenths in 1..100_000u32 {
+        let rate = f64::from(tenths) / 10.0;
+        let page = f64::from(page_size(rate, 1000));
+        // Earned within a quarter of SHARE_WAIT (one row at least)...
+        if rate * AFFORDABLE_SECONDS >= 1.0 {
+            assert!(page / rate <= AFFORDABLE_SECONDS, "{rate}: {page}");
+        }
+        // ...and no smaller than 100 rows where those are.
+        if rate * AFFORDABLE_SECONDS >= f64::from(MIN_PAGE) {
+            assert!(page >= f64::from(MIN_PAGE), "{rate}: {page}");
+        }
+    }
+}
+
+/// A write waits SHARE_WAIT past what its share takes to earn it, at most MOST_SHARE_EARNING
+/// past; with no share at all, SHARE_WAIT.
+#[test]
+fn a_writes_wait_follows_what_its_share_takes_to_earn_it() {
+    assert_eq!(
+        share_wait(100, Some(10.0)),
+        SHARE_WAIT + Duration::from_secs(10)
+    );
+    assert_eq!(
+        share_wait(100, Some(10_000.0)),
+        SHARE_WAIT + Duration::from_millis(10)
+    );
+    assert_eq!(share_wait(100, Some(0.0)), SHARE_WAIT);
+    assert_eq!(share_wait(100, None), SHARE_WAIT);
+    assert_eq!(share_wait(100, Some(1.0)), SHARE_WAIT + MOST_SHARE_EARNING);
 }
 
 #[tokio::test(start_paused = true)]

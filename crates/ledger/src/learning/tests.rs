@@ -1,7 +1,7 @@
 //! The learning row on the in-memory table: rounds, the cap they set, raises, lowerings.
 
 use super::*;
-use tablescan_storage::table::in_memory::InMemoryTable;
+use tablescan_storage::table::in_memory::{InMemoryTable, Retry};
 use tablescan_storage::table::WriteMode;
 
 /// A ledger with scan `s`'s row.
@@ -39,7 +39,7 @@ async fn reports_of_a_round_add_up_and_its_close_sets_the_cap_once() {
     let t = 1_000_000;
     let round = ms(ROUND);
     assert_eq!(
-        ledger.report_refusal("s", 1_000.0, t).await.unwrap(),
+        ledger.report_refusal("s", "p1", 1_000.0, t).await.unwrap(),
         Reported::In(t)
     );
     // Every process sees the round on the scan row.
@@ -50,12 +50,15 @@ async fn reports_of_a_round_add_up_and_its_close_sets_the_cap_once() {
     let row = ScanRow::from_entity(&row.unwrap().unwrap()).unwrap();
     assert_eq!(row.learn_round_ms, t);
     assert_eq!(
-        ledger.report_refusal("s", 800.0, t + 500).await.unwrap(),
+        ledger
+            .report_refusal("s", "p2", 800.0, t + 500)
+            .await
+            .unwrap(),
         Reported::In(t)
     );
     assert_eq!(
         ledger
-            .report_refusal("s", 700.0, t + round - 100)
+            .report_refusal("s", "p3", 700.0, t + round - 100)
             .await
             .unwrap(),
         Reported::In(t)
@@ -75,7 +78,7 @@ async fn reports_of_a_round_add_up_and_its_close_sets_the_cap_once() {
     // A refusal a moment after the round is not a new round...
     assert_eq!(
         ledger
-            .report_refusal("s", 100.0, t + round + 1_000)
+            .report_refusal("s", "p1", 100.0, t + round + 1_000)
             .await
             .unwrap(),
         Reported::Skipped
@@ -83,13 +86,72 @@ async fn reports_of_a_round_add_up_and_its_close_sets_the_cap_once() {
     // ...a later one is.
     let later = t + ms(BETWEEN_ROUNDS) + 1_000;
     assert_eq!(
-        ledger.report_refusal("s", 2_000.0, later).await.unwrap(),
+        ledger
+            .report_refusal("s", "p2", 2_000.0, later)
+            .await
+            .unwrap(),
         Reported::In(later)
     );
     assert_eq!(
         ledger.close_round("s", later + round).await.unwrap(),
         Some(2_000.0 * LEARNED_SHARE)
     );
+}
+
+/// A report's conditional write that the service applied but answered with a 500 is sent
+/// again by the storage client's retry policy and meets 412 (the row changed: by itself); the
+/// report then reads the row and tries afresh. It counts once, as does a report one process
+/// sends twice in a round; other processes' reports still add.
+#[tokio::test]
+async fn a_report_sent_again_in_its_round_counts_once() {
+    let table = InMemoryTable::new("ledger");
+    let ledger = ledger_on(table.clone()).await;
+    let t = 1_000_000;
+    assert_eq!(
+        ledger.report_refusal("s", "p1", 1_000.0, t).await.unwrap(),
+        Reported::In(t)
+    );
+    // The report's read, then its write: applied, answered 500, retried, 412.
+    table.lose_answer(2, Retry::Yes);
+    assert_eq!(
+        ledger
+            .report_refusal("s", "p2", 500.0, t + 10)
+            .await
+            .unwrap(),
+        Reported::In(t)
+    );
+    assert_eq!(
+        ledger
+            .report_refusal("s", "p1", 1_000.0, t + 20)
+            .await
+            .unwrap(),
+        Reported::In(t)
+    );
+    // A name that merely begins another's is another's.
+    assert_eq!(
+        ledger
+            .report_refusal("s", "p", 250.0, t + 30)
+            .await
+            .unwrap(),
+        Reported::In(t)
+    );
+    let learning = ledger.learning("s").await.unwrap().unwrap();
+    assert_eq!((learning.sum, learning.reporters), (1_750.0, 3));
+    assert_eq!(
+        ledger.close_round("s", t + ms(ROUND)).await.unwrap(),
+        Some(1_750.0 * LEARNED_SHARE)
+    );
+    // The next round counts the same process afresh.
+    let later = t + ms(BETWEEN_ROUNDS) + 1_000;
+    assert_eq!(
+        ledger
+            .report_refusal("s", "p1", 2_000.0, later)
+            .await
+            .unwrap(),
+        Reported::In(later)
+    );
+    let learning = ledger.learning("s").await.unwrap().unwrap();
+    assert_eq!((learning.sum, learning.reporters), (2_000.0, 1));
 }
 
 #[test]
@@ -111,7 +173,7 @@ fn a_round_lowers_a_cap_only_when_the_scan_pressed_on_it_and_never_far_below_its
 
 /// Scan `s` learned a cap from one report of `rate` at `t`; when its round closed.
 async fn learned_at(ledger: &Ledger, t: u64, rate: f64) -> u64 {
-    ledger.report_refusal("s", rate, t).await.unwrap();
+    ledger.report_refusal("s", "p1", rate, t).await.unwrap();
     let closed = t + ms(ROUND);
     ledger.close_round("s", closed).await.unwrap();
     closed
@@ -461,7 +523,7 @@ async fn a_failure_at_any_request_of_a_change_leaves_every_process_reading_the_l
         let table = InMemoryTable::new("ledger");
         let ledger = ledger_on(table.clone()).await;
         let t = 9_000_000;
-        ledger.report_refusal("s", 10_000.0, t).await.unwrap();
+        ledger.report_refusal("s", "p1", 10_000.0, t).await.unwrap();
         let closed = t + ms(ROUND);
         let due = fail_request(&table, fail_at);
         let _ = ledger.close_round("s", closed).await;

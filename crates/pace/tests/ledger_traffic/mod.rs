@@ -221,6 +221,9 @@ impl Traffic {
         refused_at: Duration,
         rate: impl Fn() -> f64,
     ) {
+        // Each process reports under a name of its own, as a pace's holder does.
+        static PROCESSES: AtomicU64 = AtomicU64::new(0);
+        let name = format!("process-{}", PROCESSES.fetch_add(1, Ordering::Relaxed));
         let mut reported = 0u64;
         let mut close_at: Option<u64> = None;
         let mut raise_at: Option<Instant> = None;
@@ -236,10 +239,10 @@ impl Traffic {
                 let open = round > reported && now_ms < round + ROUND.as_millis() as u64;
                 let refused = round == 0 && now.duration_since(self.start) >= refused_at;
                 if open || refused {
-                    let answer = self
-                        .learning
-                        .ledger
-                        .report_refusal(&self.scan, rate(), now_ms);
+                    let answer =
+                        self.learning
+                            .ledger
+                            .report_refusal(&self.scan, &name, rate(), now_ms);
                     if let Reported::In(round_at) = answer.await.unwrap() {
                         reported = round_at;
                         self.round_ms.fetch_max(round_at, Ordering::Relaxed);

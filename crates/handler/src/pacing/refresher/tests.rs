@@ -16,7 +16,7 @@ async fn refresher_of_learned_scan(source: &Arc<Governor>) -> (Refresher, Ledger
     // Learned a minute ago: quiet for longer than QUIET.
     let then = clock.now_ms() - 60_000;
     ledger
-        .report_refusal(&scan.id, 10_000.0, then)
+        .report_refusal(&scan.id, "p1", 10_000.0, then)
         .await
         .unwrap();
     let cap = ledger
@@ -156,7 +156,7 @@ async fn a_refusal_under_a_cap_just_adopted_spends_no_try() {
     let clock = LeaseClock::new(tablescan_pace::TokioClock);
     let now_ms = clock.now_ms();
     ledger
-        .report_refusal(&scan.id, 3_000.0, now_ms - ROUND.as_millis() as u64)
+        .report_refusal(&scan.id, "p1", 3_000.0, now_ms - ROUND.as_millis() as u64)
         .await
         .unwrap();
     let cap = ledger.close_round(&scan.id, now_ms).await.unwrap();
