@@ -87,12 +87,14 @@ const PAGE_SECONDS: f64 = 0.5;
 /// The smallest page a paced step asks for.
 const MIN_PAGE: u16 = 100;
 
-/// How many seconds of a step's part of the rate its smallest page may take to earn, where
-/// [`MIN_PAGE`] would take longer: a quarter of [`SHARE_WAIT`], since a step waits for the page
-/// it reserved ahead as well as for this one, behind the other steps of its process. A page
-/// the share cannot pay within [`SHARE_WAIT`] times out whenever it is asked for: a scan capped
-/// under 20 entities/s, or a low cap split into slices of it over many processes (16 slices of
-/// 300 entities/s are 19 each), read nothing, step after step, its items given back for ever.
+/// How many seconds of a step's part of the rate its smallest page, and its largest write, may
+/// take to earn, where [`MIN_PAGE`] would take longer: a quarter of [`SHARE_WAIT`], since a
+/// step waits for the page it reserved ahead as well as for this one, behind the other steps
+/// of its process. A page or write the share cannot pay within [`SHARE_WAIT`] times out
+/// whenever it is asked for: a scan capped under 40 entities/s (20 for a step alone), a low cap
+/// split into slices over many processes (16 slices of 300 entities/s are 19 each), or an
+/// import's chunk of 1,000 rows under 200 entities/s read or wrote nothing, step after step,
+/// its items given back for ever.
 const AFFORDABLE_SECONDS: f64 = SHARE_WAIT.as_secs_f64() / 4.0;
 
 /// The page a step asks for at `per_step` entities per second, at most `top` (at least 1):
@@ -103,24 +105,6 @@ fn page_size(per_step: f64, top: u16) -> u16 {
     let affordable = (per_step * AFFORDABLE_SECONDS).clamp(1.0, f64::from(u16::MAX)) as u16;
     let least = MIN_PAGE.min(affordable).min(top);
     ((per_step * PAGE_SECONDS) as u16).clamp(least, top)
-}
-
-/// The most a write waits for its share beyond [`SHARE_WAIT`], however large it is for the
-/// share: a bound on the step, whatever the rate.
-const MOST_SHARE_EARNING: Duration = Duration::from_secs(30);
-
-/// How long a write of `entities` may wait for its share at `rate`: [`SHARE_WAIT`] beyond the
-/// time the rate takes to earn them. A transaction's rows are planned before the share is
-/// known (up to 100 of one partition), and a share that takes longer than [`SHARE_WAIT`] to
-/// earn them (a cap under 20 entities/s, or a slice of a low one) would time out every write,
-/// its step and the step after it alike. A share that does not come at all still times out
-/// soon after [`SHARE_WAIT`].
-fn share_wait(entities: u64, rate: Option<f64>) -> Duration {
-    let earning = match rate {
-        Some(rate) if rate > 0.0 => entities as f64 / rate,
-        _ => 0.0,
-    };
-    SHARE_WAIT + Duration::from_secs_f64(earning.min(MOST_SHARE_EARNING.as_secs_f64()))
 }
 
 /// Whether the process's share of a scan, `granted` entities per second, is too small for any
@@ -284,10 +268,9 @@ pub fn fan_out(scan_fan_out: usize, crowded: bool) -> usize {
     }
 }
 
-/// How long a running step's read may wait for its share of the rate, and a write beyond the
-/// time its share takes to earn it ([`share_wait`]): a page waits half a second of it
-/// normally, but a share may fall to nothing while the step runs (its process lost its
-/// slices). Past this the step ends as if throttled, handing on the rest.
+/// How long a running step's read or write may wait for its share of the rate: a page waits
+/// half a second of it normally, but a share may fall to nothing while the step runs (its
+/// process lost its slices). Past this the step ends as if throttled, handing on the rest.
 pub const SHARE_WAIT: Duration = Duration::from_secs(5);
 
 /// The error a read or write meets when its share did not come in time ([`SHARE_WAIT`]): transient
@@ -644,6 +627,16 @@ impl StepPace {
         page_size(rate / running, top)
     }
 
+    /// The most rows one write of this step should carry, where the rate is limited: what the
+    /// step's part of it earns in [`AFFORDABLE_SECONDS`], at least one. A page read is sized
+    /// to the rate already; this cuts what was not (an import's chunk of up to 1,000 rows, a
+    /// page read before the share was cut), so that its share comes within [`SHARE_WAIT`].
+    pub fn write_size(&self) -> Option<usize> {
+        let rate = self.pace.rate(&self.source)?;
+        let running = self.pace.lock().running.max(1) as f64;
+        Some((rate / running * AFFORDABLE_SECONDS).clamp(1.0, 1e9) as usize)
+    }
+
     /// Waits until `entities` may be read from the source; the ticket gives back what the
     /// read did not use ([`after_read`](Self::after_read)).
     ///
@@ -728,17 +721,16 @@ impl StepPace {
     }
 
     /// Waits until `entities` may be written through `target`'s back-off (the share paid
-    /// last, as for reads), for the share at most [`share_wait`]: [`SHARE_WAIT`] beyond what the
-    /// share takes to earn them. A share that did not come in time is given back: what of it
-    /// was not yet earned goes to the takers behind.
+    /// last, as for reads), at most [`SHARE_WAIT`] for the share: a write should carry no more
+    /// than [`write_size`](Self::write_size) rows. A share that did not come in time is given
+    /// back: what of it was not yet earned goes to the takers behind.
     pub async fn before_write(
         &self,
         entities: u64,
         target: &Governor,
     ) -> Result<(), tablescan_storage::StorageError> {
         target.take(entities).await;
-        let wait = share_wait(entities, self.pace.share.rate());
-        tokio::time::timeout(wait, self.take_share(entities))
+        tokio::time::timeout(SHARE_WAIT, self.take_share(entities))
             .await
             .map_err(|_| no_share("write rows", &self.pace.scan))?;
         self.pace.moved.fetch_add(entities, Ordering::Relaxed);

@@ -122,11 +122,11 @@ pub struct Learning {
     /// What the round's reports add up to, entities per second.
     pub sum: f64,
     pub reporters: u64,
-    /// Who reported in the round (the processes' pace holders, comma-separated): a report is
-    /// counted once however often it is sent. A conditional write that the service applied
-    /// but answered with a 500 is sent again, meets 412 (the row changed: by itself), and is
-    /// read and added afresh: counted twice, the round's sum and the cap learned from it too
-    /// high.
+    /// Who reported in the open round ([`reporter_mark`]s of the paces' holder names,
+    /// comma-separated; emptied when the round closes): a report is counted once however often
+    /// it is sent. A conditional write that the service applied but answered with a 500 is
+    /// sent again, meets 412 (the row changed: by itself), and was read and added afresh:
+    /// counted twice, the round's sum and the cap learned from it too high.
     pub reported_by: String,
     /// Whether the round was closed (its cap set).
     pub closed: bool,
@@ -202,7 +202,21 @@ impl Learning {
 
     /// Whether `reporter` reported in the round.
     fn reported(&self, reporter: &str) -> bool {
-        self.reported_by.split(',').any(|name| name == reporter)
+        let mark = reporter_mark(reporter);
+        self.reported_by.split(',').any(|name| name == mark)
+    }
+
+    /// The round's reporters with `reporter` added, unless the list is as long as a row
+    /// bears ([`MOST_REPORTED_CHARS`]): then the report counts unlisted.
+    fn reported_with(&self, reporter: &str) -> String {
+        let mark = reporter_mark(reporter);
+        if self.reported_by.is_empty() {
+            mark
+        } else if self.reported_by.len() + 1 + mark.len() > MOST_REPORTED_CHARS {
+            self.reported_by.clone()
+        } else {
+            format!("{},{mark}", self.reported_by)
+        }
     }
 
     /// Whether a round is open for reports at `now_ms`.
@@ -214,6 +228,25 @@ impl Learning {
     pub fn due(&self, now_ms: u64) -> bool {
         !self.closed && self.round_at_ms > 0 && self.round_at_ms + ms(ROUND) <= now_ms
     }
+}
+
+/// The longest list of a round's reporters kept: a string property holds up to 32K
+/// characters, and 30,000 are some 1,700 reporters.
+const MOST_REPORTED_CHARS: usize = 30_000;
+
+/// How a round's list names `reporter`: the name itself when it is short and has no comma,
+/// else its 64-bit FNV-1a hash in hex (a pace's holder name is a UUID and a number, some 35
+/// characters: hashed, a thousand fit the list).
+fn reporter_mark(reporter: &str) -> String {
+    if reporter.len() <= 16 && !reporter.contains(',') {
+        return reporter.to_string();
+    }
+    let hash = reporter
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+        });
+    format!("{hash:016x}")
 }
 
 fn ms(duration: Duration) -> u64 {
@@ -343,7 +376,7 @@ impl Ledger {
                 Some(l) if l.open(now_ms) => Learning {
                     sum: l.sum + rate,
                     reporters: l.reporters + 1,
-                    reported_by: format!("{},{reporter}", l.reported_by),
+                    reported_by: l.reported_with(reporter),
                     ..l.clone()
                 },
                 Some(l) if now_ms < l.round_at_ms + ms(BETWEEN_ROUNDS) => {
@@ -353,7 +386,7 @@ impl Ledger {
                     round_at_ms: now_ms,
                     sum: rate,
                     reporters: 1,
-                    reported_by: reporter.to_string(),
+                    reported_by: reporter_mark(reporter),
                     closed: false,
                     ..other.clone().unwrap_or_default()
                 },
@@ -390,6 +423,8 @@ impl Ledger {
             cap: Some(cap),
             peak: current.peak.max(cap),
             cap_at_ms: now_ms,
+            // Read only while the round is open: no weight on the rows read after it.
+            reported_by: String::new(),
             ..current.clone()
         };
         let published = Some(ScanRow::learned(scan, cap));

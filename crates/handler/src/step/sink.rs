@@ -174,6 +174,44 @@ impl RowSink for ActionSink<'_> {
             self.note_sample(&rows, &applied.failures);
             return Ok(self.note(applied));
         }
+        let most = self.pace.write_size().unwrap_or(usize::MAX).max(1);
+        if rows.len() <= most {
+            return self.act(rows, deadline).await;
+        }
+        // More rows than the share pays for within its wait: written a piece at a time.
+        let mut finished = 0;
+        let mut rest = rows;
+        while !rest.is_empty() {
+            let after = rest.split_off(most.min(rest.len()));
+            let count = rest.len();
+            let done = match self.act(rest, deadline).await {
+                Ok(done) => done,
+                // The pieces before were written: the step ends after them and hands on the
+                // rest, rather than fail and write them again (an enqueue would send their
+                // messages twice). The next step meets the error again if it lasts.
+                Err(_) if finished > 0 => return Ok(finished),
+                Err(e) => return Err(e),
+            };
+            finished += done;
+            if done < count {
+                return Ok(finished);
+            }
+            rest = after;
+        }
+        Ok(finished)
+    }
+
+    /// Once the scan is seen paused: a page of one row cannot be cut, so the step is told to
+    /// stop after it.
+    fn stopping(&self) -> bool {
+        self.pausing
+    }
+}
+
+impl ActionSink<'_> {
+    /// Writes `rows` (as many as one write of the step carries) at the scan's pace; how many
+    /// were finished.
+    async fn act(&mut self, rows: Vec<Entity>, deadline: Duration) -> Result<usize, StorageError> {
         if let Some((entities, target)) = self.action.table_writes(&rows) {
             self.pace.before_write(entities, &target).await?;
         }
@@ -194,14 +232,6 @@ impl RowSink for ActionSink<'_> {
         Ok(self.note(applied))
     }
 
-    /// Once the scan is seen paused: a page of one row cannot be cut, so the step is told to
-    /// stop after it.
-    fn stopping(&self) -> bool {
-        self.pausing
-    }
-}
-
-impl ActionSink<'_> {
     /// Adds a page's counts and failed rows; returns how many of its rows were finished.
     fn note(&mut self, applied: Applied) -> usize {
         self.counts += applied.counts;

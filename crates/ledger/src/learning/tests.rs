@@ -100,8 +100,8 @@ async fn reports_of_a_round_add_up_and_its_close_sets_the_cap_once() {
 
 /// A report's conditional write that the service applied but answered with a 500 is sent
 /// again by the storage client's retry policy and meets 412 (the row changed: by itself); the
-/// report then reads the row and tries afresh. It counts once, as does a report one process
-/// sends twice in a round; other processes' reports still add.
+/// report then reads the row and tries afresh. It counts once, as does a report one pace sends
+/// twice in a round; other paces' reports still add.
 #[tokio::test]
 async fn a_report_sent_again_in_its_round_counts_once() {
     let table = InMemoryTable::new("ledger");
@@ -135,12 +135,31 @@ async fn a_report_sent_again_in_its_round_counts_once() {
             .unwrap(),
         Reported::In(t)
     );
+    // A pace's holder name as the handler makes it (a UUID and a number), listed hashed.
+    let holder = "3f2b8c1d9e4a4b7f8c6d5e4f3a2b1c0d.7";
+    ledger
+        .report_refusal("s", holder, 100.0, t + 40)
+        .await
+        .unwrap();
+    ledger
+        .report_refusal("s", holder, 100.0, t + 50)
+        .await
+        .unwrap();
     let learning = ledger.learning("s").await.unwrap().unwrap();
-    assert_eq!((learning.sum, learning.reporters), (1_750.0, 3));
+    assert_eq!((learning.sum, learning.reporters), (1_850.0, 4));
+    assert_eq!(learning.reported_by.split(',').count(), 4);
+    assert!(
+        learning.reported_by.len() < 3 * 4 + 16 + 4,
+        "{}",
+        learning.reported_by
+    );
     assert_eq!(
         ledger.close_round("s", t + ms(ROUND)).await.unwrap(),
-        Some(1_750.0 * LEARNED_SHARE)
+        Some(1_850.0 * LEARNED_SHARE)
     );
+    // Emptied with the round's close.
+    let learning = ledger.learning("s").await.unwrap().unwrap();
+    assert_eq!(learning.reported_by, "");
     // The next round counts the same process afresh.
     let later = t + ms(BETWEEN_ROUNDS) + 1_000;
     assert_eq!(
@@ -607,4 +626,22 @@ async fn a_refusal_of_a_scan_moving_under_its_learned_cap_lowers_it_under_what_i
         .unwrap();
     assert!((lowered - 3_300.0 * LOWER).abs() < 1e-6, "{lowered}");
     assert_eq!(published(&ledger).await, Some(lowered));
+}
+
+/// A round's list of reporters stops growing at what a string property bears: a report past
+/// it counts unlisted. Names that are long or hold a comma are listed by their hash.
+#[test]
+fn a_full_list_of_reporters_takes_no_more_names() {
+    let mut learning = Learning {
+        reported_by: "a".repeat(10),
+        ..Learning::default()
+    };
+    assert_eq!(learning.reported_with("p1"), "aaaaaaaaaa,p1");
+    learning.reported_by = "a".repeat(MOST_REPORTED_CHARS - 2);
+    assert_eq!(learning.reported_with("p1"), learning.reported_by);
+    assert_eq!(Learning::default().reported_with("p1"), "p1");
+    let hashed = reporter_mark("x,y");
+    assert_eq!(hashed.len(), 16);
+    assert!(hashed.chars().all(|c| c.is_ascii_hexdigit()), "{hashed}");
+    assert_ne!(reporter_mark("x,z"), hashed);
 }
