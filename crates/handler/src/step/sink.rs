@@ -37,6 +37,9 @@ pub(crate) struct ActionSink<'a> {
     pausing: bool,
     /// Writes wait for their share of the scan's cap and the target's back-off.
     pace: &'a StepPace,
+    /// Whether the action finished rows in this step: a later write that fails ends the step
+    /// after them instead of failing it ([`RowSink::accept`]).
+    acted: bool,
 }
 
 impl<'a> ActionSink<'a> {
@@ -61,6 +64,7 @@ impl<'a> ActionSink<'a> {
             cancelled: false,
             pausing: false,
             pace,
+            acted: false,
         }
     }
 }
@@ -174,31 +178,57 @@ impl RowSink for ActionSink<'_> {
             self.note_sample(&rows, &applied.failures);
             return Ok(self.note(applied));
         }
-        let most = self.pace.write_size().unwrap_or(usize::MAX).max(1);
-        if rows.len() <= most {
-            return self.act(rows, deadline).await;
-        }
-        // More rows than the share pays for within its wait: written a piece at a time.
+        // Rows written to a table are cut to what the share pays for within its wait; an
+        // enqueue's are not (its share is charged per message, and a piece would cut its
+        // messages' groups of rows), nor a count's or an export's (nothing paced to write).
+        let most = match self.action.table_writes(&rows) {
+            Some(_) => self.pace.write_size().unwrap_or(usize::MAX).max(1),
+            None => usize::MAX,
+        };
         let mut finished = 0;
         let mut rest = rows;
-        while !rest.is_empty() {
-            let after = rest.split_off(most.min(rest.len()));
+        loop {
+            let after = if rest.len() > most {
+                rest.split_off(most)
+            } else {
+                Vec::new()
+            };
             let count = rest.len();
             let done = match self.act(rest, deadline).await {
                 Ok(done) => done,
-                // The pieces before were written: the step ends after them and hands on the
-                // rest, rather than fail and write them again (an enqueue would send their
-                // messages twice). The next step meets the error again if it lasts.
-                Err(_) if finished > 0 => return Ok(finished),
+                // Rows of this page or of an earlier one were written: the step ends after
+                // them and hands on the rest (0 of this page: its whole task), rather than
+                // fail and write them again when its item runs again (an enqueue would send
+                // their messages twice). The next step meets the error again if it lasts.
+                Err(e) if finished > 0 || self.acted => {
+                    tracing::warn!(
+                        scan = self.scan,
+                        "the step ends after the rows it wrote, the rest handed on: {e}"
+                    );
+                    return Ok(finished);
+                }
                 Err(e) => return Err(e),
             };
             finished += done;
-            if done < count {
+            self.acted |= done > 0;
+            if done < count || after.is_empty() {
+                return Ok(finished);
+            }
+            // Between pieces, as between pages: the step's time, its claim, a cancel, a pause.
+            if self.clock.now() >= deadline || self.lost.load(std::sync::atomic::Ordering::SeqCst) {
+                return Ok(finished);
+            }
+            if self.state.cancelled(self.scan).await {
+                // The rest of a cancelled scan is dropped, as at a page's start.
+                self.cancelled = true;
+                return Ok(finished);
+            }
+            if self.state.paused(self.scan).await {
+                self.pausing = true;
                 return Ok(finished);
             }
             rest = after;
         }
-        Ok(finished)
     }
 
     /// Once the scan is seen paused: a page of one row cannot be cut, so the step is told to
