@@ -19,6 +19,9 @@
 //!   it looks at is taken; finding one held, it asks for it (a conditional write), which makes
 //!   the holder's next renewal fail and read the slices again ([`SLICES`] entities) before it
 //!   hands the slice over;
+//! - a process that holds several slices and wants more also looks at one slice it does not
+//!   hold every [`LOOK_EVERY`] for one come free (a point read; it asks only at its probes'
+//!   pace): at most [`SLICES`] / 2 processes hold several, so 8 entities a second at most;
 //! - joining reads every slice once ([`SLICES`] entities); leaving reads them and writes the held
 //!   ones free or handed over.
 //!
@@ -45,7 +48,7 @@ mod store;
 pub use clock::{Clock, SystemClock, TokioClock};
 pub use share::{Demand, ScanShare};
 pub use slice::{
-    SliceRow, CLOCK_MARGIN_MS, HAND_OVER_EVERY, LEASE, PROBE_MAX, PROBE_MIN, RENEW_EVERY, SLICES,
-    SURPLUS_AFTER, WANTS_MORE_AT,
+    SliceRow, CLOCK_MARGIN_MS, HAND_OVER_EVERY, LEASE, LOOK_EVERY, PROBE_MAX, PROBE_MIN,
+    RENEW_EVERY, SLICES, SURPLUS_AFTER, WANTS_MORE_AT,
 };
 pub use store::{Counts, InMemorySlices, SliceStore, StoreError};

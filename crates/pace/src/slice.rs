@@ -22,6 +22,16 @@ pub const RENEW_EVERY: Duration = Duration::from_millis(3_300);
 /// holder renewing each second cost the ledger 224 entities a second where 133 did before.
 pub const HAND_OVER_EVERY: Duration = Duration::from_millis(1_000);
 
+/// How often a holder of several slices that wants more looks at one slice it does not hold,
+/// for one come free, whatever its probes' back-off ([`PROBE_MAX`]): processes that run out of
+/// work give their slices back free, and the one left with the work found them only at its next
+/// probe, up to 8 s later (devhost's count of an account alone, three instances: its steps ran
+/// on a third of the cap for 5 s, the scan at 84% of its cap from 30 s on, 2026-11-28). Only
+/// holders of several look this often, and at most [`SLICES`] / 2 processes hold several: a
+/// point read each a second, 8 entities a second at most, however many processes run. A look
+/// that finds the slice held does not ask for it: asks stay at the probes' pace.
+pub const LOOK_EVERY: Duration = HAND_OVER_EVERY;
+
 /// How far apart two machines' clocks may be: a holder stops using a slice this long before
 /// its lease ends, another takes it only this long after.
 pub const CLOCK_MARGIN_MS: u64 = 500;

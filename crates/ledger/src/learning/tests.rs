@@ -261,9 +261,9 @@ async fn a_lowered_cap_waits_a_quiet_while_then_is_raised_while_it_binds() {
     let refused = closed + ms(LOWER_EVERY);
     assert_eq!(
         ledger.lower_learned_cap("s", refused, None).await.unwrap(),
-        Some(learned * LOWER)
+        Some(learned * LOWER * LOWER)
     );
-    let lowered = learned * LOWER;
+    let lowered = learned * LOWER * LOWER;
     let quiet = refused + ms(QUIET);
     scan_moves(&ledger, lowered, quiet + 5_000).await;
     assert_eq!(
@@ -450,9 +450,8 @@ async fn a_look_at_a_cap_not_binding_holds_the_next_off_by_quiet_alone() {
 
 /// A cap learned from a round summing 4,000 entities/s is refused: a lowering asked by a process
 /// that names that cap as the one it ran under, or not, is declined until `every` after the cap
-/// was set, then
-/// lowers it to [`LOWER`] of it and publishes that, and is declined again right after. The
-/// ledger and the time of the lowering.
+/// was set, then lowers it to [`LOWER`] squared of it (the first lowering after a round) and
+/// publishes that, and is declined again right after. The ledger and the time of the lowering.
 async fn lowered_once_a_while(names_the_cap: bool, every: u64) -> (Ledger, u64) {
     let ledger = ledger().await;
     let closed = learned_at(&ledger, 7_000_000, 4_000.0).await;
@@ -462,7 +461,10 @@ async fn lowered_once_a_while(names_the_cap: bool, every: u64) -> (Ledger, u64) 
     // Too soon after the cap was set: the refusal may come from before every process had it.
     assert_eq!(lower(closed + every - 1).await.unwrap(), None);
     let lowered = lower(closed + every).await.unwrap().unwrap();
-    assert!((lowered - learned * LOWER).abs() < 1e-6, "{lowered}");
+    assert!(
+        (lowered - learned * LOWER * LOWER).abs() < 1e-6,
+        "{lowered}"
+    );
     assert_eq!(published(&ledger).await, Some(lowered));
     assert_eq!(lower(closed + every + 10).await.unwrap(), None);
     (ledger, closed + every)
@@ -616,16 +618,36 @@ fn a_lowering_takes_the_cap_under_what_the_scan_moved() {
 async fn a_refusal_of_a_scan_moving_under_its_learned_cap_lowers_it_under_what_it_moves() {
     let ledger = ledger().await;
     let closed = learned_at(&ledger, 7_000_000, 4_000.0).await;
-    let at = closed + ms(LOWER_EVERY);
-    // The scan moves 3,300 of its 3,600: the account (beside an application) holds it there.
-    scan_moves(&ledger, 3_300.0, at + 5_000).await;
-    let lowered = ledger
-        .lower_learned_cap("s", at, None)
-        .await
-        .unwrap()
-        .unwrap();
-    assert!((lowered - 3_300.0 * LOWER).abs() < 1e-6, "{lowered}");
-    assert_eq!(published(&ledger).await, Some(lowered));
+    let ledger = &ledger;
+    let lower = |at| async move {
+        let lowered = ledger.lower_learned_cap("s", at, None).await.unwrap();
+        let lowered = lowered.expect("lowered");
+        assert_eq!(published(ledger).await, Some(lowered));
+        lowered
+    };
+    // The first refusal after the round: the whole step, whatever the scan moved (the
+    // round's sample of what the account served was high).
+    let first = closed + ms(LOWER_EVERY);
+    scan_moves(ledger, 3_590.0, first + 5_000).await;
+    let lowered = lower(first).await;
+    assert!(
+        (lowered - 3_600.0 * LOWER * LOWER).abs() < 1e-6,
+        "{lowered}"
+    );
+    // Then the scan moves 2,800 of its 2,916: the account (beside an application) holds it
+    // there; refused again, the cap goes under what it moves, not under the cap.
+    let second = first + ms(LOWER_EVERY);
+    scan_moves(ledger, 2_800.0, second + 5_000).await;
+    let lowered = lower(second).await;
+    assert!((lowered - 2_800.0 * LOWER).abs() < 1e-6, "{lowered}");
+}
+
+#[test]
+fn the_first_lowering_after_a_round_takes_the_whole_step_above_the_floors() {
+    assert_eq!(lowered_round_cap(3_000.0, 3_000.0), 3_000.0 * LOWER * LOWER);
+    // Never under a quarter of the highest cap learned, nor the least cap.
+    assert_eq!(lowered_round_cap(1_000.0, 3_800.0), 950.0);
+    assert_eq!(lowered_round_cap(110.0, 110.0), 100.0);
 }
 
 /// A round's list of reporters stops growing at what a string property bears: a report past
