@@ -50,8 +50,9 @@
 //! transaction of two rows and a read of the slices (at most 16 rows) at most every [`QUIET`],
 //! or one write when the cap is found not to bind; a lowering, per process, a read at most
 //! every [`LOWER_EVERY`] while it is refused, one more under a cap just changed (and a
-//! conditional write, which only one process wins), and for the winner a read of the slices,
-//! of the row again and a transaction, per scan at most that often.
+//! conditional write, which only one process wins), and for the winner a read of the slices
+//! (none for the first lowering after a round), of the row again and a transaction, per scan
+//! at most that often.
 
 use std::time::Duration;
 
@@ -146,6 +147,12 @@ pub struct Learning {
     /// When a raise last found the cap not binding (epoch ms): the next look waits a quiet
     /// while from then, so that processes do not read the slices again and again.
     pub looked_at_ms: u64,
+    /// Whether a round set the cap in force and no lowering or raise has changed it since:
+    /// its next lowering takes the whole step ([`lowered_round_cap`]). A flag of its own, not
+    /// read off the times: a lowering's claim moves `cap_at_ms` before it lowers, and a claim
+    /// that never became a lowering (its process crashed, a request failed, another won)
+    /// would leave the round's cap to the gentler rule.
+    pub from_round: bool,
     etag: Option<String>,
 }
 
@@ -171,6 +178,7 @@ impl Learning {
             raised_at_ms: number(e, "raisedAt"),
             failed_raises: number(e, "failedRaises").min(u64::from(MOST_FAILED_RAISES)) as u32,
             looked_at_ms: number(e, "lookedAt"),
+            from_round: matches!(e.properties.get("fromRound"), Some(Value::Boolean(true))),
             etag: e.etag.clone(),
         }
     }
@@ -188,17 +196,12 @@ impl Learning {
             .with("raisedAt", int(self.raised_at_ms))
             .with("failedRaises", int(u64::from(self.failed_raises)))
             .with("peak", Value::Double(self.peak))
-            .with("lookedAt", int(self.looked_at_ms));
+            .with("lookedAt", int(self.looked_at_ms))
+            .with("fromRound", Value::Boolean(self.from_round));
         if let Some(cap) = self.cap {
             e.properties.insert("cap".into(), Value::Double(cap));
         }
         e
-    }
-
-    /// Whether a round set the cap in force (neither a lowering, nor its claim, nor a raise
-    /// came after the round's close).
-    fn set_by_round(&self) -> bool {
-        self.cap_at_ms > self.lowered_at_ms && self.cap_at_ms > self.raised_at_ms
     }
 
     /// Whether the last raise was followed by a lowering (or a lowering's claim) before any
@@ -338,9 +341,10 @@ pub fn lowered_cap(cap: f64, scan_rate: f64, peak: f64) -> f64 {
 /// cap lost only a tenth (2,994 to 2,694), and the next lowering needed a refusal of the scan
 /// itself, rare while the application's many small requests took most of them: 31 s later, the
 /// application refused 1.59% of its requests after the first 10 s where the goal is 1% (one
-/// run of nine, 9e969e7). Taken the whole step, three runs out of three stayed under 1%
-/// (0.21-0.66%). A cap a lowering or a raise set is lowered by [`lowered_cap`]. Never under a
-/// quarter of the highest cap learned, nor [`LEAST_CAP`].
+/// run of nine, 9e969e7). Taken the whole step, six runs of seven stayed under 1% (0.28-0.63%;
+/// 7ed0471, docs/scan.md); in the seventh, 1.27%, most of them as the round's cap took over from
+/// the back-offs, before any lowering could come. A cap a lowering or a raise set is lowered by
+/// [`lowered_cap`]. Never under a quarter of the highest cap learned, nor [`LEAST_CAP`].
 pub fn lowered_round_cap(cap: f64, peak: f64) -> f64 {
     (cap * LOWER * LOWER)
         .max(peak * LEAST_OF_PEAK)
@@ -445,11 +449,16 @@ impl Ledger {
         // met (a first refusal comes in the ramp, from the processes there then; the
         // simulator's count of 35M rows on 60,000 entities/s summed 35,025, and a ceiling
         // there held it at 34,000 for ten minutes). Raises while the cap binds find the rest.
+        // A round that kept the cap sampled nothing that the cap did not already say.
+        let changed = current
+            .cap
+            .is_none_or(|before| (before - cap).abs() > cap * 1e-9);
         let next = Learning {
             closed: true,
             cap: Some(cap),
             peak: current.peak.max(cap),
             cap_at_ms: now_ms,
+            from_round: changed || current.from_round,
             // Read only while the round is open: no weight on the rows read after it.
             reported_by: String::new(),
             ..current.clone()
@@ -522,6 +531,7 @@ impl Ledger {
             cap_at_ms: now_ms,
             raised_at_ms: now_ms,
             failed_raises,
+            from_round: false,
             ..current.clone()
         };
         let published = Some(ScanRow::learned(scan, raised));
@@ -620,7 +630,7 @@ impl Ledger {
         let Some(claimed) = self.learning(scan).await? else {
             return Ok(None);
         };
-        let lowered = if current.set_by_round() {
+        let lowered = if current.from_round {
             lowered_round_cap(cap, current.peak)
         } else {
             lowered_cap(cap, self.scan_rate(scan, now_ms).await, current.peak)
@@ -631,6 +641,7 @@ impl Ledger {
             cap: Some(lowered.min(cap)),
             cap_at_ms: now_ms,
             lowered_at_ms: now_ms,
+            from_round: false,
             ..claimed.clone()
         };
         let published = (lowered < cap).then(|| ScanRow::learned(scan, lowered));

@@ -30,7 +30,7 @@ pub const HAND_OVER_EVERY: Duration = Duration::from_millis(1_000);
 /// holders of several look this often, and at most [`SLICES`] / 2 processes hold several: a
 /// point read each a second, 8 entities a second at most, however many processes run. A look
 /// that finds the slice held does not ask for it: asks stay at the probes' pace.
-pub const LOOK_EVERY: Duration = HAND_OVER_EVERY;
+pub const LOOK_EVERY: Duration = Duration::from_millis(1_000);
 
 /// How far apart two machines' clocks may be: a holder stops using a slice this long before
 /// its lease ends, another takes it only this long after.

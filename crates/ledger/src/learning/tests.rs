@@ -667,3 +667,55 @@ fn a_full_list_of_reporters_takes_no_more_names() {
     assert!(hashed.chars().all(|c| c.is_ascii_hexdigit()), "{hashed}");
     assert_ne!(reporter_mark("x,z"), hashed);
 }
+
+/// A first lowering after a round whose `fail_at`-th request fails (after its claim, between
+/// its reads, at its write) leaves the round's cap in force, and the lowering that comes next
+/// still takes the whole step: the claim moved the cap's time, not what set the cap.
+#[tokio::test]
+async fn a_round_cap_whose_first_lowering_failed_still_loses_the_whole_step() {
+    for fail_at in 1..=4 {
+        let table = InMemoryTable::new("ledger");
+        let ledger = ledger_on(table.clone()).await;
+        let closed = learned_at(&ledger, 9_000_000, 10_000.0).await;
+        let learned = 10_000.0 * LEARNED_SHARE;
+        let mut at = closed + ms(LOWER_EVERY);
+        scan_moves(&ledger, learned, at + 60_000).await;
+        let due = fail_request(&table, fail_at);
+        let _ = ledger.lower_learned_cap("s", at, None).await;
+        spend_failure(&table, &ledger, due).await;
+        for _ in 0..3 {
+            if published(&ledger).await != Some(learned) {
+                break;
+            }
+            at += ms(LOWER_EVERY);
+            ledger.lower_learned_cap("s", at, None).await.unwrap();
+        }
+        let cap = published(&ledger).await.unwrap();
+        assert!(
+            (cap - learned * LOWER * LOWER).abs() < 1e-6,
+            "request {fail_at} failed: {cap}"
+        );
+    }
+}
+
+/// A round that keeps the cap (the scan moved well under it when refused) sampled nothing
+/// new: the next lowering is the gentle one, under what the scan moved.
+#[tokio::test]
+async fn a_round_that_keeps_the_cap_leaves_the_next_lowering_gentle() {
+    let ledger = ledger().await;
+    let closed = learned_at(&ledger, 9_000_000, 10_000.0).await;
+    let first = closed + ms(LOWER_EVERY);
+    scan_moves(&ledger, 9_000.0, first + 5_000).await;
+    let lowered = ledger.lower_learned_cap("s", first, None).await.unwrap();
+    assert_eq!(lowered, Some(9_000.0 * LOWER * LOWER));
+    // A process that had not read the cap reports a refusal at 3,000: a round that keeps 7,290.
+    let t = first + ms(BETWEEN_ROUNDS);
+    ledger.report_refusal("s", "p2", 3_000.0, t).await.unwrap();
+    let round_closed = t + ms(ROUND);
+    ledger.close_round("s", round_closed).await.unwrap();
+    assert_eq!(published(&ledger).await, Some(9_000.0 * LOWER * LOWER));
+    let next = round_closed + ms(LOWER_EVERY);
+    scan_moves(&ledger, 7_000.0, next + 5_000).await;
+    let lowered = ledger.lower_learned_cap("s", next, None).await.unwrap();
+    assert_eq!(lowered, Some(7_000.0 * LOWER));
+}
