@@ -102,10 +102,10 @@ impl RecentUse {
                         let oldest = sent.entries.front().map_or(now, |entry| entry.at);
                         Err((oldest + WINDOW).saturating_duration_since(now))
                     }
-                    Some(_) => Ok(sent.push(now, entities)),
-                    // No rate over some of the window: nothing to hold, and nothing to record
-                    // (what goes now has left the window before it can hold anything again).
-                    None => Ok(Ticket(None)),
+                    // Recorded with no rate too: when a rate comes (a learned cap taking over
+                    // from the back-offs), what went in the second before counts in its first
+                    // second.
+                    Some(_) | None => Ok(sent.push(now, entities)),
                 }
             };
             match wait {
@@ -164,14 +164,21 @@ impl Sent {
     }
 
     /// What the rate earned over the window ending `now` (no longer ago than the first rate
-    /// was set); none if any part of it had no rate.
+    /// was set); none while there is no rate now. A part of the window that had no rate earned
+    /// the rate now: a learned cap that takes over from the back-offs holds from its first
+    /// second, what went before it included. (Counted as unlimited, the first second after a
+    /// takeover held nothing: devhost's default count moved 3,473 entities in it under a cap of
+    /// 2,996, one process having taken all 16 slices while its pages under the back-off were
+    /// still counted nowhere, 2026-11-28.)
     fn earned(&self, now: Instant) -> Option<f64> {
+        let current = self.rates.back().and_then(|(_, rate)| *rate)?;
         let start = now.checked_sub(WINDOW);
         let mut earned = 0.0;
         for (i, (from, rate)) in self.rates.iter().enumerate() {
             let until = self.rates.get(i + 1).map_or(now, |(next, _)| *next);
             let from = start.map_or(*from, |start| (*from).max(start));
-            earned += (*rate)? * until.saturating_duration_since(from).as_secs_f64();
+            let rate = rate.unwrap_or(current);
+            earned += rate * until.saturating_duration_since(from).as_secs_f64();
         }
         Some(earned)
     }
@@ -243,9 +250,35 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn no_rate_no_wait() {
         let recent = RecentUse::new(None);
+        let started = Instant::now();
         recent.admit(1_000_000).await;
         recent.admit(1_000_000).await;
-        assert_eq!(recent.used(), 0, "an unlimited window records nothing");
+        assert_eq!(Instant::now(), started);
+        assert_eq!(
+            recent.used(),
+            2_000_000,
+            "recorded, for a rate that may come"
+        );
+    }
+
+    /// A learned cap taking over from the back-offs: what went in the second before, with no
+    /// rate, counts in the cap's first second.
+    #[tokio::test(start_paused = true)]
+    async fn a_rate_that_comes_holds_its_first_second_with_what_went_before() {
+        let recent = RecentUse::new(None);
+        tokio::time::advance(WINDOW).await;
+        recent.admit(900).await;
+        tokio::time::advance(Duration::from_millis(500)).await;
+        recent.set_rate(Some(1_000.0));
+        // 900 went 0.5 s ago; the window earned 1,000 at the new rate, 1,100 with the tenth.
+        let started = Instant::now();
+        recent.admit(150).await;
+        recent.admit(150).await;
+        assert_eq!(
+            Instant::now() - started,
+            Duration::from_millis(500),
+            "the second 150 waits for the 900 to leave the window"
+        );
     }
 
     #[tokio::test(start_paused = true)]
