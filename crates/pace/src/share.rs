@@ -746,11 +746,28 @@ mod tests {
         used: 0.0,
     };
 
-    async fn ticks(share: &ScanShare<InMemorySlices, TokioClock>, demand: Demand, n: usize) {
+    type Share = ScanShare<InMemorySlices, TokioClock>;
+
+    /// Processes of one scan capped at 1,600 entities/s: 16 slices of 100/s.
+    fn processes(store: &InMemorySlices, names: &[&str]) -> Vec<Share> {
+        names
+            .iter()
+            .map(|name| ScanShare::new(store.clone(), TokioClock, "s", name, 1_600.0))
+            .collect()
+    }
+
+    /// `n` rounds of every process ticking with `demand`, 100 ms apart.
+    async fn tick_all(shares: &[Share], demand: Demand, n: usize) {
         for _ in 0..n {
-            share.tick(demand).await;
+            for share in shares {
+                share.tick(demand).await;
+            }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    async fn ticks(share: &Share, demand: Demand, n: usize) {
+        tick_all(std::slice::from_ref(share), demand, n).await;
     }
 
     #[tokio::test(start_paused = true)]
@@ -831,21 +848,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn processes_that_all_want_more_settle_on_even_shares_and_stop_handing_over() {
         let store = InMemorySlices::default();
-        let shares: Vec<_> = ["a", "b", "c"]
-            .iter()
-            .map(|name| ScanShare::new(store.clone(), TokioClock, "s", name, 1_600.0))
-            .collect();
+        let shares = processes(&store, &["a", "b", "c"]);
         shares[0].tick(WANTS).await;
-        let mut held_at_60s = Vec::new();
-        for tick in 0..900 {
-            for share in &shares {
-                share.tick(WANTS).await;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            if tick == 600 {
-                held_at_60s = shares.iter().map(|s| s.usable()).collect();
-            }
-        }
+        tick_all(&shares, WANTS, 600).await;
+        let held_at_60s: Vec<usize> = shares.iter().map(|s| s.usable()).collect();
+        tick_all(&shares, WANTS, 300).await;
         let held: Vec<usize> = shares.iter().map(|s| s.usable()).collect();
         let (least, most) = (*held.iter().min().unwrap(), *held.iter().max().unwrap());
         assert!(most - least <= 1, "uneven shares: {held:?}");
@@ -860,10 +867,7 @@ mod tests {
         // A slice is worth 100/s; the light process uses 5/s: one slice is all it needs, and
         // it keeps one spare while nobody asks.
         let light = ScanShare::new(store.clone(), TokioClock, "s", "light", 1_600.0);
-        let heavy: Vec<_> = ["a", "b"]
-            .iter()
-            .map(|name| ScanShare::new(store.clone(), TokioClock, "s", name, 1_600.0))
-            .collect();
+        let heavy = processes(&store, &["a", "b"]);
         let quiet = Demand {
             wants_more: false,
             used: 5.0,
@@ -876,10 +880,7 @@ mod tests {
         // spare would stay; a process that wants no more gives it.
         for _ in 0..600 {
             light.tick(quiet).await;
-            for share in &heavy {
-                share.tick(WANTS).await;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tick_all(&heavy, WANTS, 1).await;
         }
         let held: Vec<usize> = heavy.iter().map(|s| s.usable()).collect();
         assert_eq!(
@@ -892,7 +893,7 @@ mod tests {
 
     /// The demand of a process its share holds back all the time and none of whose steps
     /// wait: it wants more while it uses more than [`WANTS_MORE_AT`] of what it holds.
-    fn held_back_using(share: &ScanShare<InMemorySlices, TokioClock>, used: f64) -> Demand {
+    fn held_back_using(share: &Share, used: f64) -> Demand {
         Demand::judged(false, true, used, share.granted())
     }
 
@@ -901,19 +902,13 @@ mod tests {
         let store = InMemorySlices::default();
         // Slices worth 100/s; the middle process moves 150/s, held back by its reservations.
         let middle = ScanShare::new(store.clone(), TokioClock, "s", "middle", 1_600.0);
-        let heavy: Vec<_> = ["a", "b"]
-            .iter()
-            .map(|name| ScanShare::new(store.clone(), TokioClock, "s", name, 1_600.0))
-            .collect();
+        let heavy = processes(&store, &["a", "b"]);
         middle.tick(WANTS).await;
         let mut changes_late = 0;
         let mut last = middle.usable();
         for tick in 0..900 {
             middle.tick(held_back_using(&middle, 150.0)).await;
-            for share in &heavy {
-                share.tick(WANTS).await;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tick_all(&heavy, WANTS, 1).await;
             let now = middle.usable();
             if tick >= 600 && now != last {
                 changes_late += 1;
@@ -978,16 +973,8 @@ mod tests {
         // Three processes that all want more settle on even shares, and their probes, finding
         // every slice taken, back off to the longest gap. Then two run out of work and leave.
         let store = InMemorySlices::default();
-        let shares: Vec<_> = ["a", "b", "c"]
-            .iter()
-            .map(|name| ScanShare::new(store.clone(), TokioClock, "s", name, 1_600.0))
-            .collect();
-        for _ in 0..600 {
-            for share in &shares {
-                share.tick(WANTS).await;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let shares = processes(&store, &["a", "b", "c"]);
+        tick_all(&shares, WANTS, 600).await;
         assert!(shares[2].usable() >= 4, "{}", shares[2].usable());
         // The third's next probe is not due within the test's 1.5 s: what finds the slices is a
         // look, not a probe.
@@ -1008,27 +995,13 @@ mod tests {
     async fn settled_holders_that_want_more_look_once_a_second_and_never_ask_by_looking() {
         use std::sync::atomic::Ordering;
         let store = InMemorySlices::default();
-        let shares: Vec<_> = ["a", "b", "c"]
-            .iter()
-            .map(|name| ScanShare::new(store.clone(), TokioClock, "s", name, 1_600.0))
-            .collect();
-        let run = |seconds: u64| {
-            let shares = &shares;
-            async move {
-                for _ in 0..seconds * 10 {
-                    for share in shares {
-                        share.tick(WANTS).await;
-                    }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            }
-        };
-        run(60).await;
+        let shares = processes(&store, &["a", "b", "c"]);
+        tick_all(&shares, WANTS, 600).await;
         let (read, written) = (
             store.counts.read.load(Ordering::Relaxed),
             store.counts.written.load(Ordering::Relaxed),
         );
-        run(30).await;
+        tick_all(&shares, WANTS, 300).await;
         let read = store.counts.read.load(Ordering::Relaxed) - read;
         let written = store.counts.written.load(Ordering::Relaxed) - written;
         eprintln!("settled, 30 s: {read} entities read, {written} written");

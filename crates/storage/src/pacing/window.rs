@@ -15,6 +15,10 @@
 //! the cap at every moment add up to it over any window only as integrals. (Held to the present
 //! rate, a process whose part had just been cut from the whole cap to a third stopped for most
 //! of a second: a cost paid at every join, 5% of a capped count's average.)
+//!
+//! With no rate there is no limit, but takers are still recorded: a rate may come (a learned
+//! cap taking over from the back-offs), and what went in its first second's window counts
+//! against it.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -46,9 +50,13 @@ pub struct RecentUse {
 struct Sent {
     /// What each taker took, oldest first, with when and its ticket.
     entries: VecDeque<Entry>,
+    /// The sum of `entries`, kept as they come and go: a take costs the same however many
+    /// takers the second held (uncapped, thousands).
+    used: u64,
     next_ticket: u64,
     /// The rate from each moment it was set, oldest first: the last one set before the window
-    /// began, then every change within it. No rate, no limit.
+    /// began, then every change within it. A part with no rate earned what the rate now earns
+    /// (see [`Sent::earned`]); no rate now, no limit.
     rates: VecDeque<(Instant, Rate)>,
 }
 
@@ -61,7 +69,7 @@ struct Entry {
 
 /// A taker's entry in the window, to give back what it did not use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ticket(Option<u64>);
+pub struct Ticket(u64);
 
 impl RecentUse {
     /// Starts at `rate`, with nothing earned yet.
@@ -69,6 +77,7 @@ impl RecentUse {
         RecentUse {
             sent: Mutex::new(Sent {
                 entries: VecDeque::new(),
+                used: 0,
                 next_ticket: 0,
                 rates: VecDeque::from([(Instant::now(), rate)]),
             }),
@@ -88,14 +97,14 @@ impl RecentUse {
 
     /// Waits until `entities` fit in what the rate earned over the last second, then counts
     /// them. A taker larger than that goes once the window is empty (else it would never go);
-    /// no rate, no wait.
+    /// no rate, no wait (but counted, for a rate that may come).
     pub async fn admit(&self, entities: u64) -> Ticket {
         loop {
             let wait = {
                 let mut sent = self.lock();
                 let now = Instant::now();
                 sent.forget_older(now);
-                let used = sent.used();
+                let used = sent.used;
                 match sent.earned(now).map(|earned| earned * CATCH_UP) {
                     Some(room) if used > 0 && (used + entities) as f64 > room => {
                         // The oldest entry leaves the window first: wait for it at most.
@@ -121,12 +130,13 @@ impl RecentUse {
     /// from its own entry: given back from another, the window would hold less than was sent
     /// in it once that entry left. An entry already out of the window needs nothing.
     pub fn give_back(&self, ticket: Ticket, entities: u64) {
-        let mut sent = self.lock();
-        let Some(ticket) = ticket.0 else {
-            return;
-        };
-        if let Some(entry) = sent.entries.iter_mut().find(|e| e.ticket == ticket) {
-            entry.entities = entry.entities.saturating_sub(entities);
+        let sent = &mut *self.lock();
+        // Entries are pushed in ticket order.
+        if let Ok(at) = sent.entries.binary_search_by_key(&ticket.0, |e| e.ticket) {
+            let entry = &mut sent.entries[at];
+            let taken = entities.min(entry.entities);
+            entry.entities -= taken;
+            sent.used -= taken;
         }
     }
 
@@ -135,7 +145,7 @@ impl RecentUse {
     fn used(&self) -> u64 {
         let mut sent = self.lock();
         sent.forget_older(Instant::now());
-        sent.used()
+        sent.used
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Sent> {
@@ -151,7 +161,9 @@ impl Sent {
             .front()
             .is_some_and(|e| now.saturating_duration_since(e.at) >= WINDOW)
         {
-            self.entries.pop_front();
+            if let Some(gone) = self.entries.pop_front() {
+                self.used -= gone.entities;
+            }
         }
         // The rate in force when the window began is the last one set before it.
         while self
@@ -183,10 +195,6 @@ impl Sent {
         Some(earned)
     }
 
-    fn used(&self) -> u64 {
-        self.entries.iter().map(|e| e.entities).sum()
-    }
-
     fn push(&mut self, at: Instant, entities: u64) -> Ticket {
         let ticket = self.next_ticket;
         self.next_ticket += 1;
@@ -195,7 +203,8 @@ impl Sent {
             entities,
             ticket,
         });
-        Ticket(Some(ticket))
+        self.used += entities;
+        Ticket(ticket)
     }
 }
 
@@ -245,6 +254,18 @@ mod tests {
         recent.admit(600).await;
         assert_eq!(Instant::now(), started);
         assert_eq!(recent.used(), 1_000);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn giving_back_more_than_was_taken_or_after_it_left_changes_nothing_else() {
+        let recent = settled(1_000.0).await;
+        let gone = recent.admit(300).await;
+        tokio::time::advance(WINDOW).await;
+        let kept = recent.admit(200).await;
+        recent.give_back(gone, 300);
+        assert_eq!(recent.used(), 200, "the entry had left the window");
+        recent.give_back(kept, 500);
+        assert_eq!(recent.used(), 0, "no more than the entry held");
     }
 
     #[tokio::test(start_paused = true)]
