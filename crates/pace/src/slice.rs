@@ -138,6 +138,16 @@ impl SliceRow {
         }
     }
 
+    /// The same slice with nobody's ask on it (an asker that wants no more takes its ask back).
+    pub fn unasked(&self) -> Self {
+        SliceRow {
+            wanted_ms: 0,
+            wanted_by: String::new(),
+            wanted_holds: 0,
+            ..self.clone()
+        }
+    }
+
     /// The same slice given back.
     pub fn freed(&self) -> Self {
         SliceRow {

@@ -111,9 +111,7 @@ impl RecentUse {
                         let oldest = sent.entries.front().map_or(now, |entry| entry.at);
                         Err((oldest + WINDOW).saturating_duration_since(now))
                     }
-                    // Recorded with no rate too: when a rate comes (a learned cap taking over
-                    // from the back-offs), what went in the second before counts in its first
-                    // second.
+                    // Recorded with no rate too (see the module's doc).
                     Some(_) | None => Ok(sent.push(now, entities)),
                 }
             };
@@ -131,7 +129,7 @@ impl RecentUse {
     /// in it once that entry left. An entry already out of the window needs nothing.
     pub fn give_back(&self, ticket: Ticket, entities: u64) {
         let sent = &mut *self.lock();
-        // Entries are pushed in ticket order.
+        // Entries are pushed in ticket order and leave from the front: sorted by ticket.
         if let Ok(at) = sent.entries.binary_search_by_key(&ticket.0, |e| e.ticket) {
             let entry = &mut sent.entries[at];
             let taken = entities.min(entry.entities);
@@ -198,12 +196,13 @@ impl Sent {
     fn push(&mut self, at: Instant, entities: u64) -> Ticket {
         let ticket = self.next_ticket;
         self.next_ticket += 1;
+        // The total first: an overflow panics before either changes.
+        self.used += entities;
         self.entries.push_back(Entry {
             at,
             entities,
             ticket,
         });
-        self.used += entities;
         Ticket(ticket)
     }
 }
