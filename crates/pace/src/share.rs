@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::slice::{
-    renew_gap, SliceRow, HAND_OVER_EVERY, LEASE, LOOK_EVERY, PROBE_MAX, PROBE_MIN, RENEW_EVERY,
-    SLICES, SURPLUS_AFTER, WANTS_MORE_AT,
+    renew_gap, SliceRow, LEASE, LOOK_EVERY, PROBE_MAX, PROBE_MIN, RENEW_EVERY, SLICES,
+    SURPLUS_AFTER, WANTS_MORE_AT, WITHDRAW_AFTER,
 };
 use crate::store::{SliceStore, StoreError};
 
@@ -68,10 +68,12 @@ struct State {
     used: f64,
     /// The slice this process asked another for, and when: looked at first, every
     /// [`PROBE_MIN`], until its holder has had a renewal's time to give it up; taken back
-    /// once the process has wanted no more for [`HAND_OVER_EVERY`] ([`ScanShare::withdraw_ask`]).
+    /// once the process has wanted no more for [`WITHDRAW_AFTER`] ([`ScanShare::withdraw_ask`]).
     asked: Option<(u16, u64)>,
     /// When a tick's demand last wanted more.
     last_wanted_ms: u64,
+    /// When a withdrawal that failed (a store error, a row changed meanwhile) is tried again.
+    next_withdraw_ms: u64,
     random: u64,
 }
 
@@ -87,7 +89,8 @@ pub struct ScanShare<S, C> {
 }
 
 impl State {
-    /// Forgets the ask for slice `index` once it is held. An ask for another slice stands: its
+    /// Forgets the ask for slice `index` once it is held (or taken back, `withdraw_ask`). An ask
+    /// for another slice stands: its
     /// holder may still hand it over (a look took slices freed elsewhere meanwhile), and the
     /// next probe looks at it; forgotten, the slice handed over sat unused until a look
     /// happened on it or its lease ran out. `ScanShare::slice_to_probe` drops an ask that is
@@ -153,6 +156,7 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
                 used: 0.0,
                 asked: None,
                 last_wanted_ms: 0,
+                next_withdraw_ms: 0,
                 random: hasher.finish() | 1,
             }),
         }
@@ -236,8 +240,8 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
             let state = self.lock();
             state.asked.filter(|_| {
                 !demand.wants_more
-                    && now >= state.last_wanted_ms + ms(HAND_OVER_EVERY)
-                    && now >= state.next_probe_ms
+                    && now >= state.last_wanted_ms + ms(WITHDRAW_AFTER)
+                    && now >= state.next_withdraw_ms
             })
         };
         if let Some((index, _)) = withdraw {
@@ -264,19 +268,24 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
     /// Gives every slice back (the process has no more steps of the scan), and takes back its
     /// ask for one.
     pub async fn leave(&self) {
-        let asked = self.lock().asked;
-        if let Some((index, _)) = asked {
-            self.withdraw_ask(index, self.clock.now_ms()).await;
-        }
         let held: Vec<(u16, Held)> = std::mem::take(&mut self.lock().held).into_iter().collect();
-        if held.is_empty() {
-            return;
+        if !held.is_empty() {
+            // Slices another process asked for go to it; a read tells which (and their etags,
+            // if an ask changed them).
+            let rows = self.store.read_all(&self.scan).await.unwrap_or_default();
+            let held = self.as_stored(held, &rows);
+            self.free_as(held, &rows).await;
         }
-        // Slices another process asked for go to it; a read tells which (and their etags, if
-        // an ask changed them).
-        let rows = self.store.read_all(&self.scan).await.unwrap_or_default();
-        let held = self.as_stored(held, &rows);
-        self.free_as(held, &rows).await;
+        // After the slices (a leave cut short by its time limit leaves them free first); as
+        // often as a tick would: `leave` is called each tick while the process is idle.
+        let now = self.clock.now_ms();
+        let asked = {
+            let state = self.lock();
+            state.asked.filter(|_| now >= state.next_withdraw_ms)
+        };
+        if let Some((index, _)) = asked {
+            self.withdraw_ask(index, now).await;
+        }
     }
 
     /// `held`, with the etags `rows` (read a moment ago) give them: an ask written on a slice
@@ -644,20 +653,23 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
     /// sit idle until the lease ran out (up to [`crate::slice::LEASE`]; devhost's capped count
     /// ran on 13 of its 16 slices for 5 s after two processes asked and their steps ended, and
     /// on 15 to its end). Handed over already, the slice goes on to whoever asked since, or
-    /// free; still asked for, the ask is wiped. A write that fails (the holder renewed or
-    /// handed it over meanwhile) is tried again at the next look's time.
+    /// free; still asked for, the ask is wiped. A read or write that fails (a store error, the
+    /// holder renewed or handed it over meanwhile) is tried again [`PROBE_MIN`] later.
     async fn withdraw_ask(&self, index: u16, now: u64) {
-        if self.lock().held.contains_key(&index) {
-            self.lock().forget_ask_for(index);
-            return;
+        {
+            let mut state = self.lock();
+            if state.held.contains_key(&index) {
+                state.forget_ask_for(index);
+                return;
+            }
+            state.next_withdraw_ms = now + ms(PROBE_MIN);
         }
-        self.lock().next_probe_ms = now + ms(PROBE_MIN);
         let Ok(found) = self.store.read_one(&self.scan, index).await else {
             return;
         };
         let change = match found {
             Some(row) if row.usable_by(&self.process, now) => Some(row.given_up(now)),
-            Some(row) if row.wanted_by == self.process => Some(row.unasked()),
+            Some(row) if row.wanted_by == self.process && !row.is_free(now) => Some(row.unasked()),
             _ => None,
         };
         let withdrawn = match change {
@@ -809,6 +821,7 @@ mod tests {
     use super::*;
     use crate::clock::TokioClock;
 
+    use crate::slice::HAND_OVER_EVERY;
     use crate::store::InMemorySlices;
 
     const WANTS: Demand = Demand {
@@ -1114,14 +1127,39 @@ mod tests {
             }
         }
         assert!(handed_at.is_some(), "the holder never handed a slice over");
-        assert_eq!(brief.usable(), 0, "the asker keeps nothing it does not use");
+        let rows = store.read_all("s").await.unwrap();
+        assert!(
+            rows.iter()
+                .all(|r| r.holder != "brief" && r.wanted_by != "brief"),
+            "the asker kept a slice or its ask"
+        );
         let back_after = back_after.expect("the slice never came back");
         eprintln!("handed over and back after {back_after:?}");
-        // The asker takes its ask back a second after its need passed; the holder's look, once
-        // a second, finds the slice free. (Left to its lease: 10.5 s.)
+        // The asker takes its ask back WITHDRAW_AFTER after its need passed, and hands the
+        // slice on: the holder, wanting more, has asked for it meanwhile. (Left to its lease:
+        // 10.7 s.)
         assert!(
-            back_after <= Duration::from_secs(4),
+            back_after <= WITHDRAW_AFTER + Duration::from_secs(2),
             "back after {back_after:?}"
+        );
+    }
+
+    /// A process asks for a slice and leaves before its holder honours the ask: the mark goes
+    /// with it, so that the holder does not hand the slice to a process that is gone.
+    #[tokio::test(start_paused = true)]
+    async fn a_process_that_leaves_takes_its_ask_with_it() {
+        let store = InMemorySlices::default();
+        let shares = processes(&store, &["holder", "asker"]);
+        shares[0].tick(WANTS).await;
+        // The asker joins (nothing free) and asks at its probe, half a second later; the holder
+        // does not tick meanwhile, so the ask stands.
+        ticks(&shares[1], WANTS, 7).await;
+        let asked = |rows: &[SliceRow]| rows.iter().any(|r| r.wanted_by == "asker");
+        assert!(asked(&store.read_all("s").await.unwrap()), "no ask written");
+        shares[1].leave().await;
+        assert!(
+            !asked(&store.read_all("s").await.unwrap()),
+            "the ask outlived its process"
         );
     }
 
