@@ -650,9 +650,9 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
 
     /// Takes back this process's ask for slice `index`, now that it wants no more: a slice its
     /// holder handed over later would be leased to a process that no longer looks for it, and
-    /// sit idle until the lease ran out (up to [`crate::slice::LEASE`]; devhost's capped count
-    /// ran on 13 of its 16 slices for 5 s after two processes asked and their steps ended, and
-    /// on 15 to its end). Handed over already, the slice goes on to whoever asked since, or
+    /// sit idle until the lease ran out (up to [`crate::slice::LEASE`]; by its pace log,
+    /// devhost's capped count ran on 13 of its 16 slices for 5 s after two processes asked and
+    /// their steps ended, and on 15 to its end). Handed over already, the slice goes on to whoever asked since, or
     /// free; still asked for, the ask is wiped. A read or write that fails (a store error, the
     /// holder renewed or handed it over meanwhile) is tried again [`PROBE_MIN`] later.
     async fn withdraw_ask(&self, index: u16, now: u64) {
