@@ -424,10 +424,10 @@ async fn a_process_that_joins_a_scan_learning_its_cap_waits_for_the_cap() {
         .is_ok());
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_process_in_a_scan_learning_its_cap_holds_its_back_off() {
-    use tablescan_pace::Clock;
-    let scan = record("scan-holds-while-learning", None);
+/// A scan with no cap of its own, its ledger holding its scan row, and one process of it with a
+/// step admitted: the scan, the ledger, the process's pacing and back-off, and the step.
+async fn one_step_uncapped(id: &str) -> (ScanRecord, Ledger, Pacing, Arc<Governor>, StepPace) {
+    let scan = record(id, None);
     let ledger = ledger_with_scan_row(&scan.id).await;
     let pacing = Pacing::new(tablescan_pace::TokioClock);
     let source = Arc::new(Governor::default());
@@ -435,6 +435,13 @@ async fn a_process_in_a_scan_learning_its_cap_holds_its_back_off() {
         .admit(&ledger, &scan, source.clone(), ADMIT_WAIT)
         .await
         .unwrap();
+    (scan, ledger, pacing, source, step)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_process_in_a_scan_learning_its_cap_holds_its_back_off() {
+    use tablescan_pace::Clock;
+    let (scan, ledger, pacing, source, step) = one_step_uncapped("scan-holds-while-learning").await;
     // Refused while busy; the round opens (another process reported) and is read here.
     for _ in 0..10 {
         let ticket = step.before_read(1_000).await;
@@ -555,14 +562,7 @@ async fn a_read_older_than_a_change_made_here_does_not_undo_it() {
 #[tokio::test(start_paused = true)]
 async fn a_learned_caps_first_second_counts_what_the_steps_read_before_it() {
     const CAP: f64 = 1_000.0;
-    let scan = record("scan-first-second", None);
-    let ledger = ledger_with_scan_row(&scan.id).await;
-    let pacing = Pacing::new(tablescan_pace::TokioClock);
-    let source = Arc::new(Governor::default());
-    let step = pacing
-        .admit(&ledger, &scan, source.clone(), ADMIT_WAIT)
-        .await
-        .unwrap();
+    let (scan, _ledger, pacing, _source, step) = one_step_uncapped("scan-first-second").await;
     let mut log: Vec<(Instant, u64)> = Vec::new();
     // Uncapped and never refused: 2,000 entities/s for 3 s.
     for _ in 0..30 {
