@@ -296,9 +296,15 @@ async fn overlaps_skip_a_downtime_runs_once_late_and_the_cli_manages_schedules()
     cli_ok(&url, &["schedule", "pause", "tick"]).await;
     let tick = show(&url, "tick").await;
     let runs = tick["runs"].as_array().unwrap();
-    let late: Vec<&Value> = runs.iter().filter(|r| r["late"] == true).collect();
-    assert_eq!(late.len(), 1, "{tick}");
-    assert!(late[0]["missed"].as_u64().unwrap() >= 3, "{tick}");
+    // The downtime's run: one, late, counting the occurrences the 5 s down missed. A timer
+    // tick held up a second or two on a loaded machine makes a run late too (missed 1 or 2;
+    // CI on 7386bd4 met one), as it would under the real host: those are not the downtime's.
+    let downtime: Vec<&Value> = runs
+        .iter()
+        .filter(|r| r["late"] == true)
+        .filter(|r| r["missed"].as_u64().is_some_and(|m| m >= 3))
+        .collect();
+    assert_eq!(downtime.len(), 1, "{tick}");
     let occurrences: Vec<&str> = runs
         .iter()
         .map(|r| r["occurrence"].as_str().unwrap())
