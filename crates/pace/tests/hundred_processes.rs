@@ -9,6 +9,9 @@
 //! leaves or crashes, so 100 are present at once through the measured window (20 s to 95 s),
 //! 48 of them replaced from 60 s on. (With stays of 30 to 60 s, 2.3 replacements a second, the
 //! slices cost 153 entities/s and only 80% of the cap is used: docs/scan.md.)
+//! A second test runs the same hundred with steps in bursts (see
+//! [`a_hundred_processes_working_in_bursts_hold_the_cap`]).
+//!
 //! Checked: over every 5-second window the entities let through stay within 10% of the cap, over
 //! the measured window at least 90% of it is used on average, and what the pacing, the cancel
 //! checks, the renewals and the learning cost the ledger over that window, per second, stays
@@ -21,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ledger_traffic::{Tally, Traffic};
-use tablescan_pace::{Demand, InMemorySlices, ScanShare, TokioClock};
+use tablescan_pace::{Clock, Demand, InMemorySlices, ScanShare};
 use tablescan_storage::pacing::TokenBucket;
 use tokio::time::Instant;
 
@@ -37,6 +40,24 @@ const MEASURED: (f64, f64) = (20.0, 95.0);
 const STEPS: usize = 8;
 const PAGE: u64 = 100;
 const TICK: Duration = Duration::from_millis(100);
+/// A process with no step for this long gives its slices back (the handler's refresher).
+const IDLE_RELEASE: Duration = Duration::from_secs(1);
+
+/// The run's wall clock, in epoch milliseconds: a fixed moment at the run's start, moved by
+/// tokio's paused clock. (`TokioClock` anchors once per test binary, so a run beside the other
+/// test measured other figures than a run alone: 94.2% used instead of 94.6%.)
+#[derive(Clone, Copy)]
+struct RunClock {
+    start: Instant,
+}
+
+impl Clock for RunClock {
+    fn now_ms(&self) -> u64 {
+        /// 2026-11-28 00:00 UTC.
+        const AT_START_MS: u64 = 1_795_824_000_000;
+        AT_START_MS + Instant::now().duration_since(self.start).as_millis() as u64
+    }
+}
 
 /// Entities let through, with when.
 type Log = Arc<Mutex<Vec<(Instant, u64)>>>;
@@ -50,8 +71,29 @@ enum End {
     Crashes,
 }
 
+/// When a process has steps to run.
+#[derive(Clone, Copy, PartialEq)]
+enum Work {
+    /// All the time it is present.
+    Steady,
+    /// In bursts, as a process between queue messages: steps for 3 to 9 s, then none for 1.5
+    /// to 5 s (so it gives its slices back after 1 s, and takes back an ask after 3 s).
+    Bursts,
+}
+
+/// How long the `n`th burst, or the `n`th pause after one, of process `i` lasts.
+fn burst(i: usize, n: u64, busy: bool) -> Duration {
+    let spread = (i as u64 * 7919 + n * 104_729) % 1_000;
+    match busy {
+        true => Duration::from_millis(3_000 + spread * 6),
+        false => Duration::from_millis(1_500 + spread * 7 / 2),
+    }
+}
+
 struct Process {
-    share: ScanShare<InMemorySlices, TokioClock>,
+    share: ScanShare<InMemorySlices, RunClock>,
+    /// Whether it has steps to run now.
+    busy: AtomicBool,
     bucket: TokenBucket,
     /// Entities taken in the current and the previous 100 ms ticks... summed over the last
     /// second by the ticker.
@@ -59,19 +101,20 @@ struct Process {
     stop: AtomicBool,
 }
 
-/// One process: joins at `join`, runs its steps and its ticker until `end`, then leaves or
-/// crashes.
+/// One process (the `i`th): joins at `join`, runs its steps (as `work` says) and its ticker
+/// until `end`, then leaves or crashes.
 async fn run_process(
-    store: InMemorySlices,
+    (store, clock): (InMemorySlices, RunClock),
     traffic: Arc<Traffic>,
-    name: String,
+    (i, work): (usize, Work),
     join: Duration,
     end: (Duration, End),
     log: Log,
 ) {
     tokio::time::sleep(join).await;
     let process = Arc::new(Process {
-        share: ScanShare::new(store, TokioClock, "scan", &name, CAP),
+        share: ScanShare::new(store, clock, "scan", &format!("process-{i:03}"), CAP),
+        busy: AtomicBool::new(true),
         bucket: TokenBucket::new(Some(0.0)),
         moved: AtomicU64::new(0),
         stop: AtomicBool::new(false),
@@ -81,14 +124,16 @@ async fn run_process(
             let (process, log) = (process.clone(), log.clone());
             tokio::spawn(async move {
                 while !process.stop.load(Ordering::Relaxed) {
-                    if process.share.granted() <= 0.0 {
+                    if !process.busy.load(Ordering::Relaxed) || process.share.granted() <= 0.0 {
                         // No share: the handler gives the work item back.
                         tokio::time::sleep(TICK).await;
                         continue;
                     }
                     process.bucket.take(PAGE).await;
-                    if process.stop.load(Ordering::Relaxed) {
-                        break;
+                    if process.stop.load(Ordering::Relaxed) || !process.busy.load(Ordering::Relaxed)
+                    {
+                        // Its slices may be given back meanwhile: the page is not read.
+                        continue;
                     }
                     process.moved.fetch_add(PAGE, Ordering::Relaxed);
                     log.lock().unwrap().push((Instant::now(), PAGE));
@@ -96,12 +141,32 @@ async fn run_process(
             })
         })
         .collect();
+    let bursts = (work == Work::Bursts).then(|| {
+        let process = process.clone();
+        tokio::spawn(async move {
+            for n in 0.. {
+                tokio::time::sleep(burst(i, n, true)).await;
+                process.busy.store(false, Ordering::Relaxed);
+                tokio::time::sleep(burst(i, n, false)).await;
+                process.busy.store(true, Ordering::Relaxed);
+            }
+        })
+    });
     let ticker = {
         let process = process.clone();
         tokio::spawn(async move {
             let mut last = (Instant::now(), 0u64);
+            let mut idle_since = None;
             while !process.stop.load(Ordering::Relaxed) {
                 let now = Instant::now();
+                let busy = process.busy.load(Ordering::Relaxed);
+                idle_since = if busy { None } else { idle_since.or(Some(now)) };
+                if idle_since.is_some_and(|since| now.duration_since(since) >= IDLE_RELEASE) {
+                    // No step here for a while: the slices go where the steps are (the
+                    // handler's refresher does the same, each tick while idle).
+                    process.bucket.set_rate(Some(0.0));
+                    process.share.leave().await;
+                }
                 let moved = process.moved.load(Ordering::Relaxed);
                 let since = now.duration_since(last.0).as_secs_f64();
                 let used = if since > 0.0 {
@@ -116,7 +181,7 @@ async fn run_process(
                     .bucket
                     .held_since(now.checked_sub(Duration::from_secs(1)).unwrap_or(now));
                 let demand = Demand {
-                    wants_more: held_back || process.share.granted() <= 0.0,
+                    wants_more: busy && (held_back || process.share.granted() <= 0.0),
                     used,
                 };
                 process.share.tick(demand).await;
@@ -131,6 +196,9 @@ async fn run_process(
     process.bucket.set_rate(Some(0.0));
     process.stop.store(true, Ordering::Relaxed);
     ticker.await.unwrap();
+    if let Some(bursts) = bursts {
+        bursts.abort();
+    }
     for task in ledger_work {
         task.await.unwrap();
     }
@@ -226,9 +294,14 @@ async fn measure_costs(store: InMemorySlices, traffic: Arc<Traffic>, start: Inst
     std::array::from_fn(|k| after[k].since(before[k]))
 }
 
-/// Checks the cap held within 10% over every 5 s of the run, and at least 90% of it was used
-/// over the measured window.
-fn check_the_cap(log: &[(Instant, u64)], start: Instant, plan: &[(Duration, (Duration, End))]) {
+/// Checks the cap held within 10% over every 5 s of the run, and at least `least_used` of it
+/// was used over the measured window.
+fn check_the_cap(
+    log: &[(Instant, u64)],
+    start: Instant,
+    plan: &[(Duration, (Duration, End))],
+    least_used: f64,
+) {
     let run = RUN_END.as_secs_f64();
     let mut fullest = (0.0, 0u64);
     let mut emptiest = (0.0, u64::MAX);
@@ -281,7 +354,10 @@ fn check_the_cap(log: &[(Instant, u64)], start: Instant, plan: &[(Duration, (Dur
         "over the cap by more than 10% in the 5 s from {:.1} s",
         fullest.0
     );
-    assert!(average >= CAP * 0.9, "only {average:.0}/s used on average");
+    assert!(
+        average >= CAP * least_used,
+        "only {average:.0}/s used on average"
+    );
 }
 
 /// Prints what each part cost the ledger per second over the measured window; their total
@@ -318,8 +394,10 @@ fn report_the_cost(costs: [Tally; 5]) -> (f64, f64) {
     (total, slow_total)
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_hundred_processes_present_at_once_hold_the_cap_and_cost_the_ledger_little() {
+/// Runs every process of the plan, each working as `work` says; checks that the cap held, that
+/// at least `least_used` of it was used and that the ledger was asked under `most_cost`
+/// entities/s.
+async fn run(work: Work, least_used: f64, most_cost: f64) {
     let plan = plan();
     let traffic = Arc::new(Traffic::new(plan.len() * STEPS).await);
     let store = InMemorySlices::default();
@@ -331,9 +409,9 @@ async fn a_hundred_processes_present_at_once_hold_the_cap_and_cost_the_ledger_li
         .enumerate()
         .map(|(i, (join, end))| {
             tokio::spawn(run_process(
-                store.clone(),
+                (store.clone(), RunClock { start }),
                 traffic.clone(),
-                format!("process-{i:03}"),
+                (i, work),
                 *join,
                 *end,
                 log.clone(),
@@ -346,6 +424,25 @@ async fn a_hundred_processes_present_at_once_hold_the_cap_and_cost_the_ledger_li
     let costs = measure.await.unwrap();
     let log = log.lock().unwrap().clone();
     let (cost, _) = report_the_cost(costs);
-    check_the_cap(&log, start, &plan);
-    assert!(cost < 200.0, "the ledger is asked {cost:.1} entities/s");
+    check_the_cap(&log, start, &plan, least_used);
+    assert!(cost < most_cost, "the ledger is asked {cost:.1} entities/s");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hundred_processes_present_at_once_hold_the_cap_and_cost_the_ledger_little() {
+    run(Work::Steady, 0.9, 200.0).await;
+}
+
+/// The same hundred, each with steps in bursts of 3 to 9 s and none for 1.5 to 5 s between:
+/// slices go back after a second idle, asks are taken back after three, and about two thirds of
+/// the processes want more at any time (16 slices: most wait). The cap holds, but the protocol
+/// falls short of the steady test's figures here: 66.8% of the cap used and 268.2 entities/s
+/// asked of the ledger (slices 229.1) at 6c98d83 (docs/scan.md, "Measured"). Not yet traced;
+/// part of it is the second a holder's slices sit unused after its steps stop (with
+/// [`IDLE_RELEASE`] at 0.3 s instead, 80.0% used; at 0.1 s, 82.8%; the ledger asked 293
+/// entities/s at both). The bounds below keep the figures from getting worse until it is
+/// mended.
+#[tokio::test(start_paused = true)]
+async fn a_hundred_processes_working_in_bursts_hold_the_cap() {
+    run(Work::Bursts, 0.6, 300.0).await;
 }
