@@ -77,7 +77,7 @@ enum Work {
     /// All the time it is present.
     Steady,
     /// In bursts, as a process between queue messages: steps for 3 to 9 s, then none for 1.5
-    /// to 5 s (so it gives its slices back after 1 s, and takes back an ask after 3 s).
+    /// to 5 s (so, a second into each pause, it gives its slices and its ask back: `leave`).
     Bursts,
 }
 
