@@ -272,9 +272,14 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
         if !held.is_empty() {
             // Slices another process asked for go to it; a read tells which (and their etags,
             // if an ask changed them).
-            let rows = self.store.read_all(&self.scan).await.unwrap_or_default();
-            let held = self.as_stored(held, &rows);
-            self.free_as(held, &rows).await;
+            // A read that fails tells nothing: the write is tried with this process's etags.
+            match self.store.read_all(&self.scan).await {
+                Ok(rows) => {
+                    let held = self.as_stored(held, &rows);
+                    self.free_as(held, &rows).await;
+                }
+                Err(_) => self.free(held).await,
+            }
         }
         // After the slices (a leave cut short by its time limit leaves them free first); as
         // often as a tick would: `leave` is called each tick while the process is idle.
@@ -652,9 +657,10 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
     /// holder handed over later would be leased to a process that no longer looks for it, and
     /// sit idle until the lease ran out (up to [`crate::slice::LEASE`]; by its pace log,
     /// devhost's capped count ran on 13 of its 16 slices for 5 s after two processes asked and
-    /// their steps ended, and on 15 to its end). Handed over already, the slice goes on to whoever asked since, or
-    /// free; still asked for, the ask is wiped. A read or write that fails (a store error, the
-    /// holder renewed or handed it over meanwhile) is tried again [`PROBE_MIN`] later.
+    /// their steps ended, and on 15 to its end). Handed over already, the slice goes on to
+    /// whoever asked since, or free; still asked for, the ask is wiped. A read or write that
+    /// fails (a store error, the holder renewed or handed it over meanwhile) is tried again
+    /// [`PROBE_MIN`] later.
     async fn withdraw_ask(&self, index: u16, now: u64) {
         {
             let mut state = self.lock();
@@ -1034,6 +1040,48 @@ mod tests {
             newcomer.usable() >= 1,
             "a process holding nothing got nothing"
         );
+    }
+
+    /// A store whose whole-scan reads fail while `reads_fail` is set; the rest goes through.
+    #[derive(Clone, Default)]
+    struct ReadsFail {
+        inner: InMemorySlices,
+        reads_fail: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl SliceStore for ReadsFail {
+        async fn read_all(&self, scan: &str) -> Result<Vec<SliceRow>, StoreError> {
+            if self.reads_fail.load(std::sync::atomic::Ordering::Relaxed) {
+                return Err(StoreError::Unavailable("reads fail".into()));
+            }
+            self.inner.read_all(scan).await
+        }
+
+        async fn read_one(&self, scan: &str, index: u16) -> Result<Option<SliceRow>, StoreError> {
+            self.inner.read_one(scan, index).await
+        }
+
+        async fn write(&self, scan: &str, rows: &[SliceRow]) -> Result<Vec<String>, StoreError> {
+            self.inner.write(scan, rows).await
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leaving_process_whose_read_fails_still_gives_its_slices_back() {
+        let store = ReadsFail::default();
+        let first = ScanShare::new(store.clone(), TokioClock, "s", "first", 1_600.0);
+        first.tick(WANTS).await;
+        assert_eq!(first.usable(), 16);
+        store
+            .reads_fail
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        first.leave().await;
+        store
+            .reads_fail
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        let rows = store.inner.read_all("s").await.unwrap();
+        let still_held = rows.iter().filter(|row| !row.holder.is_empty()).count();
+        assert_eq!(still_held, 0, "slices left to their leases: {rows:?}");
     }
 
     #[tokio::test(start_paused = true)]

@@ -22,6 +22,12 @@ pub const RENEW_EVERY: Duration = Duration::from_millis(3_300);
 /// holder renewing each second cost the ledger 224 entities a second where 133 did before.
 pub const HAND_OVER_EVERY: Duration = Duration::from_millis(1_000);
 
+/// How long a process that asked for a slice must want no more before it takes its ask back
+/// (`ScanShare::withdraw_ask`): longer than a want that comes and goes from one tick to the next,
+/// so that a process whose steps come in bursts does not ask, take back and ask again (a read
+/// and a write each time) every second.
+pub const WITHDRAW_AFTER: Duration = Duration::from_secs(3);
+
 /// How often a holder of several slices that wants more looks at one slice it does not hold,
 /// for one come free, whatever its probes' back-off ([`PROBE_MAX`]): processes that run out of
 /// work give their slices back free, and the one left with the work found them only at its next
@@ -30,12 +36,6 @@ pub const HAND_OVER_EVERY: Duration = Duration::from_millis(1_000);
 /// holders of several look this often, and at most [`SLICES`] / 2 processes hold several: a
 /// point read each a second, 8 entities a second at most, however many processes run. A look
 /// that finds the slice held does not ask for it: asks stay at the probes' pace.
-/// How long a process that asked for a slice must want no more before it takes its ask back
-/// (`ScanShare::withdraw_ask`): longer than a want that comes and goes from one tick to the next,
-/// so that a process whose steps come in bursts does not ask, take back and ask again (a read
-/// and a write each time) every second.
-pub const WITHDRAW_AFTER: Duration = Duration::from_secs(3);
-
 pub const LOOK_EVERY: Duration = Duration::from_millis(1_000);
 
 /// How far apart two machines' clocks may be: a holder stops using a slice this long before

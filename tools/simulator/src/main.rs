@@ -23,6 +23,10 @@ use clap::{Parser, ValueEnum};
 use cases::Case;
 use params::Params;
 
+/// See Cargo.toml: the simulator allocates and frees a page of rows per simulated request.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// What each simulated case prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ReportKind {
