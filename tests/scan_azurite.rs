@@ -83,6 +83,7 @@ async fn every_strategy_reads_every_row_of_its_scope_once_on_azurite() {
                 } else {
                     ScanOptions::default().fan_out
                 },
+                hand_on_whole: false,
                 first_step_queries: 1,
                 filter: None,
                 split_at_positions: true,

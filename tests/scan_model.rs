@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tablescan::functions::pacing::fan_out;
+use tablescan::functions::pacing::shape_for_admission;
 use tablescan::scan::driver::{run_cutting_pages, run_to_completion, CollectingSink, RunReport};
 use tablescan::scan::keys::{KeyRange, Lower, Upper};
 use tablescan::scan::model::{nuget_like, rows_in_scope, MemoryReader, MemoryTable, Quirks};
@@ -118,6 +118,7 @@ fn case() -> impl Strategy<Value = Case> {
                         max_duration: Duration::from_millis(50),
                     },
                     fan_out,
+                    hand_on_whole: false,
                     first_step_queries,
                     filter: None,
                     split_at_positions: true,
@@ -251,9 +252,10 @@ proptest! {
     }
 }
 
-/// Runs a scan as the handler does when its pace is full here now and then: each step's fan-out
-/// is the scan's, or 1 for a step admitted crowded (`functions::pacing::fan_out`), by bit `i` of
-/// `crowded` for the `i`-th step (mod 64). First in, first out; no step fails.
+/// Runs a scan as the handler does when its pace is full here now and then: each step runs with
+/// the scan's options, or, admitted crowded (`functions::pacing::shape_for_admission`), splits
+/// nothing off, by bit `i` of `crowded` for the `i`-th step (mod 64); a step that hands on
+/// whole hands on at most one item. First in, first out; no step fails.
 fn run_sometimes_crowded(
     reader: &MemoryReader<'_>,
     root: WorkItem,
@@ -267,9 +269,15 @@ fn run_sometimes_crowded(
     while let Some(item) = pending.pop_front() {
         assert!(steps < 100_000, "the scan did not finish");
         let mut step_options = options.clone();
-        step_options.fan_out = fan_out(options.fan_out, crowded >> (steps % 64) & 1 == 1);
+        let this_crowded = crowded >> (steps % 64) & 1 == 1;
+        shape_for_admission(&mut step_options, this_crowded);
         let mut sink = CollectingSink::default();
         let step = block_on(run_step(reader, &item, &step_options, clock, &mut sink)).unwrap();
+        assert!(
+            !step_options.hand_on_whole || step.follow_ups.len() <= 1,
+            "a crowded step handed on {} items",
+            step.follow_ups.len()
+        );
         steps += 1;
         rows.extend(sink.rows.into_iter().map(|e| (e.partition_key, e.row_key)));
         pending.extend(step.follow_ups);

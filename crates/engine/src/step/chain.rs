@@ -210,15 +210,19 @@ where
         };
         let spent = self.budget_spent();
         let wants_split = self.options.strategy == Strategy::Prefix
+            && !self.options.hand_on_whole
             && (spent.is_some() || self.options.split == SplitPolicy::EveryPage || dense);
         let next = self.rest_of(task, token, last_keys, wants_split, &mut waiting);
         if let Some(reason) = spent {
             self.report.stopped = reason;
             if let Some(rest) = next {
                 let kinds = seen_kinds(&rest, &rows, self.options.mode);
-                waiting
-                    .after
-                    .extend(subdivide(rest, self.options.fan_out, kinds));
+                let pieces = if self.options.hand_on_whole {
+                    1
+                } else {
+                    self.options.fan_out
+                };
+                waiting.after.extend(subdivide(rest, pieces, kinds));
             }
             self.keep_for_sink(waiting, rows);
             return Ok(Flow::Stop);

@@ -91,6 +91,12 @@ pub struct ScanOptions {
     /// to this many pieces, cut at next characters of the kinds the step saw (see `subdivide`);
     /// 1 hands it on whole.
     pub fan_out: usize,
+    /// Whether this step splits nothing off: no piece cut at a page's last key, none at the
+    /// budget's end, no partition-keys range read as pieces side by side; what it does not read
+    /// is handed on as one item. For a step of a scan that already has more items than its pace
+    /// runs at once (the handler's `pacing::crowded`): more items would only wait, and a queue
+    /// made longer by them brings the platform instances that split the same rate further.
+    pub hand_on_whole: bool,
     /// Queries the first step of a prefix scan may make; each level of the work tree below may
     /// make twice as many as the level above, up to the budget's `max_queries`. A scan starts as
     /// one step, so the steps near the root decide how soon many steps can run side by side:
@@ -119,6 +125,7 @@ impl Default for ScanOptions {
             columns: None,
             budget: Budget::default(),
             fan_out: 4,
+            hand_on_whole: false,
             first_step_queries: 4,
             filter: None,
             split_at_positions: true,
@@ -232,7 +239,8 @@ where
     let budget = max_queries.saturating_mul(u32::from(options.page_size));
     let fans_out = options.mode == ReadMode::PartitionKeys
         && options.seek_partitions
-        && options.strategy == Strategy::Prefix;
+        && options.strategy == Strategy::Prefix
+        && !options.hand_on_whole;
     // A partition-keys step reads alone until its pages show large partitions; then the rest of
     // its range is read as a few pieces side by side, seeking (see `scan::seek`).
     let first = run_chain(

@@ -340,3 +340,51 @@ fn cuts_among_the_kinds_seen_spread_the_benchmark_table_more_evenly() {
     assert_eq!(before, [45_961, 33_822, 4_631, 0]);
     assert_eq!(after, [22_500, 23_461, 19_025, 19_428]);
 }
+
+/// Runs one step of a whole-table scan of `table` with `options`, split or handed on whole.
+async fn one_step(table: &MemoryTable, options: &ScanOptions) -> StepReport {
+    let reader = MemoryReader::new(table, Quirks::default());
+    let item = WorkItem::root("s", KeyRange::all(), "");
+    run_step(&reader, &item, options, &Frozen, &mut TakesAll)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_step_that_hands_on_whole_leaves_one_item_where_a_splitting_one_leaves_several() {
+    // 400 partitions of 5 rows: a partition-keys step seeks, a rows step pages; both stop on
+    // their query budget well before the table's end.
+    let keys: Vec<(String, String)> = (0..400)
+        .flat_map(|p| (0..5).map(move |r| (format!("p{p:03}"), format!("r{r}"))))
+        .collect();
+    let table = MemoryTable::from_keys(keys.iter().map(|(p, r)| (p.as_str(), r.as_str())));
+    for mode in [ReadMode::PartitionKeys, ReadMode::Rows] {
+        let splitting = ScanOptions {
+            mode,
+            page_size: 10,
+            first_step_queries: 3,
+            ..ScanOptions::default()
+        };
+        let whole = ScanOptions {
+            fan_out: 1,
+            hand_on_whole: true,
+            ..splitting.clone()
+        };
+        let split = one_step(&table, &splitting).await;
+        let handed = one_step(&table, &whole).await;
+        assert!(
+            split.follow_ups.len() > 1,
+            "{mode:?}: a splitting step cuts pieces off ({} items)",
+            split.follow_ups.len()
+        );
+        assert_eq!(
+            handed.follow_ups.len(),
+            1,
+            "{mode:?}: what a step that hands on whole did not read is one item"
+        );
+        assert!(
+            handed.rows_delivered > 0,
+            "{mode:?}: it read before it stopped"
+        );
+    }
+}

@@ -469,8 +469,19 @@ async fn the_step_that_fills_the_scans_slots_here_splits_nothing_off() {
     }
     let admitted: Vec<bool> = steps.iter().map(StepPace::crowded).collect();
     assert_eq!(admitted, [false, false, false, true]);
-    assert_eq!(fan_out(4, steps[0].crowded()), 4);
-    assert_eq!(fan_out(4, steps[3].crowded()), 1);
+    let shaped = |crowded, mode| {
+        let mut options = ScanOptions {
+            mode,
+            ..ScanOptions::default()
+        };
+        shape_for_admission(&mut options, crowded);
+        (options.fan_out, options.hand_on_whole)
+    };
+    assert_eq!(shaped(steps[0].crowded(), ReadMode::Rows), (4, false));
+    assert_eq!(shaped(steps[3].crowded(), ReadMode::Rows), (1, true));
+    // A partition-keys step hands its rest on in one piece but may still cut at its pages.
+    let keys = ReadMode::PartitionKeys;
+    assert_eq!(shaped(steps[3].crowded(), keys), (1, false));
     // A slot freed and taken again: taken by a crowded step again.
     drop(steps.pop());
     let again = pacing

@@ -118,7 +118,7 @@ async fn run(
     // The step's budget starts once it has its slot.
     let started = std::time::Instant::now();
     let mut options = scan_options(spec, state.config.budget).map_err(StepFailure::permanent)?;
-    options.fan_out = crate::pacing::fan_out(options.fan_out, pace.crowded());
+    crate::pacing::shape_for_admission(&mut options, pace.crowded());
     let clock = SystemClock::default();
     let mut sink = ActionSink::new(action, spec.dry_run, clock, state, &item.scan, lost, &pace);
     let reader = PacedReader::new(&source, &pace);

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tablescan::functions::pacing::park::{parks, unpark_room};
-use tablescan::functions::pacing::{fan_out, give_back_delay};
+use tablescan::functions::pacing::{give_back_delay, shape_for_admission};
 use tablescan::scan::item::WorkItem;
 use tablescan::scan::run_step;
 use tablescan::scan::{StepError, StepReport};
@@ -239,7 +239,7 @@ async fn run_renewing(
 ) -> Result<StepReport, StepError<String>> {
     let p = &engine.params;
     let mut options = engine.options.clone();
-    options.fan_out = fan_out(options.fan_out, crowded);
+    shape_for_admission(&mut options, crowded);
     let clock = StepClock(engine);
     let reader = Reader {
         engine: engine.clone(),
