@@ -249,28 +249,23 @@ pub struct StepPace {
 /// it admits a step: that step took the last of the scan's slots here, or a step of the scan was
 /// given back here within the longest give-back delay ([`GIVE_BACK_MAX`]). (Steps waiting behind
 /// it while room is left are not a sign: they are admitted at their next look.) A step admitted
-/// so splits nothing off and hands the rest of its range on whole ([`shape_for_admission`]):
-/// more items would only wait too, each given back again and again, and the queue's length (which counts
-/// them, visible or not) would bring the platform more instances that only split the same rate.
-/// The slots follow the scan's cap (set or learned) and the account's back-off in this process:
-/// a scan with neither is never crowded.
+/// so splits less ([`shape_for_admission`]): more items would only wait too, each given back
+/// again and again, and the queue's length (which counts them, visible or not) would bring the
+/// platform more instances that only split the same rate. The slots follow the scan's cap (set
+/// or learned) and the account's back-off in this process: a scan with neither is never
+/// crowded.
 pub fn crowded(running: usize, slots: usize, gave_back_lately: bool) -> bool {
     running >= slots || gave_back_lately
 }
 
 /// A step's options as its admission allows: a step admitted [`crowded`] hands the rest of its
 /// range on in one piece at its budget's end (`fan_out` 1), and a step that reads rows splits
-/// nothing off at all (`ScanOptions::hand_on_whole`: no piece cut at a page's last key either).
-/// The tree of a paced scan then stops growing once its pace is full, and grows again where a
-/// process has room. (Before, a crowded step still cut a piece off at each budget's end, so the
-/// tree kept growing: in the simulator, the 35M-row scans of every action but partition keys, at
-/// default settings and capped, ran on 1,177 instances in all instead of 2,192 at 0.52 of the
-/// cost, Flex's capped ones at 1.01-1.14 times their bound instead of 1.05-1.16; two default
-/// ones at 100,000 entities/s slowed to 1.11 and 1.13, and 26 had a step of 30 s or more
-/// instead of 20, the longest 47.9 s instead of 69.7.) A partition-keys step is left to split: one
-/// that seeks reads a partition a query, a few dozen a second, well under what a slot assumes
-/// ([`STEP_RATE`]), so its scan's slots fill while its rate does not, and read whole its capped
-/// scans ran at 1.47-1.49 times their bound instead of 1.06-1.17.
+/// nothing off at all (`ScanOptions::hand_on_whole`: no piece cut at a page's last key
+/// either). The tree of a paced scan then stops growing once its pace is full, and grows again
+/// where a process has room (figures in docs/scan.md, "What a give-back does not do"). A
+/// partition-keys step is left to split: one that seeks reads a partition a query, a few dozen
+/// a second, well under what a slot assumes ([`STEP_RATE`]), so its scan's slots fill while its
+/// rate does not, and read whole its capped scans ran far over their bound in the simulator.
 pub fn shape_for_admission(options: &mut ScanOptions, crowded: bool) {
     if crowded {
         options.fan_out = 1;

@@ -24,14 +24,14 @@ pub(super) struct ChainEnd {
     pub(super) report: StepReport,
     /// Budget spent, in rows (see [`query_cost`]).
     pub(super) spent: u32,
-    /// With `fan_out`: the rest of the range, unread and fresh, left for pieces read side by
-    /// side once the pages showed large partitions.
+    /// With `reads_side_by_side`: the rest of the range, unread and fresh, left for pieces read
+    /// side by side once the pages showed large partitions.
     pub(super) rest: Option<ReadRange>,
 }
 
 /// Reads `task` (the item's range, or a piece of it) until it ends or `budget_rows` of the
 /// budget are spent (a page costs `page_size`, a seek a fraction of it: `scan::seek`). With
-/// `fan_out`, stops as soon as a partition-keys scan starts seeking and leaves the rest of the
+/// `reads_side_by_side`, stops as soon as a partition-keys scan starts seeking and leaves the rest of the
 /// range in [`ChainEnd::rest`].
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn run_chain<R, S, C>(
@@ -40,7 +40,7 @@ pub(super) async fn run_chain<R, S, C>(
     task: ReadRange,
     options: &ScanOptions,
     budget_rows: u32,
-    fan_out: bool,
+    reads_side_by_side: bool,
     clock: &C,
     sink: &mut S,
 ) -> Result<ChainEnd, StepError<S::Error>>
@@ -56,7 +56,7 @@ where
     while let Some(task) = current.take() {
         match chain.step(sink, task).await? {
             Flow::Next(next) => {
-                if fan_out
+                if reads_side_by_side
                     && chain.keys_pace.seeking()
                     && matches!(next, Some(ReadRange::Range { cursor: None, .. }))
                 {
@@ -217,6 +217,8 @@ where
             self.report.stopped = reason;
             if let Some(rest) = next {
                 let kinds = seen_kinds(&rest, &rows, self.options.mode);
+                // A rows scan's rest here carries its cursor and goes on whole anyway; a
+                // partition-keys rest is fresh and would be cut into `fan_out` pieces.
                 let pieces = if self.options.hand_on_whole {
                     1
                 } else {

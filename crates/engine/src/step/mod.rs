@@ -93,7 +93,8 @@ pub struct ScanOptions {
     pub fan_out: usize,
     /// Whether this step splits nothing off: no piece cut at a page's last key, none at the
     /// budget's end, no partition-keys range read as pieces side by side; what it does not read
-    /// is handed on as one item. For a step of a scan that already has more items than its pace
+    /// is handed on as one item (two when its action stops inside a page of a range: the rest
+    /// of that page's partition, and the partitions after it). For a step of a scan that already has more items than its pace
     /// runs at once (the handler's `pacing::crowded`): more items would only wait, and a queue
     /// made longer by them brings the platform instances that split the same rate further.
     pub hand_on_whole: bool,
@@ -237,7 +238,7 @@ where
     }
     let max_queries = options.max_queries_at(item.depth);
     let budget = max_queries.saturating_mul(u32::from(options.page_size));
-    let fans_out = options.mode == ReadMode::PartitionKeys
+    let reads_side_by_side = options.mode == ReadMode::PartitionKeys
         && options.seek_partitions
         && options.strategy == Strategy::Prefix
         && !options.hand_on_whole;
@@ -249,7 +250,7 @@ where
         item.task.clone(),
         options,
         budget,
-        fans_out,
+        reads_side_by_side,
         clock,
         sink,
     )
