@@ -252,11 +252,6 @@ proptest! {
     }
 }
 
-/// Runs a scan as the handler does when its pace is full here now and then: each step runs with
-/// the scan's options, or, admitted crowded (`functions::pacing::shape_for_admission`), splits
-/// nothing off, by bit `i` of `crowded` for the `i`-th step (mod 64); a step that hands on
-/// whole hands on at most one item, two if its action stopped inside a page. First in, first
-/// out; no step fails.
 /// The share of pages the sink of [`run_sometimes_crowded`] finishes only partly: none in a
 /// quarter of the cases, else up to 30%.
 fn cut_percent(seed: u64) -> u8 {
@@ -266,6 +261,11 @@ fn cut_percent(seed: u64) -> u8 {
     }
 }
 
+/// Runs a scan as the handler does when its pace is full here now and then: each step runs with
+/// the scan's options, or, admitted crowded (`functions::pacing::shape_for_admission`), splits
+/// nothing off, by bit `i` of `crowded` for the `i`-th step (mod 64); a step that hands on
+/// whole hands on at most one item, two if its action stopped inside a page. First in, first
+/// out; no step fails.
 fn run_sometimes_crowded(
     reader: &MemoryReader<'_>,
     root: WorkItem,
@@ -276,6 +276,8 @@ fn run_sometimes_crowded(
     let mut rows = Vec::new();
     let mut pending = std::collections::VecDeque::from([root]);
     let mut steps = 0u64;
+    // The sink's generator, carried from step to step so that each cuts its own pages.
+    let mut random = crowded | 1;
     while let Some(item) = pending.pop_front() {
         assert!(steps < 100_000, "the scan did not finish");
         let mut step_options = options.clone();
@@ -285,10 +287,11 @@ fn run_sometimes_crowded(
         // pause): the rest of that page's partition and the partitions after it are two items.
         let mut sink = CollectingSink {
             cut_percent: cut_percent(crowded),
-            random: crowded | 1,
+            random,
             ..CollectingSink::default()
         };
         let step = block_on(run_step(reader, &item, &step_options, clock, &mut sink)).unwrap();
+        random = sink.random;
         let most = if sink.pages_cut > 0 { 2 } else { 1 };
         assert!(
             !step_options.hand_on_whole || step.follow_ups.len() <= most,
