@@ -274,16 +274,10 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
             // if an ask changed them). A read that fails tells nothing, so the slices are
             // written free with this process's own etags (`free`), not left to their leases.
             match self.store.read_all(&self.scan).await {
-                Ok(rows) => {
-                    let held = self.as_stored(held, &rows);
-                    // An ask written between the read and the write fails it: once more.
-                    if !self.free_as(held.clone(), &rows).await {
-                        self.free_as_read(held).await;
-                    }
-                }
+                Ok(rows) => self.free(self.as_stored(held, &rows), &rows).await,
                 Err(e) => {
                     tracing::debug!(scan = %self.scan, "could not read slices to leave: {e}");
-                    self.free(held).await;
+                    self.free(held, &[]).await;
                 }
             }
         }
@@ -508,7 +502,7 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
                 .filter_map(|index| state.held.remove(&index).map(|held| (index, held)))
                 .collect()
         };
-        self.free(surplus).await;
+        self.free(surplus, &[]).await;
     }
 
     /// Writes `held` slices free (already out of this process's use), or handed over to the
@@ -548,16 +542,13 @@ impl<S: SliceStore, C: Clock> ScanShare<S, C> {
     /// sat unused for up to 10 s, held by nobody who knew it. In devhost's default count alone,
     /// by its pace log, a process gave back its 6 slices as its steps ended while another held
     /// 5 with six steps waiting; the first showed the 6 again two seconds later, then none,
-    /// and the other ran on 5 for 6 s: what a give-back failed by an ask leaves.)
-    async fn free(&self, held: Vec<(u16, Held)>) {
-        if !self.free_as(held.clone(), &[]).await {
-            self.free_as_read(held).await;
+    /// and the other ran on 5 for 6 s: what a give-back failed by an ask leaves.) `rows` is
+    /// what a read a moment ago found (empty if none: the first write goes with this process's
+    /// own etags).
+    async fn free(&self, held: Vec<(u16, Held)>, rows: &[SliceRow]) {
+        if self.free_as(held.clone(), rows).await {
+            return;
         }
-    }
-
-    /// Reads the slices and writes `held` free as they are now (each asked-for one to its
-    /// asker); a read that fails leaves them to their leases.
-    async fn free_as_read(&self, held: Vec<(u16, Held)>) {
         let Ok(rows) = self.store.read_all(&self.scan).await else {
             return;
         };

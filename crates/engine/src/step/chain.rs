@@ -31,8 +31,8 @@ pub(super) struct ChainEnd {
 
 /// Reads `task` (the item's range, or a piece of it) until it ends or `budget_rows` of the
 /// budget are spent (a page costs `page_size`, a seek a fraction of it: `scan::seek`). With
-/// `reads_side_by_side`, stops as soon as a partition-keys scan starts seeking and leaves the rest of the
-/// range in [`ChainEnd::rest`].
+/// `reads_side_by_side`, stops as soon as a partition-keys scan starts seeking and leaves the
+/// rest of the range in [`ChainEnd::rest`].
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn run_chain<R, S, C>(
     reader: &R,

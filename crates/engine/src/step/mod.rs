@@ -94,9 +94,10 @@ pub struct ScanOptions {
     /// Whether this step splits nothing off: no piece cut at a page's last key, none at the
     /// budget's end, no partition-keys range read as pieces side by side; what it does not read
     /// is handed on as one item (two when its action stops inside a page of a range: the rest
-    /// of that page's partition, and the partitions after it). For a step of a scan that already has more items than its pace
-    /// runs at once (the handler's `pacing::crowded`): more items would only wait, and a queue
-    /// made longer by them brings the platform instances that split the same rate further.
+    /// of that page's partition, and the partitions after it). For a step of a scan that
+    /// already has more items than its pace runs at once (the handler's `pacing::crowded`):
+    /// more items would only wait, and a queue made longer by them brings the platform
+    /// instances that split the same rate further.
     pub hand_on_whole: bool,
     /// Queries the first step of a prefix scan may make; each level of the work tree below may
     /// make twice as many as the level above, up to the budget's `max_queries`. A scan starts as
