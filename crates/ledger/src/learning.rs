@@ -23,7 +23,12 @@
 //! again when it is not.
 //!
 //! A raise needs the cap to be what binds: the scan as a whole (every process's last report on
-//! its slices, one read of the slice rows) moved at least [`BINDING`] of it. Without that
+//! its slices, one read of the slice rows) moved at least [`BINDING`] of it, in two reads at
+//! least [`LOOK_AGAIN`] apart at that cap (the lower of the two counts). One read is noisy:
+//! each process reports whole pages over two seconds, renewed at moments of its own, and the
+//! sum wanders a few percent either way; read every quiet while at a cap the scan moved 87% of,
+//! a read over 90% came sooner or later and raised it, twice in one paused-clock run (a cap of
+//! 10,132 on an account taking 8,000, reads of 7,500-8,300 with one over 8,685). Without that
 //! check the cap drifted up while something else held the scan back (an account that answers
 //! slower before it refuses, the processes' own back-offs): each process that used its own
 //! slices in full asked for a raise and got one every quiet while, and the simulator's count of
@@ -48,7 +53,8 @@
 //! Cost: a report is a read and a conditional write of one row (retried at most [`TRIES`]
 //! times when processes report at once); a round at most every [`BETWEEN_ROUNDS`]; a raise a
 //! transaction of two rows and a read of the slices (at most 16 rows) at most every [`QUIET`],
-//! or one write when the cap is found not to bind; a lowering, per process, a read at most
+//! and a look that raises nothing (a read of the slices and a write of the learning row) at
+//! most every [`LOOK_AGAIN`] from [`LOOK_AGAIN`] before the raise is due; a lowering, per process, a read at most
 //! every [`LOWER_EVERY`] while it is refused, one more under a cap just changed (and a
 //! conditional write, which only one process wins), and for the winner a read of the slices
 //! (none for the first lowering after a round), of the row again and a transaction, per scan
@@ -88,6 +94,13 @@ pub const QUIET_ENTITIES: f64 = 100_000.0;
 pub const MOST_FAILED_RAISES: u32 = 3;
 /// How much a raise adds.
 pub const RAISE: f64 = 1.05;
+/// The least time between two looks at whether the learned cap binds, and how long before a
+/// raise is due the first look may come: a raise takes two binding reads this far apart (the
+/// slices' reports renewed in between, `tablescan_pace::RENEW_EVERY`). Short, so that a look
+/// that met a moment's dip (a process that just took slices over and has not reported yet)
+/// does not hold the raise off a whole quiet while: in devhost's default count alone, one such
+/// look and the [`QUIET`] it held the next off left the scan at 92% of the account to its end.
+pub const LOOK_AGAIN: Duration = Duration::from_secs(5);
 /// A learned cap is raised only while the scan, all its processes together, moves at least
 /// this share of it: under it, something else limits the scan (the account answering slower,
 /// the processes' back-offs, too few work items), and a higher cap would only let the next
@@ -144,9 +157,11 @@ pub struct Learning {
     /// Raises a lowering followed, less raises that held until the next, at most
     /// [`MOST_FAILED_RAISES`]: each doubles the quiet while before a raise ([`quiet_for`]).
     pub failed_raises: u32,
-    /// When a raise last found the cap not binding (epoch ms): the next look waits a quiet
-    /// while from then, so that processes do not read the slices again and again.
+    /// When a look at the cap last raised nothing (epoch ms), and what the scan moved then
+    /// (entities per second): the next look waits [`LOOK_AGAIN`] from then, so that processes
+    /// do not read the slices again and again, and raises only if this read bound the cap too.
     pub looked_at_ms: u64,
+    pub looked_rate: f64,
     /// Whether a round set the cap in force and no lowering or raise has changed it since:
     /// its next lowering takes the whole step ([`lowered_round_cap`]). A flag of its own, not
     /// read off the times: a lowering's claim moves `cap_at_ms` before it lowers, and a claim
@@ -178,6 +193,7 @@ impl Learning {
             raised_at_ms: number(e, "raisedAt"),
             failed_raises: number(e, "failedRaises").min(u64::from(MOST_FAILED_RAISES)) as u32,
             looked_at_ms: number(e, "lookedAt"),
+            looked_rate: double("lookedRate").unwrap_or(0.0),
             from_round: matches!(e.properties.get("fromRound"), Some(Value::Boolean(true))),
             etag: e.etag.clone(),
         }
@@ -197,6 +213,7 @@ impl Learning {
             .with("failedRaises", int(u64::from(self.failed_raises)))
             .with("peak", Value::Double(self.peak))
             .with("lookedAt", int(self.looked_at_ms))
+            .with("lookedRate", Value::Double(self.looked_rate.max(0.0)))
             .with("fromRound", Value::Boolean(self.from_round));
         if let Some(cap) = self.cap {
             e.properties.insert("cap".into(), Value::Double(cap));
@@ -481,9 +498,9 @@ impl Ledger {
     }
 
     /// Raises the scan's learned cap if it has held for [`quiet_for`] it with no round since
-    /// and the scan, all its processes together, uses [`BINDING`] of it (see [`raised_cap`]);
-    /// the new cap if this call raised it. The caller says its own process uses all of its
-    /// share.
+    /// and the scan, all its processes together, uses [`BINDING`] of it (see [`raised_cap`])
+    /// in this read of its slices and in the last look's, at least [`LOOK_AGAIN`] before; the
+    /// new cap if this call raised it. The caller says its own process uses all of its share.
     pub async fn raise_learned_cap(
         &self,
         scan: &str,
@@ -504,25 +521,40 @@ impl Ledger {
         } else {
             current.failed_raises
         };
-        // A look that found the cap not binding holds the next one off by QUIET alone: the
-        // slices' reports understate the scan (a slice just handed over reports nothing), and
-        // one look must not push a raise back by eight quiet whiles.
+        // Looks start LOOK_AGAIN before the raise is due, so that the second of the two binding
+        // reads a raise takes can come when it is due; and come LOOK_AGAIN apart, however many
+        // processes ask. A look that raised nothing holds the next off by LOOK_AGAIN alone:
+        // the slices' reports understate the scan at moments (a slice just handed over
+        // reports nothing), and one look must not push a raise back by a quiet while.
         let changed = current.cap_at_ms.max(current.round_at_ms);
-        let due =
-            (changed + ms(quiet_for(cap, failed_raises))).max(current.looked_at_ms + ms(QUIET));
-        if !current.closed || now_ms < due {
+        let due = changed + ms(quiet_for(cap, failed_raises));
+        let looked_at_this_cap = current.looked_at_ms > changed;
+        let next_look = if looked_at_this_cap {
+            current.looked_at_ms + ms(LOOK_AGAIN)
+        } else {
+            0
+        };
+        if !current.closed || now_ms < due.saturating_sub(ms(LOOK_AGAIN)).max(next_look) {
             return Ok(None);
         }
         let scan_rate = self.scan_rate(scan, now_ms).await;
-        let Some(raised) = raised_cap(cap, scan_rate) else {
-            // Not binding, or at the most: looked at again a quiet while from now.
+        // The lower of this read and the last look's at this cap: no look before, no raise yet.
+        let bound = if looked_at_this_cap {
+            scan_rate.min(current.looked_rate)
+        } else {
+            0.0
+        };
+        let raised = (now_ms >= due).then(|| raised_cap(cap, bound)).flatten();
+        let Some(raised) = raised else {
+            // Not due, not binding in both reads, or at the most: looked at again soon.
             let looked = Learning {
                 looked_at_ms: now_ms,
+                looked_rate: scan_rate,
                 ..current.clone()
             };
             self.write_learning(scan, &looked, Some(&current), None)
                 .await?;
-            tracing::debug!(scan, cap, scan_rate, "the learned cap is not raised");
+            tracing::debug!(scan, cap, scan_rate, bound, "the learned cap is not raised");
             return Ok(None);
         };
         let next = Learning {

@@ -269,9 +269,7 @@ impl QueuingAccount {
 /// `account` until `until`, and the process reading the scan row every few seconds (its learned
 /// cap), as the handler's cancel check does. Named, not given a random name as the handler's
 /// processes are: the name seeds the order in which it probes the cap's slices, so a run
-/// repeats exactly. (With random names it failed about one run in forty; of 121 sets of fixed
-/// names one fails every time, "n79p0" to "n79p6": a raise to 10,132 on an account taking
-/// 8,000, the slices' reports summing over what the account served. Not mended yet.)
+/// repeats exactly.
 async fn process_reading(
     name: String,
     ledger: Ledger,
@@ -342,6 +340,21 @@ async fn process_reading(
 /// account taking 8,000), and the scan still moves most of what the account takes.
 #[tokio::test(start_paused = true)]
 async fn a_default_scans_learned_cap_stays_near_what_its_account_takes() {
+    learned_cap_stays_near_what_the_account_takes("p").await;
+}
+
+/// The same with other names, so other probes of the slices: the one set of 121 tried that
+/// raised the cap to 10,132 on an account taking 8,000 when a single read of the slices' noisy
+/// reports over 90% of the cap raised it (reads of 7,500-8,300, one over 8,685 at a cap of
+/// 9,650); raises now take two binding reads (`tablescan_ledger::learning::LOOK_AGAIN`).
+#[tokio::test(start_paused = true)]
+async fn a_default_scans_learned_cap_stays_near_what_its_account_takes_named_otherwise() {
+    learned_cap_stays_near_what_the_account_takes("n79p").await;
+}
+
+/// Seven processes named `prefix` and a number run a default scan for ten minutes; see
+/// [`a_default_scans_learned_cap_stays_near_what_its_account_takes`].
+async fn learned_cap_stays_near_what_the_account_takes(prefix: &str) {
     let scan = record("scan-settles", None);
     let ledger = ledger_with_scan_row(&scan.id).await;
     let account = Arc::new(QueuingAccount::new());
@@ -355,7 +368,7 @@ async fn a_default_scans_learned_cap_stays_near_what_its_account_takes() {
             let steps = if i < 4 { 1 } else { 24 };
             let (ledger, scan, account) = (ledger.clone(), scan.clone(), account.clone());
             tokio::spawn(process_reading(
-                format!("p{i}"),
+                format!("{prefix}{i}"),
                 ledger,
                 scan,
                 account,
