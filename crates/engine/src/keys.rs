@@ -18,6 +18,9 @@ use serde::{Deserialize, Serialize};
 
 use tablescan_storage::table::filter::{Comparison, Filter};
 
+mod cut_kinds;
+pub use cut_kinds::{CutKinds, CUT_POINTS};
+
 /// Compares two keys as the service does: by UTF-16 code units.
 ///
 /// Keys are mostly ASCII and compared by the million (sorting a simulated table, seeking a
@@ -279,62 +282,6 @@ fn min_upper(a: &Upper, b: &Upper) -> Upper {
     }
 }
 
-/// Characters at which a range may be cut into pieces: digits and ASCII letters, the usual
-/// material of keys. Pieces that turn out empty cost one query each.
-pub const CUT_POINTS: &str = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-
-/// The kinds of character a step has seen at one position of the keys of the last page it
-/// read: where the rest of a range is cut, the cut points are drawn from these kinds. Keys often
-/// keep to one kind at a position (upper-case names, lower-case words, numbers), and cuts spread
-/// over every digit and letter then put most of a table into a few pieces and leave others
-/// empty: the benchmark's NuGet-like table (upper-case package ids and some lower-case ones)
-/// cut at `O`, `b` and `n` gave pieces of 45,961, 33,822, 4,631 and no rows; cut among the
-/// upper-case letters, 22,500, 23,461, 19,025 and 19,428 (pinned by a test in `scan::step`).
-/// Rows of a kind not seen still fall into some piece: the pieces cover the range whatever the
-/// cut points.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CutKinds {
-    digits: bool,
-    upper: bool,
-    lower: bool,
-    /// A character that is none of those: no narrowing.
-    other: bool,
-}
-
-impl CutKinds {
-    /// The kinds of the character that follows `prefix` in each of `keys` (keys that do not
-    /// extend `prefix` are left out).
-    pub fn after_prefix<'a>(prefix: &str, keys: impl IntoIterator<Item = &'a str>) -> Self {
-        let mut kinds = CutKinds::default();
-        for key in keys {
-            if let Some(c) = key
-                .strip_prefix(prefix)
-                .and_then(|rest| rest.chars().next())
-            {
-                match c {
-                    '0'..='9' => kinds.digits = true,
-                    'A'..='Z' => kinds.upper = true,
-                    'a'..='z' => kinds.lower = true,
-                    _ => kinds.other = true,
-                }
-            }
-        }
-        kinds
-    }
-
-    /// The cut points to choose among: [`CUT_POINTS`] of the kinds seen, or all of them when
-    /// nothing was seen or something other than a digit or a letter was.
-    pub fn candidates(self) -> impl Iterator<Item = char> {
-        let narrow = !self.other && (self.digits || self.upper || self.lower);
-        CUT_POINTS.chars().filter(move |c| {
-            !narrow
-                || (c.is_ascii_digit() && self.digits)
-                || (c.is_ascii_uppercase() && self.upper)
-                || (c.is_ascii_lowercase() && self.lower)
-        })
-    }
-}
-
 /// `range` cut at up to `pieces - 1` of `candidates` (keys inside it, in order), chosen evenly:
 /// disjoint ranges that cover it, in order; `None` when there is nothing to cut at.
 pub fn cut_evenly(range: &KeyRange, candidates: &[String], pieces: usize) -> Option<Vec<KeyRange>> {
@@ -367,30 +314,6 @@ mod tests {
     use proptest::prelude::*;
 
     const SUPPLEMENTARY: char = '\u{1F600}';
-
-    #[test]
-    fn cut_points_come_from_the_kinds_of_character_seen_after_the_prefix() {
-        let kinds = |prefix: &str, keys: &[&str]| {
-            CutKinds::after_prefix(prefix, keys.iter().copied())
-                .candidates()
-                .collect::<String>()
-        };
-        assert_eq!(
-            kinds("", &["AWSSDK.Core", "Akka", "Bjson"]),
-            "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-        );
-        assert_eq!(
-            kinds("p/", &["p/07", "p/3f", "p/a9"]),
-            "0123456789abcdefghijklmnopqrstuvwxyz"
-        );
-        assert_eq!(kinds("", &["12", "9"]), "0123456789");
-        // Anything but a digit or a letter, nothing seen, or only the prefix itself: no narrowing.
-        assert_eq!(kinds("", &["Abc", "_x"]), CUT_POINTS);
-        assert_eq!(kinds("", &[]), CUT_POINTS);
-        assert_eq!(kinds("p", &["p"]), CUT_POINTS);
-        // Keys that do not extend the prefix say nothing about it.
-        assert_eq!(kinds("p", &["q_", "pZ"]), "ABCDEFGHIJKLMNOPQRSTUVWXYZ");
-    }
 
     #[test]
     fn utf16_order_puts_supplementary_characters_before_the_private_use_area() {

@@ -54,7 +54,9 @@
 //! times when processes report at once); a round at most every [`BETWEEN_ROUNDS`]; a raise a
 //! transaction of two rows and a read of the slices (at most 16 rows) at most every [`QUIET`],
 //! and a look that raises nothing (a read of the slices and a write of the learning row) at
-//! most every [`LOOK_AGAIN`] from [`LOOK_AGAIN`] before the raise is due; a lowering, per process, a read at most
+//! most every [`LOOK_AGAIN`] from [`LOOK_AGAIN`] before the raise is due (for a cap that never
+//! binds, for the rest of the scan: about 4 entities a second); a lowering, per process, a read
+//! at most
 //! every [`LOWER_EVERY`] while it is refused, one more under a cap just changed (and a
 //! conditional write, which only one process wins), and for the winner a read of the slices
 //! (none for the first lowering after a round), of the row again and a transaction, per scan
@@ -100,7 +102,12 @@ pub const RAISE: f64 = 1.05;
 /// that met a moment's dip (a process that just took slices over and has not reported yet)
 /// does not hold the raise off a whole quiet while: in devhost's default count alone, one such
 /// look and the [`QUIET`] it held the next off left the scan at 92% of the account to its end.
-pub const LOOK_AGAIN: Duration = Duration::from_secs(5);
+pub const LOOK_AGAIN: Duration = Duration::from_secs(4);
+/// How often a process that uses its whole share of a learned cap asks for a raise: a second
+/// over [`LOOK_AGAIN`], so that its own asks never meet the ledger's gap between looks (its
+/// timer and the time it sends run apart by up to a refresher's tick), and one process alone
+/// brings the two looks a raise takes.
+pub const ASK_RAISE_EVERY: Duration = Duration::from_secs(5);
 /// A learned cap is raised only while the scan, all its processes together, moves at least
 /// this share of it: under it, something else limits the scan (the account answering slower,
 /// the processes' back-offs, too few work items), and a higher cap would only let the next
@@ -157,10 +164,11 @@ pub struct Learning {
     /// Raises a lowering followed, less raises that held until the next, at most
     /// [`MOST_FAILED_RAISES`]: each doubles the quiet while before a raise ([`quiet_for`]).
     pub failed_raises: u32,
-    /// When a look at the cap last raised nothing (epoch ms), and what the scan moved then
-    /// (entities per second): the next look waits [`LOOK_AGAIN`] from then, so that processes
-    /// do not read the slices again and again, and raises only if this read bound the cap too.
+    /// When a look at the cap last raised nothing (epoch ms): the next look waits
+    /// [`LOOK_AGAIN`] from then, so that processes do not read the slices again and again.
     pub looked_at_ms: u64,
+    /// What the scan moved at that look (entities per second): the next look raises only if
+    /// this read bound the cap too.
     pub looked_rate: f64,
     /// Whether a round set the cap in force and no lowering or raise has changed it since:
     /// its next lowering takes the whole step ([`lowered_round_cap`]). A flag of its own, not

@@ -383,7 +383,7 @@ fn report_the_cost(costs: [Tally; 5]) -> (f64, f64) {
         ledger_traffic::step_time(false).as_secs_f64(),
         ledger_traffic::RENEW_EVERY.as_secs(),
         MEASURED.0,
-        tablescan_ledger::learning::LOOK_AGAIN.as_secs(),
+        tablescan_ledger::learning::ASK_RAISE_EVERY.as_secs(),
     );
     println!(
         "were every step slow ({:.1} s, to its action's deadline): renewals {:.1} entities/s, \

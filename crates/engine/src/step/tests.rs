@@ -263,8 +263,20 @@ fn partition(lower: Lower) -> ReadRange {
 #[test]
 fn a_rest_that_cannot_be_cut_among_the_kinds_seen_is_handed_on_whole() {
     // After `9` no digit is left: whole, for the step that reads it to cut among what it finds.
-    let digits = CutKinds::after_prefix("", ["0a", "17", "9f"]);
+    let digits = CutKinds::after_prefix("", ["0x", "17", "9z"]);
     assert_eq!(subdivide(range(":", None), 4, digits).len(), 1);
+    // Hexadecimal keys (digits and a-f past the prefix): after `9` come `a` to `f`, so the
+    // rest is cut among them (among all 26 letters, at `g`, `n` and `t`, past every key).
+    let hex = CutKinds::after_prefix("", ["0a", "17", "9f", "2b", "3c", "4d", "5e", "60"]);
+    let cut: Vec<Lower> = subdivide(range(":", None), 4, hex)
+        .into_iter()
+        .map(|piece| match piece {
+            ReadRange::Range { partition_keys, .. } => partition_keys.lower,
+            ReadRange::Partition { .. } => unreachable!("a range is cut into ranges"),
+        })
+        .collect();
+    let at = |key: &str| Lower::Included(key.to_string());
+    assert_eq!(cut, [at(":"), at("b"), at("d"), at("e")]);
     // A first character beyond every cut point, or none after the prefix: whole.
     let upper = CutKinds::after_prefix("", ["Z"]);
     assert_eq!(subdivide(range("{", None), 8, upper).len(), 1);

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::{lock, LeaseClock, ScanPace, Scans};
 use tablescan_ledger::learning::{
-    quiet_for, Reported, LOOK_AGAIN, LOWER_EVERY, LOWER_SEEN_EVERY, QUIET, ROUND,
+    quiet_for, Reported, ASK_RAISE_EVERY, LOWER_EVERY, LOWER_SEEN_EVERY, QUIET, ROUND,
 };
 
 /// How long a process runs under a learned cap before a refusal it meets is news of that cap:
@@ -485,11 +485,10 @@ impl Refresher {
     }
 
     /// Raises the scan's learned cap, if it has one, has held it quietly for a while, and this
-    /// process would use more (at most one try per [`LOOK_AGAIN`], the least time between the
-    /// ledger's looks: a raise takes two binding reads that far apart, and a lone process that
-    /// asked every 10 s, as before, met a dip at one of two looks often enough to leave a
-    /// 67-second devhost run without its raise); the ledger raises it only
-    /// if the scan as a whole uses most of it (`learning::raised_cap`). A process the account
+    /// process would use more (at most one try per [`ASK_RAISE_EVERY`]: a raise takes two
+    /// binding reads, and a lone process that asked every 10 s, as before, met a dip at one of
+    /// two looks often enough to leave a 67-second devhost run without its raise); the ledger
+    /// raises it only if the scan as a whole uses most of it (`learning::raised_cap`). A process the account
     /// refused within [`QUIET`] does not ask, whether or not the refusal lowered the cap: its
     /// back-off took the refusal, and the cap is not what holds it. Nor does one the account
     /// answers slowly (`Governor::answers_slowly`): the account queues what it is sent, as it
@@ -506,7 +505,7 @@ impl Refresher {
             || self.account_answers_slowly()
             || self
                 .raise_tried
-                .is_some_and(|at| now.saturating_duration_since(at) < LOOK_AGAIN)
+                .is_some_and(|at| now.saturating_duration_since(at) < ASK_RAISE_EVERY)
         {
             return;
         }

@@ -8,7 +8,7 @@
 //! - learning: a round the account's refusal opens, [`Ledger::report_refusal`] by every process
 //!   into it, then [`Ledger::close_round`] and [`Ledger::learning`] by each reporter once it is
 //!   over; then, the cap learned and used in full, [`Ledger::raise_learned_cap`] tried by every
-//!   process each [`LOOK_AGAIN`] (`functions::pacing::refresher`).
+//!   process each [`ASK_RAISE_EVERY`] (`functions::pacing::refresher`).
 //!
 //! Each kind runs on a table of its own so that its cost is counted apart.
 
@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use tablescan_api::ScanSpec;
 use tablescan_engine::{Budget, KeyRange};
-use tablescan_ledger::learning::{Reported, LOOK_AGAIN, ROUND};
+use tablescan_ledger::learning::{Reported, ASK_RAISE_EVERY, ROUND};
 use tablescan_ledger::ledger::new_scan_id;
 use tablescan_ledger::{
     Begin, Claim, Ledger, ReadRange, StepCounts, WorkItem, CANCEL_CHECK_EVERY, DEFAULT_STEP_LEASE,
@@ -212,7 +212,7 @@ impl Traffic {
     /// scan then), a report that opens the scan's learning round or joins it, and at each
     /// read while a round this process has not reported into is open, a report into it (the
     /// round is seen with the scan); once the round it reported into is over, its close and a
-    /// read of the cap it set; once a cap is learned, a try to raise it every [`LOOK_AGAIN`],
+    /// read of the cap it set; once a cap is learned, a try to raise it every [`ASK_RAISE_EVERY`],
     /// as a process that uses all of its share and would use more does. `rate` is
     /// what the process moves.
     pub async fn checks_and_learning(
@@ -268,7 +268,7 @@ impl Traffic {
                 }
             }
             if raise_at.is_some_and(|at| now >= at) {
-                raise_at = Some(now + LOOK_AGAIN);
+                raise_at = Some(now + ASK_RAISE_EVERY);
                 let raised = self.learning.ledger.raise_learned_cap(&self.scan, now_ms);
                 raised.await.unwrap();
             }
