@@ -488,9 +488,9 @@ impl Refresher {
     /// process would use more (at most one try per [`ASK_RAISE_EVERY`]: a raise takes two
     /// binding reads, and a lone process that asked every 10 s, as before, met a dip at one of
     /// two looks often enough to leave a 67-second devhost run without its raise); the ledger
-    /// raises it only if the scan as a whole uses most of it (`learning::raised_cap`). A process the account
-    /// refused within [`QUIET`] does not ask, whether or not the refusal lowered the cap: its
-    /// back-off took the refusal, and the cap is not what holds it. Nor does one the account
+    /// raises it only if the scan as a whole uses most of it (`learning::raised_cap`). A
+    /// process the account refused within [`QUIET`] does not ask, whether or not the refusal
+    /// lowered the cap: its back-off took the refusal, and the cap is not what holds it. Nor does one the account
     /// answers slowly (`Governor::answers_slowly`): the account queues what it is sent, as it
     /// does before it refuses, and a higher cap would lengthen the queue.
     async fn raise(&mut self, now: Instant) {
