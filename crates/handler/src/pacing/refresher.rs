@@ -57,6 +57,10 @@ const PRESSING: f64 = 0.8;
 const REFUSED_AGAIN_WITHIN: Duration = Duration::from_secs(15);
 /// What the process moved over this long is what it reports when an account refuses it.
 const RATE_SPAN: Duration = Duration::from_secs(2);
+/// How far back the process keeps what it moved: far enough for a report into a round opened
+/// by another process to count the [`RATE_SPAN`] before that round's refusal (the round opens
+/// [`REPORT_DELAY`] after it, is seen within a few seconds, and takes reports for `ROUND`).
+const HISTORY: Duration = Duration::from_secs(16);
 /// What an account that was not busy serves at first over what it takes, in seconds of it
 /// (see [`Refresher::served_before`]).
 const ACCOUNT_BURST: Duration = Duration::from_secs(1);
@@ -64,7 +68,7 @@ const ACCOUNT_BURST: Duration = Duration::from_secs(1);
 pub(super) struct Refresher {
     pace: Arc<ScanPace>,
     scans: Scans,
-    /// What the process had moved, a tick apart, over the last [`RATE_SPAN`].
+    /// What the process had moved, a tick apart, over the last [`HISTORY`].
     moved: VecDeque<(Instant, u64)>,
     /// When the process's pace of the scan started (its count of entities moved with it).
     started: Instant,
@@ -197,21 +201,37 @@ impl Refresher {
         while self
             .moved
             .front()
-            .is_some_and(|(at, _)| now.saturating_duration_since(*at) > RATE_SPAN)
+            .is_some_and(|(at, _)| now.saturating_duration_since(*at) > HISTORY)
         {
             self.moved.pop_front();
         }
     }
 
+    /// What the process had moved at `at`: the last count taken then or before (the oldest
+    /// kept if none; 0 before its pace started).
+    fn moved_at(&self, at: Instant) -> u64 {
+        if at <= self.started {
+            return 0;
+        }
+        let later = self.moved.partition_point(|(taken, _)| *taken <= at);
+        let index = later.saturating_sub(1);
+        self.moved.get(index).map_or(0, |(_, moved)| *moved)
+    }
+
     /// Entities per second the process moved for the scan lately (over a second at least: a
     /// process that just started would otherwise report a moment's burst as a rate).
     fn rate(&self) -> f64 {
-        match (self.moved.front(), self.moved.back()) {
-            (Some((first, a)), Some((last, b))) => {
+        let Some((last, b)) = self.moved.back() else {
+            return 0.0;
+        };
+        let from = last.checked_sub(RATE_SPAN).unwrap_or(*last);
+        let first = self.moved.iter().find(|(at, _)| *at >= from);
+        match first {
+            Some((first, a)) => {
                 let span = last.duration_since(*first).max(Duration::from_secs(1));
                 b.saturating_sub(*a) as f64 / span.as_secs_f64()
             }
-            _ => 0.0,
+            None => 0.0,
         }
     }
 
@@ -224,15 +244,42 @@ impl Refresher {
     /// one process on an account taking 3,000 reported 3,877 (a cap learned over the account,
     /// and the application beside it refused until it was lowered).
     fn served_before(&self, now: Instant) -> f64 {
-        let Some((_, last)) = self.moved.back() else {
+        self.served_over(now.checked_sub(RATE_SPAN).unwrap_or(now), now)
+    }
+
+    /// Entities per second the account served the process from `from` to `to`; for a process
+    /// that started in between, what it served from its start over that time and
+    /// [`ACCOUNT_BURST`] more (see [`served_before`](Self::served_before)); 0 for one that
+    /// started after.
+    fn served_over(&self, from: Instant, to: Instant) -> f64 {
+        if to <= self.started {
             return 0.0;
-        };
-        let since_start = now.saturating_duration_since(self.started);
-        if since_start <= RATE_SPAN {
-            return *last as f64 / (since_start + ACCOUNT_BURST).as_secs_f64();
         }
-        let first = self.moved.front().map_or(0, |(_, first)| *first);
-        last.saturating_sub(first) as f64 / RATE_SPAN.as_secs_f64()
+        let moved = self.moved_at(to).saturating_sub(self.moved_at(from)) as f64;
+        let span = if from < self.started {
+            to.duration_since(self.started) + ACCOUNT_BURST
+        } else {
+            to.duration_since(from)
+        };
+        if span.is_zero() {
+            0.0
+        } else {
+            moved / span.as_secs_f64()
+        }
+    }
+
+    /// What the process moved over the [`RATE_SPAN`] before the refusal that opened the round
+    /// of `round_ms` ([`REPORT_DELAY`] before it: its opener reported then), entities per second.
+    /// Every report into a round counts the same seconds: counted over seconds of each
+    /// reporter's own, the sum counted twice the room one process left another after its
+    /// back-off's cut (a devhost run beside an application: 3,071 entities/s served the opener
+    /// before its refusal, 2,600 the next process four seconds later, once the opener had
+    /// backed off; a sum of 5,671 where the account left 2,500).
+    fn served_before_round(&self, round_ms: u64, now: Instant, now_ms: u64) -> f64 {
+        let refused_ms = round_ms.saturating_sub(REPORT_DELAY.as_millis() as u64);
+        let ago = Duration::from_millis(now_ms.saturating_sub(refused_ms));
+        let to = now.checked_sub(ago).unwrap_or(now);
+        self.served_over(to.checked_sub(RATE_SPAN).unwrap_or(to), to)
     }
 
     fn demand(&self, now: Instant) -> Demand {
@@ -301,7 +348,14 @@ impl Refresher {
             let refused = cuts > cuts_before;
             let estimate = source.estimate().filter(|_| refused);
             let served = self.served_before_cut.take().filter(|_| refused);
-            self.report_moved(estimate, served, now_ms).await;
+            let round = self.pace.round_ms.load(Ordering::Relaxed);
+            if round > 0 && now_ms < round + ROUND.as_millis() as u64 {
+                // Another process opened the round: the same seconds as its report.
+                let rate = self.served_before_round(round, now, now_ms);
+                self.report_joined(rate, round, now_ms).await;
+            } else {
+                self.report_moved(estimate, served, now_ms).await;
+            }
         }
         self.close_round_when_over(now_ms).await;
     }
@@ -375,7 +429,8 @@ impl Refresher {
         }
     }
 
-    /// Reports what this process pressed on the account with. For a process the account
+    /// Reports what this process pressed on the account with, opening a round (the others
+    /// report into it with [`report_joined`](Self::report_joined)). For a process the account
     /// refused: what the account served it over the [`RATE_SPAN`] before the refusal (`served`),
     /// where the account began to refuse it; or, if more, where its back-off takes the account
     /// to refuse it (`estimate`), but no more than the account gave it since (what it moved
@@ -398,6 +453,20 @@ impl Refresher {
         tracing::debug!(
             scan = %self.pace.scan, rate, moved, ?estimate, ?served,
             "reporting into the scan's learning round"
+        );
+        if rate >= 1.0 {
+            self.report(rate, now_ms).await;
+        }
+    }
+
+    /// Reports into the open round of `round_ms`, which another process opened, what this
+    /// process moved over the seconds before the refusal that opened it (`rate`, see
+    /// [`served_before_round`](Self::served_before_round)). A process that moved nothing then
+    /// reports nothing.
+    async fn report_joined(&mut self, rate: f64, round_ms: u64, now_ms: u64) {
+        tracing::debug!(
+            scan = %self.pace.scan, rate, round_ms,
+            "reporting into the scan's learning round what moved before its refusal"
         );
         if rate >= 1.0 {
             self.report(rate, now_ms).await;
