@@ -7,10 +7,10 @@
 //! process reports, a few seconds later, where the account began to refuse it (what the account
 //! served it over the seconds before the refusal, or where its back-off takes the account to
 //! refuse it if more; the handler's refresher) into the scan's learning round (the row
-//! `pace~learn`): the first report opens a round, announced on the scan row, and every other
-//! process running the scan reports within the next [`ROUND`] what the account served it over
-//! the same seconds, those before the refusal that opened the round (over seconds of its own,
-//! a process that took up the room the opener's back-off left counted that room twice: a
+//! `pace~learn`): the first report opens a round, announced on the scan row, and names the
+//! two seconds its figure counts; every other process running the scan reports within the
+//! next [`ROUND`] what the account served it over the same two seconds (over seconds of its
+//! own, a process that took up the room the opener's back-off left counted that room twice: a
 //! devhost round summed 5,671 entities/s where 2,500 were left). The round's sum is then where
 //! the account refused the scan, all processes together; the first process to see the round
 //! over closes it, and the scan's cap becomes [`LEARNED_SHARE`] of the sum (the scan row's
@@ -144,6 +144,11 @@ const LEAST_CAP: f64 = 100.0;
 pub struct Learning {
     /// When the last round opened (epoch ms), 0 before any.
     pub round_at_ms: u64,
+    /// The end of the seconds its opener's figure counted (epoch ms, the opener's clock: the
+    /// refusal, or the report for a figure of what the process moved since): every report
+    /// into the round counts the same seconds. 0 in a row written before it was kept: the
+    /// round's opening stands for it.
+    pub counted_to_ms: u64,
     /// What the round's reports add up to, entities per second.
     pub sum: f64,
     pub reporters: u64,
@@ -190,6 +195,7 @@ impl Learning {
         };
         Learning {
             round_at_ms: number(e, "roundAt"),
+            counted_to_ms: number(e, "countedTo"),
             sum: double("sum").unwrap_or(0.0),
             reporters: number(e, "reporters"),
             reported_by: match e.properties.get("reportedBy") {
@@ -214,6 +220,7 @@ impl Learning {
         let int = |x: u64| Value::Int64(x.min(i64::MAX as u64) as i64);
         let mut e = Entity::new(scan, LEARN_ROW)
             .with("roundAt", int(self.round_at_ms))
+            .with("countedTo", int(self.counted_to_ms))
             .with("sum", Value::Double(self.sum))
             .with("reporters", int(self.reporters))
             .with("reportedBy", Value::String(self.reported_by.clone()))
@@ -260,6 +267,15 @@ impl Learning {
     /// Whether a round is open for reports at `now_ms`.
     pub fn open(&self, now_ms: u64) -> bool {
         !self.closed && self.round_at_ms + ms(ROUND) > now_ms
+    }
+
+    /// The end of the seconds the last round counts (epoch ms).
+    pub fn counted_to(&self) -> u64 {
+        if self.counted_to_ms > 0 {
+            self.counted_to_ms
+        } else {
+            self.round_at_ms
+        }
     }
 
     /// Whether a round is over and not closed yet at `now_ms`.
@@ -403,7 +419,14 @@ pub enum Reported {
     In(u64),
     /// Not counted: a round ran a moment ago, or the row kept changing.
     Skipped,
+    /// Nothing to count: the process moved under an entity a second over the seconds the
+    /// round counts.
+    Nothing,
 }
+
+/// The least a report counts, entities per second: a process that moved less did not press on
+/// the account, and its report would only hold the round's row.
+const LEAST_REPORT: f64 = 1.0;
 
 impl Ledger {
     /// The scan's learning row, if written.
@@ -414,8 +437,8 @@ impl Ledger {
 
     /// Reports that the account refused this process (`reporter`, its pace's holder name,
     /// unique among the processes sharing the ledger and free of commas) while it moved `rate`
-    /// entities a second for `scan`: counted in the open round, or opening one; counted once
-    /// however often it is sent in one round.
+    /// entities a second for `scan`, over the seconds to now: counted in the open round, or
+    /// opening one. See [`report_into_round`](Self::report_into_round).
     pub async fn report_refusal(
         &self,
         scan: &str,
@@ -423,7 +446,29 @@ impl Ledger {
         rate: f64,
         now_ms: u64,
     ) -> Result<Reported, LedgerError> {
-        let rate = if rate.is_finite() { rate.max(0.0) } else { 0.0 };
+        self.report_into_round(scan, reporter, now_ms, |_| rate, now_ms)
+            .await
+    }
+
+    /// Reports this process's part (`reporter`, its pace's holder name, unique among the
+    /// processes sharing the ledger and free of commas) in where the account refused `scan`:
+    /// `rate_for(Some(to_ms))`, entities a second, into the round open now, whose opener's
+    /// figure counted the seconds to `to_ms` (what the process moved over the same seconds),
+    /// or `rate_for(None)` opening a round, the figure counting the seconds to `counted_to_ms`
+    /// (where the account began to refuse the process). Decided on the row as read, not
+    /// on the scan row as last read here: a process refused after another opened a round it has
+    /// not read yet reported its own seconds, the room that the opener's back-off left, counted
+    /// twice. Counted once however often it is sent in one round; nothing under
+    /// [`LEAST_REPORT`].
+    pub async fn report_into_round(
+        &self,
+        scan: &str,
+        reporter: &str,
+        counted_to_ms: u64,
+        rate_for: impl Fn(Option<u64>) -> f64,
+        now_ms: u64,
+    ) -> Result<Reported, LedgerError> {
+        let counted = |rate: f64| (rate.is_finite() && rate >= LEAST_REPORT).then_some(rate);
         for _ in 0..TRIES {
             let current = self.learning(scan).await?;
             let next = match &current {
@@ -432,23 +477,34 @@ impl Ledger {
                 Some(l) if l.open(now_ms) && l.reported(reporter) => {
                     return Ok(Reported::In(l.round_at_ms))
                 }
-                Some(l) if l.open(now_ms) => Learning {
-                    sum: l.sum + rate,
-                    reporters: l.reporters + 1,
-                    reported_by: l.reported_with(reporter),
-                    ..l.clone()
-                },
+                Some(l) if l.open(now_ms) => {
+                    let Some(rate) = counted(rate_for(Some(l.counted_to()))) else {
+                        return Ok(Reported::Nothing);
+                    };
+                    Learning {
+                        sum: l.sum + rate,
+                        reporters: l.reporters + 1,
+                        reported_by: l.reported_with(reporter),
+                        ..l.clone()
+                    }
+                }
                 Some(l) if now_ms < l.round_at_ms + ms(BETWEEN_ROUNDS) => {
                     return Ok(Reported::Skipped)
                 }
-                other => Learning {
-                    round_at_ms: now_ms,
-                    sum: rate,
-                    reporters: 1,
-                    reported_by: reporter_mark(reporter),
-                    closed: false,
-                    ..other.clone().unwrap_or_default()
-                },
+                other => {
+                    let Some(rate) = counted(rate_for(None)) else {
+                        return Ok(Reported::Nothing);
+                    };
+                    Learning {
+                        round_at_ms: now_ms,
+                        counted_to_ms: counted_to_ms.min(now_ms),
+                        sum: rate,
+                        reporters: 1,
+                        reported_by: reporter_mark(reporter),
+                        closed: false,
+                        ..other.clone().unwrap_or_default()
+                    }
+                }
             };
             // Opened: every process running the scan sees it with the scan.
             let opened =

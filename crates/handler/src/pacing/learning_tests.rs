@@ -119,10 +119,16 @@ async fn a_default_scan_learns_a_cap_near_what_its_account_takes() {
         took <= Duration::from_secs(4) + tablescan_ledger::learning::ROUND * 2,
         "learned only after {took:?}"
     );
-    // 90% of where the account refused the scan; the reports count what the account served
-    // each process before it refused it (with the back-off's figures alone, 6,945: 87%).
+    // 90% of where the account refused the scan: both processes refused at once, the one whose
+    // report opened the round counted what it moved over the two seconds to it (its back-off
+    // back at its estimate, more than it was served before its refusal), and the other counted
+    // the same two seconds: 7,717 entities/s together, learned 6,945 (87%). Counted each over
+    // seconds of its own, the sum was 8,002 (learned 7,202), but counted so, a process that
+    // took up the room another's back-off left counted that room twice
+    // (`a_round_counts_each_process_over_the_same_seconds`); raises take the cap the rest of
+    // the way while it binds.
     assert!(
-        (0.9 * ACCOUNT_RATE..=ACCOUNT_RATE).contains(&learned),
+        (0.85 * ACCOUNT_RATE..=ACCOUNT_RATE).contains(&learned),
         "learned {learned}, the account takes {ACCOUNT_RATE}"
     );
 }
@@ -494,10 +500,11 @@ async fn a_process_in_a_scan_learning_its_cap_holds_its_back_off() {
     source.throttled();
     let ceiling = source.estimate().unwrap() * 0.9;
     let cut = Instant::now();
+    let cut_ms = tablescan_pace::TokioClock.now_ms();
     // Busy past the back-off's quiet whiles (a creep 8 s after the cut, a lift at 12), until
     // the round sets the cap: held at its ceiling all along. The round is opened by another
-    // process a moment before this one's own report was due (4 s after the cut), as that
-    // process's report of a refusal just before this one's opens one, and read here then.
+    // process refused at the same time, a moment before this one's own report was due (4 s
+    // after the cut), and read here then.
     let open_at = refresher::REPORT_DELAY - Duration::from_millis(100);
     let mut held_for = Duration::ZERO;
     let mut opened = None;
@@ -505,7 +512,7 @@ async fn a_process_in_a_scan_learning_its_cap_holds_its_back_off() {
         if opened.is_none() && cut.elapsed() >= open_at {
             let now_ms = tablescan_pace::TokioClock.now_ms();
             ledger
-                .report_refusal(&scan.id, "p1", 3_000.0, now_ms)
+                .report_into_round(&scan.id, "p1", cut_ms, |_| 3_000.0, now_ms)
                 .await
                 .unwrap();
             let mut learning = scan.clone();
@@ -532,8 +539,8 @@ async fn a_process_in_a_scan_learning_its_cap_holds_its_back_off() {
         "held only {held_for:?}"
     );
     // This process's report counted what it moved in the seconds before the round's refusal
-    // (some 5,000 entities/s: its 9,000-10,000 since its start, 0.9-1 s before, and a second
-    // more for the burst an account serves at first; `Refresher::served_over`).
+    // (5,000 entities/s: the 10,000 it moved from its start to the refusal, a second, over
+    // that second and one more for the burst an account serves at first; `MovedHistory`).
     let learning = ledger.learning(&scan.id).await.unwrap().unwrap();
     assert_eq!(learning.reporters, 2);
     assert!(
@@ -668,9 +675,9 @@ async fn a_learned_caps_first_second_counts_what_the_steps_read_before_it() {
     );
 }
 
-/// Two processes of a default scan, the second starting after the account first refused the
-/// first: the round counts what each moved in the same seconds, before the first refusal, so
-/// its sum stays near what the account takes. Counted each over seconds of its own (the second
+/// Two processes of a default scan, the second starting with the first or later: the round
+/// counts what each moved in the same seconds (those its opener's figure counts), so its sum
+/// stays near what the account takes. Counted each over seconds of its own (the second
 /// process what it moved as it joined the round, once the first had backed off and left it the
 /// room), the sum counted the room twice: a devhost run beside an application summed 5,671
 /// entities/s where 2,500 were left (3,071 served the first before its refusal, 2,600 the
@@ -678,9 +685,9 @@ async fn a_learned_caps_first_second_counts_what_the_steps_read_before_it() {
 /// requests refused while lowerings brought it down.
 #[tokio::test(start_paused = true)]
 async fn a_round_counts_each_process_over_the_same_seconds() {
-    // The second process starting before the round opens, and as it opens (the account
-    // refuses the first within its first second, and the round opens 4 s after).
-    for late_by_ms in [1_500, 2_500, 3_500, 5_000] {
+    // The second process starting with the first, or after the account first refused the
+    // first (within its first second), before the round opens 4 s after that, and as it opens.
+    for late_by_ms in [0, 200, 500, 1_000, 1_500, 2_500, 3_500, 5_000] {
         round_with_a_late_process(Duration::from_millis(late_by_ms)).await;
     }
 }
@@ -713,11 +720,15 @@ async fn round_with_a_late_process(late_by: Duration) {
     let learning = ledger.learning(&scan.id).await.unwrap().unwrap();
     first.abort();
     second.abort();
-    assert!(
-        learning.sum <= 1.1 * ACCOUNT_RATE && learned <= ACCOUNT_RATE,
+    let summed = format!(
         "second process {late_by:?} late: the round summed {:.0} from {} reports, learned \
          {learned:.0}; the account takes {ACCOUNT_RATE}",
-        learning.sum,
-        learning.reporters
+        learning.sum, learning.reporters
     );
+    assert!(learning.sum <= 1.1 * ACCOUNT_RATE, "{summed}");
+    // Both moving before the first refusal: both counted, near what the account takes.
+    if late_by <= Duration::from_millis(500) {
+        assert_eq!(learning.reporters, 2, "{summed}");
+        assert!(learning.sum >= 0.9 * ACCOUNT_RATE, "{summed}");
+    }
 }

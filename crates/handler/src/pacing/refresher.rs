@@ -8,7 +8,6 @@
 //! it). When the process has had no
 //! step of the scan for [`GRACE`], it gives its slices back and removes the scan.
 
-use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +19,11 @@ use super::{lock, LeaseClock, ScanPace, Scans};
 use tablescan_ledger::learning::{
     quiet_for, Reported, ASK_RAISE_EVERY, LOWER_EVERY, LOWER_SEEN_EVERY, QUIET, ROUND,
 };
+
+mod moved;
+
+use moved::MovedHistory;
+pub(super) use moved::REPORT_DELAY;
 
 /// How long a process runs under a learned cap before a refusal it meets is news of that cap:
 /// the answers to requests sent before it took over come within a second, and the ledger takes
@@ -41,12 +45,6 @@ const TICK_TIME: Duration = Duration::from_millis(400);
 /// A process with no step of the scan for this long gives its slices back (it stays in the
 /// scan, and takes slices again when a step comes).
 const IDLE_RELEASE: Duration = Duration::from_secs(1);
-/// How long after a cut of the account's back-off the process reports what it moves: the back-off
-/// recovers to its ceiling within about two seconds, and what the process moves over the
-/// [`RATE_SPAN`] after that is what the account gives it at that ceiling (a report at the cut
-/// would count the burst that met the refusal, above what the account takes; one at 3 s
-/// counted a second of the recovery, and learned caps 10-25% under the account's room).
-pub(super) const REPORT_DELAY: Duration = Duration::from_secs(4);
 /// A process refused while it moves at least this share of what its slices grant presses on
 /// the account with the scan's cap (see [`Refresher::lower`]).
 const PRESSING: f64 = 0.8;
@@ -55,30 +53,20 @@ const PRESSING: f64 = 0.8;
 /// account gives, and is lowered. Longer than the back-off's lift (12 s after a refusal), so
 /// that a refusal met when the lifted back-off sends its burst counts too.
 const REFUSED_AGAIN_WITHIN: Duration = Duration::from_secs(15);
-/// What the process moved over this long is what it reports when an account refuses it.
-const RATE_SPAN: Duration = Duration::from_secs(2);
-/// How far back the process keeps what it moved: far enough for a report into a round opened
-/// by another process to count the [`RATE_SPAN`] before that round's refusal (the round opens
-/// [`REPORT_DELAY`] after it, is seen within a few seconds, and takes reports for `ROUND`).
-const HISTORY: Duration = Duration::from_secs(16);
-/// What an account that was not busy serves at first over what it takes, in seconds of it
-/// (see [`Refresher::served_before`]).
-const ACCOUNT_BURST: Duration = Duration::from_secs(1);
 
 pub(super) struct Refresher {
     pace: Arc<ScanPace>,
     scans: Scans,
-    /// What the process had moved, a tick apart, over the last [`HISTORY`].
-    moved: VecDeque<(Instant, u64)>,
-    /// When the process's pace of the scan started (its count of entities moved with it).
-    started: Instant,
+    /// What the process moved, a tick apart, over the last seconds.
+    moved: MovedHistory,
     /// The account back-off's cuts seen so far (`None` before the first step named it).
     cuts_seen: Option<u64>,
     /// When to report the last cut: once the process's back-off has settled after it.
     report_at: Option<Instant>,
-    /// What the account served this process over the [`RATE_SPAN`] before the cuts it is to
-    /// report (the most, of several): where the account began to refuse it.
-    served_before_cut: Option<f64>,
+    /// What the account served this process over the seconds before the cuts it is to
+    /// report (the most, of several): where the account began to refuse it; and when that cut
+    /// came (epoch ms), the end of those seconds.
+    served_before_cut: Option<(f64, u64)>,
     /// When the round this process reported into is over, to close it.
     close_at_ms: Option<u64>,
     /// The last round (its opening, epoch ms) this process tried to close.
@@ -101,8 +89,7 @@ impl Refresher {
         Refresher {
             pace,
             scans,
-            moved: VecDeque::new(),
-            started: Instant::now(),
+            moved: MovedHistory::new(Instant::now()),
             cuts_seen: None,
             report_at: None,
             served_before_cut: None,
@@ -196,90 +183,8 @@ impl Refresher {
     }
 
     fn note_moved(&mut self, now: Instant) {
-        let moved = self.pace.moved.load(Ordering::Relaxed);
-        self.moved.push_back((now, moved));
-        while self
-            .moved
-            .front()
-            .is_some_and(|(at, _)| now.saturating_duration_since(*at) > HISTORY)
-        {
-            self.moved.pop_front();
-        }
-    }
-
-    /// What the process had moved at `at`: the last count taken then or before (the oldest
-    /// kept if none; 0 before its pace started).
-    fn moved_at(&self, at: Instant) -> u64 {
-        if at <= self.started {
-            return 0;
-        }
-        let later = self.moved.partition_point(|(taken, _)| *taken <= at);
-        let index = later.saturating_sub(1);
-        self.moved.get(index).map_or(0, |(_, moved)| *moved)
-    }
-
-    /// Entities per second the process moved for the scan lately (over a second at least: a
-    /// process that just started would otherwise report a moment's burst as a rate).
-    fn rate(&self) -> f64 {
-        let Some((last, b)) = self.moved.back() else {
-            return 0.0;
-        };
-        let from = last.checked_sub(RATE_SPAN).unwrap_or(*last);
-        let first = self.moved.iter().find(|(at, _)| *at >= from);
-        match first {
-            Some((first, a)) => {
-                let span = last.duration_since(*first).max(Duration::from_secs(1));
-                b.saturating_sub(*a) as f64 / span.as_secs_f64()
-            }
-            None => 0.0,
-        }
-    }
-
-    /// Entities per second the account served the process over the last [`RATE_SPAN`]; for a
-    /// process that started within it, what it served since it started over that time and
-    /// [`ACCOUNT_BURST`] more. An account that was not busy serves a burst at first (what it
-    /// has in hand, a second's worth where it keeps a bucket of one), and counted over the
-    /// time alone that burst read as a rate far over what the account takes: a test's two
-    /// processes on an account taking 8,000 entities/s reported 12,308 together, and devhost's
-    /// one process on an account taking 3,000 reported 3,877 (a cap learned over the account,
-    /// and the application beside it refused until it was lowered).
-    fn served_before(&self, now: Instant) -> f64 {
-        self.served_over(now.checked_sub(RATE_SPAN).unwrap_or(now), now)
-    }
-
-    /// Entities per second the account served the process from `from` to `to`; for a process
-    /// that started in between, what it served from its start over that time and
-    /// [`ACCOUNT_BURST`] more (see [`served_before`](Self::served_before)); 0 for one that
-    /// started after.
-    fn served_over(&self, from: Instant, to: Instant) -> f64 {
-        if to <= self.started {
-            return 0.0;
-        }
-        let moved = self.moved_at(to).saturating_sub(self.moved_at(from)) as f64;
-        let span = if from < self.started {
-            to.duration_since(self.started) + ACCOUNT_BURST
-        } else {
-            to.duration_since(from)
-        };
-        if span.is_zero() {
-            0.0
-        } else {
-            moved / span.as_secs_f64()
-        }
-    }
-
-    /// What the process moved over the [`RATE_SPAN`] before the refusal that opened the round
-    /// of `round_ms` ([`REPORT_DELAY`] before it: its opener reported then), entities per second.
-    /// Every report into a round counts the same seconds: counted over seconds of each
-    /// reporter's own, the sum counted twice the room one process left another after its
-    /// back-off's cut (a devhost run beside an application: 3,071 entities/s served the opener
-    /// before its refusal, 2,600 the next process four seconds later, once the opener had
-    /// backed off; a sum of 5,671 where the account left 2,500).
-    fn served_before_round(&self, round_ms: u64, now: Instant, now_ms: u64) -> f64 {
-        let refused_ms = round_ms.saturating_sub(REPORT_DELAY.as_millis() as u64);
-        let ago = Duration::from_millis(now_ms.saturating_sub(refused_ms));
-        let to = now.checked_sub(ago).unwrap_or(now);
-        self.served_over(to.checked_sub(RATE_SPAN).unwrap_or(to), to)
+        self.moved
+            .note(now, self.pace.moved.load(Ordering::Relaxed));
     }
 
     fn demand(&self, now: Instant) -> Demand {
@@ -295,7 +200,12 @@ impl Refresher {
         // rate of 0 as a tiny one, which `judged` takes as none too.
         let granted = self.pace.share.rate().unwrap_or(0.0);
         let starved = held_back && super::starved(granted, running);
-        Demand::judged(waiting > 0 || starved, held_back, self.rate(), granted)
+        Demand::judged(
+            waiting > 0 || starved,
+            held_back,
+            self.moved.rate(),
+            granted,
+        )
     }
 
     /// Reports a new cut of the account's back-off into the scan's learning round, and closes
@@ -334,28 +244,20 @@ impl Refresher {
             // and in no later one; never more than the rate it refused.
             if self.plan_report_of_cut(now, now_ms) {
                 let served = self
+                    .moved
                     .served_before(now)
                     .min(source.refused_rate().unwrap_or(f64::INFINITY));
-                self.served_before_cut =
-                    Some(self.served_before_cut.map_or(served, |s| s.max(served)));
-            } else {
-                self.served_before_cut = None;
+                if self.served_before_cut.is_none_or(|(most, _)| served > most) {
+                    self.served_before_cut = Some((served, now_ms));
+                }
             }
         }
         self.join_open_round(now, now_ms);
         if self.report_at.is_some_and(|at| now >= at) {
             self.report_at = None;
-            let refused = cuts > cuts_before;
-            let estimate = source.estimate().filter(|_| refused);
-            let served = self.served_before_cut.take().filter(|_| refused);
-            let round = self.pace.round_ms.load(Ordering::Relaxed);
-            if round > 0 && now_ms < round + ROUND.as_millis() as u64 {
-                // Another process opened the round: the same seconds as its report.
-                let rate = self.served_before_round(round, now, now_ms);
-                self.report_joined(rate, round, now_ms).await;
-            } else {
-                self.report_moved(estimate, served, now_ms).await;
-            }
+            let own = (cuts > cuts_before).then(|| self.own_refusal_rate(&source, now_ms));
+            self.served_before_cut = None;
+            self.report(own, now, now_ms).await;
         }
         self.close_round_when_over(now_ms).await;
     }
@@ -405,37 +307,52 @@ impl Refresher {
         }
     }
 
+    /// The round this process last read with the scan (its opening, epoch ms), if it is open
+    /// at `now_ms`.
+    fn open_round(&self, now_ms: u64) -> Option<u64> {
+        let round = self.pace.round_ms.load(Ordering::Relaxed);
+        (round > 0 && now_ms < round.saturating_add(ROUND.as_millis() as u64)).then_some(round)
+    }
+
     /// After a new cut: a report once the back-off has settled ([`REPORT_DELAY`]), counted
-    /// once per round (a second cut while this process's report for the open round stands
-    /// adds nothing). Whether a report is planned.
+    /// once per round (a cut while a round this process reported into is open adds nothing;
+    /// one while a round it has not reported into is open joins it at once,
+    /// [`join_open_round`](Self::join_open_round)). Whether a report of this cut is planned.
     fn plan_report_of_cut(&mut self, now: Instant, now_ms: u64) -> bool {
-        let open = self.pace.round_ms.load(Ordering::Relaxed);
-        let reported_open = self.reported_round == open && now_ms < open + ROUND.as_millis() as u64;
-        if !reported_open {
-            self.report_at.get_or_insert(now + REPORT_DELAY);
+        if let Some(round) = self.open_round(now_ms) {
+            if round <= self.reported_round {
+                self.served_before_cut = None;
+            }
+            return false;
         }
-        !reported_open
+        self.report_at.get_or_insert(now + REPORT_DELAY);
+        true
     }
 
     /// A round another process opened, seen with the scan: this process's part counts too, so
-    /// it reports now. One attempt per round, whatever it meets: lost tries leave the round to
-    /// the others rather than pressing on its row.
+    /// it reports now, what it moved over the seconds the round counts (known already: no
+    /// wait for its back-off to settle), a report of its own refusal still to come given up
+    /// for it (planned for after the round's end, it came too late for the round and too soon
+    /// for another, and its part was counted nowhere). One attempt per round, whatever it
+    /// meets: lost tries leave the round to the others rather than pressing on its row.
     fn join_open_round(&mut self, now: Instant, now_ms: u64) {
-        let round = self.pace.round_ms.load(Ordering::Relaxed);
-        let round_open = round > self.reported_round && now_ms < round + ROUND.as_millis() as u64;
-        if round_open && self.report_at.is_none() {
+        let Some(round) = self.open_round(now_ms) else {
+            return;
+        };
+        if round > self.reported_round {
             self.report_at = Some(now);
+            self.served_before_cut = None;
             self.reported_round = round;
         }
     }
 
-    /// Reports what this process pressed on the account with, opening a round (the others
-    /// report into it with [`report_joined`](Self::report_joined)). For a process the account
-    /// refused: what the account served it over the [`RATE_SPAN`] before the refusal (`served`),
-    /// where the account began to refuse it; or, if more, where its back-off takes the account
-    /// to refuse it (`estimate`), but no more than the account gave it since (what it moved
-    /// over the last seconds, which the back-off brought back to that estimate unless the
-    /// account took less). For a process the account did not refuse, what it moves.
+    /// Where the account began to refuse this process, for a round its report opens, and the
+    /// end of the [`RATE_SPAN`](moved::RATE_SPAN) that figure counts (epoch ms): what the
+    /// account served it over the seconds before the refusal (`served_before_cut`, ending at
+    /// that cut); or, if more, where its back-off takes the account to refuse it (its
+    /// estimate), but no more than the account gave it since (what it moved over the last
+    /// seconds, ending now, which the back-off brought back to that estimate unless the
+    /// account took less).
     ///
     /// What was served before the refusal counts because the back-off's figure alone is far
     /// under it: its first estimate is three quarters of the rate refused (which may be a
@@ -444,32 +361,57 @@ impl Refresher {
     /// caps of 2,143 and 2,221). The estimate alone counts what steps asked for, ahead of what
     /// the account served, and learned caps 30-50% over what the account took; what was
     /// served is what the account took.
-    async fn report_moved(&mut self, estimate: Option<f64>, served: Option<f64>, now_ms: u64) {
-        let moved = self.rate();
-        let recovered = estimate.map_or(moved, |estimate| estimate.min(moved));
-        let rate = served.map_or(recovered, |served| served.max(recovered));
-        // A process that moved nothing lately did not press on the account: its report
-        // would only say less than the scan moved.
-        tracing::debug!(
-            scan = %self.pace.scan, rate, moved, ?estimate, ?served,
-            "reporting into the scan's learning round"
-        );
-        if rate >= 1.0 {
-            self.report(rate, now_ms).await;
+    fn own_refusal_rate(
+        &self,
+        source: &tablescan_storage::pacing::Governor,
+        now_ms: u64,
+    ) -> (f64, u64) {
+        let moved = self.moved.rate();
+        let recovered = source
+            .estimate()
+            .map_or(moved, |estimate| estimate.min(moved));
+        match self.served_before_cut {
+            Some((served, cut_ms)) if served > recovered => (served, cut_ms),
+            _ => (recovered, now_ms),
         }
     }
 
-    /// Reports into the open round of `round_ms`, which another process opened, what this
-    /// process moved over the seconds before the refusal that opened it (`rate`, see
-    /// [`served_before_round`](Self::served_before_round)). A process that moved nothing then
-    /// reports nothing.
-    async fn report_joined(&mut self, rate: f64, round_ms: u64, now_ms: u64) {
+    /// Reports this process's part in where the account refused the scan: into the round open
+    /// at the ledger, what it moved over the two seconds its opener's figure counts (every
+    /// report counts the same seconds, `MovedHistory::served_to`); opening one, if none is
+    /// open and this process was refused, `own` ([`own_refusal_rate`](Self::own_refusal_rate)).
+    /// The ledger decides which on the row as it reads it: the round this process last read
+    /// with the scan may be seconds old.
+    async fn report(&mut self, own: Option<(f64, u64)>, now: Instant, now_ms: u64) {
+        let (own_rate, counted_to_ms) = own.unwrap_or((0.0, now_ms));
+        let moved = &self.moved;
+        let rate_for = |round_counts_to: Option<u64>| match round_counts_to {
+            Some(to_ms) => moved.served_to(to_ms, now, now_ms),
+            None => own_rate,
+        };
+        let reported = self
+            .pace
+            .ledger
+            .report_into_round(
+                &self.pace.scan,
+                &self.pace.holder,
+                counted_to_ms,
+                rate_for,
+                now_ms,
+            )
+            .await;
         tracing::debug!(
-            scan = %self.pace.scan, rate, round_ms,
-            "reporting into the scan's learning round what moved before its refusal"
+            scan = %self.pace.scan, ?own, ?reported,
+            "reported into the scan's learning round"
         );
-        if rate >= 1.0 {
-            self.report(rate, now_ms).await;
+        match reported {
+            Ok(Reported::In(round_at)) => {
+                self.reported_round = round_at;
+                self.pace.round_ms.fetch_max(round_at, Ordering::Relaxed);
+                self.close_at_ms = Some(round_at + ROUND.as_millis() as u64);
+            }
+            Ok(Reported::Skipped | Reported::Nothing) => {}
+            Err(e) => tracing::debug!(scan = %self.pace.scan, "could not report a refusal: {e}"),
         }
     }
 
@@ -531,25 +473,6 @@ impl Refresher {
             Err(e) => {
                 tracing::debug!(scan = %self.pace.scan, "could not lower the learned cap: {e}")
             }
-        }
-    }
-
-    async fn report(&mut self, rate: f64, now_ms: u64) {
-        match self
-            .pace
-            .ledger
-            .report_refusal(&self.pace.scan, &self.pace.holder, rate, now_ms)
-            .await
-        {
-            Ok(Reported::In(round_at)) => {
-                self.reported_round = round_at;
-                self.pace.round_ms.fetch_max(round_at, Ordering::Relaxed);
-                self.close_at_ms = Some(round_at + ROUND.as_millis() as u64);
-            }
-            Ok(Reported::Skipped) => {
-                tracing::debug!(scan = %self.pace.scan, "report skipped: a round is recent")
-            }
-            Err(e) => tracing::debug!(scan = %self.pace.scan, "could not report a refusal: {e}"),
         }
     }
 

@@ -4,6 +4,7 @@
 use super::super::tests::{ledger_with_scan_row, record};
 use super::super::{LeaseClock, ScanPace};
 use super::*;
+use moved::RATE_SPAN;
 use tablescan_ledger::Ledger;
 use tablescan_storage::pacing::Governor;
 
