@@ -22,8 +22,7 @@
 //! to [`LOWER`] squared of the cap (at most once per [`LOWER_EVERY`], or [`LOWER_SEEN_EVERY`]
 //! after a round or a raise for a process that ran under the cap), and a cap that has held a
 //! quiet while ([`quiet_for`]) while the scan used all of it is raised by [`RAISE`], so a
-//! ceiling set while an application was busy is found
-//! again when it is not.
+//! ceiling set while an application was busy is found again when it is not.
 //!
 //! A raise needs the cap to be what binds: the scan as a whole (every process's last report on
 //! its slices, one read of the slice rows) moved at least [`BINDING`] of it, in two reads at
@@ -77,9 +76,9 @@ use tablescan_storage::table::entity::{Entity, Value};
 pub const ROUND: Duration = Duration::from_secs(8);
 /// The least time from one round's start to the next's.
 pub const BETWEEN_ROUNDS: Duration = Duration::from_secs(12);
-/// The cap learned, as a share of the round's sum: where the account refused the scan (each
-/// refused process reports where its back-off takes the account to refuse it), less the
-/// margin the back-off itself keeps.
+/// The cap learned, as a share of the round's sum: where the account refused the scan (what
+/// it served the processes over the seconds the round counts), less a margin for the burst an
+/// account lets through before it refuses and for the reports' noise.
 pub const LEARNED_SHARE: f64 = 0.9;
 /// How long a learned cap holds, used in full and with no refusal, before it is raised, at
 /// the least (see [`quiet_for`]).
@@ -428,6 +427,17 @@ pub enum Reported {
 /// the account, and its report would only hold the round's row.
 const LEAST_REPORT: f64 = 1.0;
 
+/// A refused process's own figure of where the account began to refuse it, for a round its
+/// report opens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OwnFigure {
+    /// Entities per second.
+    pub rate: f64,
+    /// The end of the two seconds the figure counts (epoch ms): every report into the round
+    /// counts the same.
+    pub counted_to_ms: u64,
+}
+
 impl Ledger {
     /// The scan's learning row, if written.
     pub async fn learning(&self, scan: &str) -> Result<Option<Learning>, LedgerError> {
@@ -435,10 +445,11 @@ impl Ledger {
         Ok(row.as_ref().map(Learning::from_entity))
     }
 
-    /// Reports that the account refused this process (`reporter`, its pace's holder name,
-    /// unique among the processes sharing the ledger and free of commas) while it moved `rate`
-    /// entities a second for `scan`, over the seconds to now: counted in the open round, or
-    /// opening one. See [`report_into_round`](Self::report_into_round).
+    /// Reports `rate` entities a second as `reporter`'s part in where the account refused
+    /// `scan`, over the seconds to now, whether it opens a round or joins one: for tests and
+    /// models that keep no history of what a process moved (a process reports with
+    /// [`report_into_round`](Self::report_into_round), which counts a joiner's part over the
+    /// round's own seconds).
     pub async fn report_refusal(
         &self,
         scan: &str,
@@ -446,26 +457,31 @@ impl Ledger {
         rate: f64,
         now_ms: u64,
     ) -> Result<Reported, LedgerError> {
-        self.report_into_round(scan, reporter, now_ms, |_| rate, now_ms)
+        let own = OwnFigure {
+            rate,
+            counted_to_ms: now_ms,
+        };
+        self.report_into_round(scan, reporter, Some(own), |_| rate, now_ms)
             .await
     }
 
     /// Reports this process's part (`reporter`, its pace's holder name, unique among the
     /// processes sharing the ledger and free of commas) in where the account refused `scan`:
-    /// `rate_for(Some(to_ms))`, entities a second, into the round open now, whose opener's
-    /// figure counted the seconds to `to_ms` (what the process moved over the same seconds),
-    /// or `rate_for(None)` opening a round, the figure counting the seconds to `counted_to_ms`
-    /// (where the account began to refuse the process). Decided on the row as read, not
-    /// on the scan row as last read here: a process refused after another opened a round it has
-    /// not read yet reported its own seconds, the room that the opener's back-off left, counted
-    /// twice. Counted once however often it is sent in one round; nothing under
-    /// [`LEAST_REPORT`].
+    /// into the round open now, `joined_rate(to_ms)` entities a second, what it moved over the
+    /// two seconds to `to_ms`, those its opener's figure counted (every report into a round
+    /// counts the same seconds); with no round open, its `own` figure opens one (a process the
+    /// account did not refuse has none, and opens nothing). Decided on the row as read, not
+    /// on the scan row as last read by the process, which may be seconds old (a process
+    /// refused after another opened a round it had not read yet counted its own seconds: the
+    /// room the opener's back-off left, counted twice; docs/scan.md). `joined_rate` is asked
+    /// on every try, so it must only compute. Counted once however often it is sent in one
+    /// round; nothing under [`LEAST_REPORT`].
     pub async fn report_into_round(
         &self,
         scan: &str,
         reporter: &str,
-        counted_to_ms: u64,
-        rate_for: impl Fn(Option<u64>) -> f64,
+        own: Option<OwnFigure>,
+        joined_rate: impl Fn(u64) -> f64,
         now_ms: u64,
     ) -> Result<Reported, LedgerError> {
         let counted = |rate: f64| (rate.is_finite() && rate >= LEAST_REPORT).then_some(rate);
@@ -478,7 +494,7 @@ impl Ledger {
                     return Ok(Reported::In(l.round_at_ms))
                 }
                 Some(l) if l.open(now_ms) => {
-                    let Some(rate) = counted(rate_for(Some(l.counted_to()))) else {
+                    let Some(rate) = counted(joined_rate(l.counted_to())) else {
                         return Ok(Reported::Nothing);
                     };
                     Learning {
@@ -492,12 +508,13 @@ impl Ledger {
                     return Ok(Reported::Skipped)
                 }
                 other => {
-                    let Some(rate) = counted(rate_for(None)) else {
+                    let Some((rate, own)) = own.and_then(|own| Some((counted(own.rate)?, own)))
+                    else {
                         return Ok(Reported::Nothing);
                     };
                     Learning {
                         round_at_ms: now_ms,
-                        counted_to_ms: counted_to_ms.min(now_ms),
+                        counted_to_ms: own.counted_to_ms.min(now_ms),
                         sum: rate,
                         reporters: 1,
                         reported_by: reporter_mark(reporter),

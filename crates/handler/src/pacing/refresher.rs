@@ -17,13 +17,12 @@ use tokio::time::Instant;
 
 use super::{lock, LeaseClock, ScanPace, Scans};
 use tablescan_ledger::learning::{
-    quiet_for, Reported, ASK_RAISE_EVERY, LOWER_EVERY, LOWER_SEEN_EVERY, QUIET, ROUND,
+    quiet_for, OwnFigure, Reported, ASK_RAISE_EVERY, LOWER_EVERY, LOWER_SEEN_EVERY, QUIET, ROUND,
 };
 
 mod moved;
 
-use moved::MovedHistory;
-pub(super) use moved::REPORT_DELAY;
+use moved::{MovedHistory, RATE_SPAN};
 
 /// How long a process runs under a learned cap before a refusal it meets is news of that cap:
 /// the answers to requests sent before it took over come within a second, and the ledger takes
@@ -45,6 +44,19 @@ const TICK_TIME: Duration = Duration::from_millis(400);
 /// A process with no step of the scan for this long gives its slices back (it stays in the
 /// scan, and takes slices again when a step comes).
 const IDLE_RELEASE: Duration = Duration::from_secs(1);
+/// How long after a cut of the account's back-off the process reports what it moves: the
+/// back-off recovers to its ceiling within about two seconds, and what the process moves over
+/// the [`RATE_SPAN`] after that is what the account gives it at that ceiling (a report at the
+/// cut would count the burst that met the refusal, above what the account takes; one at 3 s
+/// counted a second of the recovery, and learned caps 10-25% under the account's room).
+pub(super) const REPORT_DELAY: Duration = Duration::from_secs(4);
+/// How far back a process keeps what it moved: a report into a round counts the [`RATE_SPAN`]
+/// its opener's figure counted, which ends at the opener's refusal at the earliest, and comes
+/// at the latest as the round ends, `ROUND` after it opened, which its opener did
+/// [`REPORT_DELAY`] after that refusal; two seconds more for the ledger's answers and clocks
+/// read at moments apart.
+const HISTORY: Duration =
+    Duration::from_secs(RATE_SPAN.as_secs() + REPORT_DELAY.as_secs() + ROUND.as_secs() + 2);
 /// A process refused while it moves at least this share of what its slices grant presses on
 /// the account with the scan's cap (see [`Refresher::lower`]).
 const PRESSING: f64 = 0.8;
@@ -61,8 +73,12 @@ pub(super) struct Refresher {
     moved: MovedHistory,
     /// The account back-off's cuts seen so far (`None` before the first step named it).
     cuts_seen: Option<u64>,
-    /// When to report the last cut: once the process's back-off has settled after it.
+    /// When to report the last cut: once the process's back-off has settled after it; or at
+    /// once, to join a round another process opened (`report_joins`).
     report_at: Option<Instant>,
+    /// Whether the report due joins a round another process opened: it has no figure of its
+    /// own to open one with.
+    report_joins: bool,
     /// What the account served this process over the seconds before the cuts it is to
     /// report (the most, of several): where the account began to refuse it; and when that cut
     /// came (epoch ms), the end of those seconds.
@@ -89,9 +105,10 @@ impl Refresher {
         Refresher {
             pace,
             scans,
-            moved: MovedHistory::new(Instant::now()),
+            moved: MovedHistory::new(Instant::now(), HISTORY),
             cuts_seen: None,
             report_at: None,
+            report_joins: false,
             served_before_cut: None,
             close_at_ms: None,
             close_tried_round: 0,
@@ -235,7 +252,7 @@ impl Refresher {
             // that reported into it: a process that joined meanwhile waits for its cap, and
             // would wait in vain if every reporter had left.
             if self.close_at_ms.is_none() && round > self.close_tried_round {
-                self.close_at_ms = Some(round + ROUND.as_millis() as u64);
+                self.close_at_ms = Some(round_end(round));
             }
         }
         if cuts > seen {
@@ -255,7 +272,8 @@ impl Refresher {
         self.join_open_round(now, now_ms);
         if self.report_at.is_some_and(|at| now >= at) {
             self.report_at = None;
-            let own = (cuts > cuts_before).then(|| self.own_refusal_rate(&source, now_ms));
+            let refused = cuts > cuts_before && !std::mem::take(&mut self.report_joins);
+            let own = refused.then(|| self.own_figure(&source, now_ms));
             self.served_before_cut = None;
             self.report(own, now, now_ms).await;
         }
@@ -311,7 +329,7 @@ impl Refresher {
     /// at `now_ms`.
     fn open_round(&self, now_ms: u64) -> Option<u64> {
         let round = self.pace.round_ms.load(Ordering::Relaxed);
-        (round > 0 && now_ms < round.saturating_add(ROUND.as_millis() as u64)).then_some(round)
+        (round > 0 && now_ms < round_end(round)).then_some(round)
     }
 
     /// After a new cut: a report once the back-off has settled ([`REPORT_DELAY`]), counted
@@ -319,10 +337,7 @@ impl Refresher {
     /// one while a round it has not reported into is open joins it at once,
     /// [`join_open_round`](Self::join_open_round)). Whether a report of this cut is planned.
     fn plan_report_of_cut(&mut self, now: Instant, now_ms: u64) -> bool {
-        if let Some(round) = self.open_round(now_ms) {
-            if round <= self.reported_round {
-                self.served_before_cut = None;
-            }
+        if self.open_round(now_ms).is_some() {
             return false;
         }
         self.report_at.get_or_insert(now + REPORT_DELAY);
@@ -332,8 +347,9 @@ impl Refresher {
     /// A round another process opened, seen with the scan: this process's part counts too, so
     /// it reports now, what it moved over the seconds the round counts (known already: no
     /// wait for its back-off to settle), a report of its own refusal still to come given up
-    /// for it (planned for after the round's end, it came too late for the round and too soon
-    /// for another, and its part was counted nowhere). One attempt per round, whatever it
+    /// for it (planned for 4 s after its refusal, it could fall after the round's end, too late
+    /// for the round and too soon for another, and its part was counted nowhere). One attempt
+    /// per round, whatever it
     /// meets: lost tries leave the round to the others rather than pressing on its row.
     fn join_open_round(&mut self, now: Instant, now_ms: u64) {
         let Some(round) = self.open_round(now_ms) else {
@@ -341,13 +357,14 @@ impl Refresher {
         };
         if round > self.reported_round {
             self.report_at = Some(now);
+            self.report_joins = true;
             self.served_before_cut = None;
             self.reported_round = round;
         }
     }
 
     /// Where the account began to refuse this process, for a round its report opens, and the
-    /// end of the [`RATE_SPAN`](moved::RATE_SPAN) that figure counts (epoch ms): what the
+    /// end of the [`RATE_SPAN`] that figure counts (epoch ms): what the
     /// account served it over the seconds before the refusal (`served_before_cut`, ending at
     /// that cut); or, if more, where its back-off takes the account to refuse it (its
     /// estimate), but no more than the account gave it since (what it moved over the last
@@ -361,57 +378,53 @@ impl Refresher {
     /// caps of 2,143 and 2,221). The estimate alone counts what steps asked for, ahead of what
     /// the account served, and learned caps 30-50% over what the account took; what was
     /// served is what the account took.
-    fn own_refusal_rate(
-        &self,
-        source: &tablescan_storage::pacing::Governor,
-        now_ms: u64,
-    ) -> (f64, u64) {
+    fn own_figure(&self, source: &tablescan_storage::pacing::Governor, now_ms: u64) -> OwnFigure {
         let moved = self.moved.rate();
         let recovered = source
             .estimate()
             .map_or(moved, |estimate| estimate.min(moved));
-        match self.served_before_cut {
+        let (rate, counted_to_ms) = match self.served_before_cut {
             Some((served, cut_ms)) if served > recovered => (served, cut_ms),
             _ => (recovered, now_ms),
+        };
+        OwnFigure {
+            rate,
+            counted_to_ms,
         }
     }
 
     /// Reports this process's part in where the account refused the scan: into the round open
     /// at the ledger, what it moved over the two seconds its opener's figure counts (every
     /// report counts the same seconds, `MovedHistory::served_to`); opening one, if none is
-    /// open and this process was refused, `own` ([`own_refusal_rate`](Self::own_refusal_rate)).
-    /// The ledger decides which on the row as it reads it: the round this process last read
-    /// with the scan may be seconds old.
-    async fn report(&mut self, own: Option<(f64, u64)>, now: Instant, now_ms: u64) {
-        let (own_rate, counted_to_ms) = own.unwrap_or((0.0, now_ms));
+    /// open and this process was refused, `own` ([`own_figure`](Self::own_figure)). The ledger
+    /// decides which on the row as it reads it: the round this process last read with the scan
+    /// may be seconds old. A process that moved nothing lately and has no figure of its own
+    /// has nothing to report, and reads nothing.
+    async fn report(&mut self, own: Option<OwnFigure>, now: Instant, now_ms: u64) {
+        if own.is_none() && !self.moved.moved_lately() {
+            return;
+        }
         let moved = &self.moved;
-        let rate_for = |round_counts_to: Option<u64>| match round_counts_to {
-            Some(to_ms) => moved.served_to(to_ms, now, now_ms),
-            None => own_rate,
-        };
+        let joined_rate = |to_ms: u64| moved.served_to(to_ms, now, now_ms);
         let reported = self
             .pace
             .ledger
-            .report_into_round(
-                &self.pace.scan,
-                &self.pace.holder,
-                counted_to_ms,
-                rate_for,
-                now_ms,
-            )
+            .report_into_round(&self.pace.scan, &self.pace.holder, own, joined_rate, now_ms)
             .await;
         tracing::debug!(
             scan = %self.pace.scan, ?own, ?reported,
-            "reported into the scan's learning round"
+            "a report into the scan's learning round"
         );
         match reported {
             Ok(Reported::In(round_at)) => {
                 self.reported_round = round_at;
                 self.pace.round_ms.fetch_max(round_at, Ordering::Relaxed);
-                self.close_at_ms = Some(round_at + ROUND.as_millis() as u64);
+                self.close_at_ms = Some(round_end(round_at));
             }
             Ok(Reported::Skipped | Reported::Nothing) => {}
-            Err(e) => tracing::debug!(scan = %self.pace.scan, "could not report a refusal: {e}"),
+            Err(e) => {
+                tracing::debug!(scan = %self.pace.scan, "could not report into the learning round: {e}")
+            }
         }
     }
 
@@ -557,6 +570,11 @@ impl Refresher {
         }
         true
     }
+}
+
+/// When the round opened at `round` (epoch ms) stops taking reports.
+fn round_end(round: u64) -> u64 {
+    round.saturating_add(ROUND.as_millis() as u64)
 }
 
 #[cfg(test)]

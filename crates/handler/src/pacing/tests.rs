@@ -369,8 +369,9 @@ async fn an_uncapped_scan_learns_a_cap_from_a_refusal_and_is_paced_by_it() {
     }
     source.throttled();
     // The process goes on as its back-off lets it; a few seconds after the cut the refresher
-    // reports what it moves (no more than its back-off's estimate), the round closes later,
-    // and the cap is what this process (the only one) moved then.
+    // reports its own figure (what it was served before the refusal, or what it moves since if
+    // more, no more than its back-off's estimate), the round closes later, and the cap is 90%
+    // of that figure (this process is the only one).
     let end = Instant::now() + super::refresher::REPORT_DELAY + Duration::from_millis(300);
     while Instant::now() < end {
         let ticket = step.before_read(200).await;

@@ -98,67 +98,74 @@ async fn reports_of_a_round_add_up_and_its_close_sets_the_cap_once() {
     );
 }
 
-/// A report's conditional write that the service applied but answered with a 500 is sent
-/// again by the storage client's retry policy and meets 412 (the row changed: by itself); the
-/// report then reads the row and tries afresh. It counts once, as does a report one pace sends
-/// twice in a round; other paces' reports still add.
 /// A report into an open round is asked for what it moved over the seconds its opener's figure
 /// counted, whatever seconds its own figure would count; one that opens a round names its own
-/// seconds; a report of under an entity a second counts nothing, and opens nothing.
+/// seconds; a report of under an entity a second counts nothing, and one with no figure of its
+/// own (a process the account did not refuse) opens nothing.
 #[tokio::test]
 async fn a_report_into_an_open_round_counts_the_seconds_its_opener_counted() {
     let ledger = ledger().await;
     let t = 2_000_000;
-    // Under an entity a second: nothing written, no round opened.
-    let nothing = ledger
-        .report_into_round("s", "p0", t - 4_000, |_| 0.5, t)
-        .await
-        .unwrap();
-    assert_eq!(nothing, Reported::Nothing);
+    let own = |rate: f64, counted_to_ms: u64| {
+        Some(OwnFigure {
+            rate,
+            counted_to_ms,
+        })
+    };
+    // Under an entity a second, or no figure of its own: nothing written, no round opened.
+    for figure in [own(0.5, t - 4_000), None] {
+        let nothing = ledger
+            .report_into_round("s", "p0", figure, |_| 9_999.0, t)
+            .await
+            .unwrap();
+        assert_eq!(nothing, Reported::Nothing);
+    }
     assert!(ledger.learning("s").await.unwrap().is_none());
     // The opener's figure counts the two seconds to its refusal, 4 s before its report.
     let opened = ledger
-        .report_into_round("s", "p1", t - 4_000, |_| 3_000.0, t)
+        .report_into_round("s", "p1", own(3_000.0, t - 4_000), |_| 9_999.0, t)
         .await
         .unwrap();
     assert_eq!(opened, Reported::In(t));
-    assert_eq!(
-        ledger.learning("s").await.unwrap().unwrap().counted_to(),
-        t - 4_000
-    );
-    // A later report is asked for the same seconds; what it would say over its own is unused.
+    let learning = ledger.learning("s").await.unwrap().unwrap();
+    assert_eq!((learning.counted_to(), learning.sum), (t - 4_000, 3_000.0));
+    // A later report is asked for the same seconds; its own figure is unused.
     let asked = std::sync::Mutex::new(Vec::new());
     let joined = ledger
         .report_into_round(
             "s",
             "p2",
-            t + 1_000,
-            |round| {
-                asked.lock().unwrap().push(round);
-                round.map_or(9_999.0, |_| 500.0)
+            own(9_999.0, t + 1_000),
+            |to_ms| {
+                asked.lock().unwrap().push(to_ms);
+                500.0
             },
             t + 2_000,
         )
         .await
         .unwrap();
     assert_eq!(joined, Reported::In(t));
-    assert_eq!(*asked.lock().unwrap(), vec![Some(t - 4_000)]);
+    assert_eq!(*asked.lock().unwrap(), vec![t - 4_000]);
     let learning = ledger.learning("s").await.unwrap().unwrap();
     assert_eq!((learning.sum, learning.reporters), (3_500.0, 2));
     // A process that moved nothing in those seconds adds nothing, and no name.
     let idle = ledger
-        .report_into_round(
-            "s",
-            "p3",
-            t + 2_000,
-            |round| round.map_or(9_999.0, |_| 0.0),
-            t + 3_000,
-        )
+        .report_into_round("s", "p3", own(9_999.0, t + 2_000), |_| 0.0, t + 3_000)
         .await
         .unwrap();
     assert_eq!(idle, Reported::Nothing);
     let learning = ledger.learning("s").await.unwrap().unwrap();
     assert_eq!((learning.sum, learning.reporters), (3_500.0, 2));
+    // A figure naming seconds after its report counts to the report.
+    let later = t + 60_000;
+    ledger
+        .report_into_round("s", "p1", own(3_000.0, later + 5_000), |_| 0.0, later)
+        .await
+        .unwrap();
+    assert_eq!(
+        ledger.learning("s").await.unwrap().unwrap().counted_to(),
+        later
+    );
 }
 
 #[test]
@@ -174,6 +181,10 @@ fn a_round_row_written_before_its_seconds_were_kept_counts_to_its_opening() {
     assert_eq!(Learning::from_entity(&older).counted_to(), 5_000);
 }
 
+/// A report's conditional write that the service applied but answered with a 500 is sent
+/// again by the storage client's retry policy and meets 412 (the row changed: by itself); the
+/// report then reads the row and tries afresh. It counts once, as does a report one pace sends
+/// twice in a round; other paces' reports still add.
 #[tokio::test]
 async fn a_report_sent_again_in_its_round_counts_once() {
     let table = InMemoryTable::new("ledger");

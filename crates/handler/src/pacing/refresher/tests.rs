@@ -4,7 +4,6 @@
 use super::super::tests::{ledger_with_scan_row, record};
 use super::super::{LeaseClock, ScanPace};
 use super::*;
-use moved::RATE_SPAN;
 use tablescan_ledger::Ledger;
 use tablescan_storage::pacing::Governor;
 

@@ -7,9 +7,12 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
+/// How long the histories here keep counts.
+const KEEP: Duration = Duration::from_secs(16);
+
 /// A history started at `start`, with `counts` (ms after the start, running total) taken.
 fn history(start: Instant, counts: &[(u64, u64)]) -> MovedHistory {
-    let mut history = MovedHistory::new(start);
+    let mut history = MovedHistory::new(start, KEEP);
     for &(at, moved) in counts {
         history.note(start + ms(at), moved);
     }
@@ -20,29 +23,39 @@ fn history(start: Instant, counts: &[(u64, u64)]) -> MovedHistory {
 fn what_moved_by_a_time_is_read_between_the_counts_around_it() {
     let start = Instant::now();
     let h = history(start, &[(100, 100), (200, 300), (300, 300)]);
-    assert_eq!(h.moved_by(start), 0.0);
+    assert_eq!(h.moved_by(start), Some(0.0));
     // Between the start and the first count, and between counts: in proportion to the time.
-    assert_eq!(h.moved_by(start + ms(50)), 50.0);
-    assert_eq!(h.moved_by(start + ms(150)), 200.0);
-    assert_eq!(h.moved_by(start + ms(250)), 300.0);
+    assert_eq!(h.moved_by(start + ms(50)), Some(50.0));
+    assert_eq!(h.moved_by(start + ms(150)), Some(200.0));
+    assert_eq!(h.moved_by(start + ms(250)), Some(300.0));
     // After the last count: the last count.
-    assert_eq!(h.moved_by(start + ms(5_000)), 300.0);
+    assert_eq!(h.moved_by(start + ms(5_000)), Some(300.0));
+    assert!(h.moved_lately());
+    assert!(!history(start, &[(100, 0), (200, 0)]).moved_lately());
 }
 
 #[test]
-fn before_the_oldest_count_kept_the_total_is_the_oldest() {
+fn before_the_oldest_count_kept_the_total_is_not_known() {
     let start = Instant::now();
-    let mut h = MovedHistory::new(start);
-    // A count every second for longer than HISTORY: 1,000 entities a second.
-    let seconds = HISTORY.as_secs() + 5;
+    let mut h = MovedHistory::new(start, KEEP);
+    // A count every second for longer than it keeps: 1,000 entities a second.
+    let seconds = KEEP.as_secs() + 5;
     for s in 1..=seconds {
         h.note(start + Duration::from_secs(s), s * 1_000);
     }
-    let oldest = h.counts.front().unwrap().1 as f64;
-    assert!(oldest > 1_000.0, "nothing was dropped");
-    // Read at the start's second: not 0 (which would count every dropped second as moved in
-    // the window), the oldest kept.
-    assert_eq!(h.moved_by(start + Duration::from_secs(1)), oldest);
+    assert!(h.counts.front().unwrap().1 > 1_000, "nothing was dropped");
+    // Not 0 (which would count every dropped second as moved in a window), nor the oldest kept
+    // (which, as a window's end, would count them all as moved in it): not known.
+    assert_eq!(h.moved_by(start + Duration::from_secs(1)), None);
+    assert_eq!(
+        h.served_over(start, start + Duration::from_secs(2)),
+        0.0,
+        "seconds older than the counts kept"
+    );
+    // Within the counts kept: known.
+    let end = start + Duration::from_secs(seconds);
+    assert_eq!(h.served_before(end), 1_000.0);
+    assert!(h.moved_lately());
 }
 
 #[test]
@@ -62,7 +75,7 @@ fn a_window_holding_the_start_counts_a_seconds_burst_more_time() {
 #[test]
 fn the_rate_is_over_the_last_two_seconds_and_a_second_at_least() {
     let start = Instant::now();
-    assert_eq!(MovedHistory::new(start).rate(), 0.0);
+    assert_eq!(MovedHistory::new(start, KEEP).rate(), 0.0);
     // 600 entities in the first half second: over a second, not half.
     let h = history(start, &[(500, 600)]);
     assert_eq!(h.rate(), 600.0);
@@ -84,8 +97,9 @@ fn the_seconds_to_a_time_named_on_the_ledgers_clock() {
     assert_eq!(h.served_to(now_ms - 3_000, now, now_ms), 1_000.0);
     assert_eq!(h.served_to(now_ms, now, now_ms), 5_000.0);
     assert_eq!(h.served_before(now), 5_000.0);
-    // Seconds this clock puts later than now: nothing.
-    assert_eq!(h.served_to(now_ms + 500, now, now_ms), 0.0);
+    // Seconds this clock puts later than now (a clock a moment behind the opener's): those to
+    // now.
+    assert_eq!(h.served_to(now_ms + 500, now, now_ms), 5_000.0);
     // Seconds before this process started: nothing it moved came in them.
     assert_eq!(h.served_to(now_ms - 12_500, now, now_ms), 0.0);
 }
