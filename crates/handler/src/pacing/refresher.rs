@@ -272,7 +272,8 @@ impl Refresher {
         self.join_open_round(now, now_ms);
         if self.report_at.is_some_and(|at| now >= at) {
             self.report_at = None;
-            let refused = cuts > cuts_before && !std::mem::take(&mut self.report_joins);
+            let joins = std::mem::take(&mut self.report_joins);
+            let refused = cuts > cuts_before && !joins;
             let own = refused.then(|| self.own_figure(&source, now_ms));
             self.served_before_cut = None;
             self.report(own, now, now_ms).await;
@@ -349,8 +350,8 @@ impl Refresher {
     /// wait for its back-off to settle), a report of its own refusal still to come given up
     /// for it (planned for 4 s after its refusal, it could fall after the round's end, too late
     /// for the round and too soon for another, and its part was counted nowhere). One attempt
-    /// per round, whatever it
-    /// meets: lost tries leave the round to the others rather than pressing on its row.
+    /// per round, whatever it meets: lost tries leave the round to the others rather than
+    /// pressing on its row.
     fn join_open_round(&mut self, now: Instant, now_ms: u64) {
         let Some(round) = self.open_round(now_ms) else {
             return;
