@@ -508,14 +508,13 @@ impl Ledger {
                     return Ok(Reported::Skipped)
                 }
                 other => {
-                    let Some((rate, own)) = own.and_then(|own| Some((counted(own.rate)?, own)))
-                    else {
+                    let Some(own) = own.filter(|own| counted(own.rate).is_some()) else {
                         return Ok(Reported::Nothing);
                     };
                     Learning {
                         round_at_ms: now_ms,
                         counted_to_ms: own.counted_to_ms.min(now_ms),
-                        sum: rate,
+                        sum: own.rate,
                         reporters: 1,
                         reported_by: reporter_mark(reporter),
                         closed: false,

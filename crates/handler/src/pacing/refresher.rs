@@ -73,12 +73,8 @@ pub(super) struct Refresher {
     moved: MovedHistory,
     /// The account back-off's cuts seen so far (`None` before the first step named it).
     cuts_seen: Option<u64>,
-    /// When to report the last cut: once the process's back-off has settled after it; or at
-    /// once, to join a round another process opened (`report_joins`).
-    report_at: Option<Instant>,
-    /// Whether the report due joins a round another process opened: it has no figure of its
-    /// own to open one with.
-    report_joins: bool,
+    /// The report this process is to send into the scan's learning round, if any.
+    planned: Option<PlannedReport>,
     /// What the account served this process over the seconds before the cuts it is to
     /// report (the most, of several): where the account began to refuse it; and when that cut
     /// came (epoch ms), the end of those seconds.
@@ -107,8 +103,7 @@ impl Refresher {
             scans,
             moved: MovedHistory::new(Instant::now(), HISTORY),
             cuts_seen: None,
-            report_at: None,
-            report_joins: false,
+            planned: None,
             served_before_cut: None,
             close_at_ms: None,
             close_tried_round: 0,
@@ -269,12 +264,11 @@ impl Refresher {
                 }
             }
         }
-        self.join_open_round(now, now_ms);
-        if self.report_at.is_some_and(|at| now >= at) {
-            self.report_at = None;
-            let joins = std::mem::take(&mut self.report_joins);
-            let refused = cuts > cuts_before && !joins;
-            let own = refused.then(|| self.own_figure(&source, now_ms));
+        self.join_open_round(now_ms);
+        if let Some(planned) = self.planned.filter(|planned| planned.due(now)) {
+            self.planned = None;
+            let own_refusal = matches!(planned, PlannedReport::OwnRefusal { .. });
+            let own = (own_refusal && cuts > cuts_before).then(|| self.own_figure(&source, now_ms));
             self.served_before_cut = None;
             self.report(own, now, now_ms).await;
         }
@@ -290,7 +284,7 @@ impl Refresher {
     /// each reads the learning row once and one wins the lowering). A single refusal of a process that used
     /// little of its share lowers nothing: one slow request, or a fault, is no ceiling.
     async fn lower_if_pressing(&mut self, cuts: u64, seen: u64, now: Instant, now_ms: u64) {
-        self.report_at = None;
+        self.planned = None;
         self.close_at_ms = None;
         self.cuts_seen = Some(cuts);
         let refused_again = cuts > seen
@@ -341,7 +335,9 @@ impl Refresher {
         if self.open_round(now_ms).is_some() {
             return false;
         }
-        self.report_at.get_or_insert(now + REPORT_DELAY);
+        self.planned.get_or_insert(PlannedReport::OwnRefusal {
+            at: now + REPORT_DELAY,
+        });
         true
     }
 
@@ -352,22 +348,20 @@ impl Refresher {
     /// for the round and too soon for another, and its part was counted nowhere). One attempt
     /// per round, whatever it meets: lost tries leave the round to the others rather than
     /// pressing on its row.
-    fn join_open_round(&mut self, now: Instant, now_ms: u64) {
+    fn join_open_round(&mut self, now_ms: u64) {
         let Some(round) = self.open_round(now_ms) else {
             return;
         };
         if round > self.reported_round {
-            self.report_at = Some(now);
-            self.report_joins = true;
+            self.planned = Some(PlannedReport::Join);
             self.served_before_cut = None;
             self.reported_round = round;
         }
     }
 
     /// Where the account began to refuse this process, for a round its report opens, and the
-    /// end of the [`RATE_SPAN`] that figure counts (epoch ms): what the
-    /// account served it over the seconds before the refusal (`served_before_cut`, ending at
-    /// that cut); or, if more, where its back-off takes the account to refuse it (its
+    /// end of the [`RATE_SPAN`] that figure counts (epoch ms): what the account served it over
+    /// the seconds before the refusal (`served_before_cut`, ending at that cut); or, if more, where its back-off takes the account to refuse it (its
     /// estimate), but no more than the account gave it since (what it moved over the last
     /// seconds, ending now, which the back-off brought back to that estimate unless the
     /// account took less).
@@ -570,6 +564,25 @@ impl Refresher {
             }
         }
         true
+    }
+}
+
+/// A report a process is to send into its scan's learning round.
+#[derive(Debug, Clone, Copy)]
+enum PlannedReport {
+    /// Of its own refusal, once its back-off has settled after it ([`REPORT_DELAY`]): its own
+    /// figure opens a round if none is open.
+    OwnRefusal { at: Instant },
+    /// Into a round another process opened, at once: with no figure of its own, it opens none.
+    Join,
+}
+
+impl PlannedReport {
+    fn due(&self, now: Instant) -> bool {
+        match self {
+            PlannedReport::OwnRefusal { at } => now >= *at,
+            PlannedReport::Join => true,
+        }
     }
 }
 
