@@ -28,7 +28,7 @@ use crate::{Cancel, Case, Fault};
 /// before the case fails as not settling. A re-drive after a round in which more messages were
 /// lost does not count: a case of many drops may lose what the last re-drive sent, and the
 /// real timer runs again (CI's case at 3f8c798: its fifth re-drive's one message met a drop).
-/// The losses a case can cause are finite (its faults run out), so the case still ends.
+/// Losses count while the case has faults left, which run out, so the case still ends.
 pub(crate) const MAX_REDRIVES: u32 = 5;
 /// The longest a case may take before it fails as not settling.
 pub(crate) const CASE_TIME: Duration = Duration::from_secs(60);
@@ -95,7 +95,7 @@ pub(crate) struct Drive {
     pub(crate) losses_at_redrive: u32,
     pub(crate) cancel_issued: bool,
     pub(crate) redrives: u32,
-    /// Re-drives that followed no new loss (bounded by `MAX_REDRIVES`).
+    /// Re-drives since the last that followed a new loss (bounded by `MAX_REDRIVES`).
     pub(crate) fruitless_redrives: u32,
     /// The timer's sweep ran since the last delivery.
     pub(crate) swept: bool,
@@ -268,7 +268,12 @@ impl Drive {
                     self.take_outputs(outputs);
                 } else if msg.dequeue >= MAX_DEQUEUE_COUNT {
                     self.lost = true;
-                    self.losses += 1;
+                    // A loss to faults only while the case has faults left: once they ran out,
+                    // a message failing to its last delivery is what the case is to find, and
+                    // re-driving it for ever would hide it.
+                    if !self.faults.is_empty() {
+                        self.losses += 1;
+                    }
                     self.note(format!("  {} -> {status}, poisoned: {detail}", msg.id));
                 } else {
                     self.note(format!("  {} -> {status}: {detail}", msg.id));
@@ -397,8 +402,8 @@ impl Drive {
                     && self.fruitless_redrives >= MAX_REDRIVES =>
                 {
                     return Err(format!(
-                        "still {state} after {} re-drives of lost messages, {MAX_REDRIVES} of them \
-                         with none lost since the one before: {}",
+                        "still {state} after {} re-drives of lost messages, the last \
+                         {MAX_REDRIVES} with none lost since the one before: {}",
                         self.redrives,
                         brief(&status)
                     ))
@@ -406,6 +411,8 @@ impl Drive {
                 _ => {
                     if self.losses == self.losses_at_redrive {
                         self.fruitless_redrives += 1;
+                    } else {
+                        self.fruitless_redrives = 0;
                     }
                     self.losses_at_redrive = self.losses;
                     self.redrives += 1;

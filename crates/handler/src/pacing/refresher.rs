@@ -212,8 +212,15 @@ impl Refresher {
         // rate of 0 as a tiny one, which `judged` takes as none too.
         let granted = self.pace.share.rate().unwrap_or(0.0);
         let starved = held_back && super::starved(granted, running);
+        // Steps running with no grant at all want one whether or not the bucket holds them:
+        // as a learned cap takes over, steps that reserved their next page before it wait in
+        // the last second's window (`RecentUse`), which marks no hold, and the process took
+        // no slice until one of them reached the bucket (devhost: the only process running
+        // steps held none for 1.8 s after the cap took over, and the scan moved 981 entities
+        // in a second on an account taking 3,000).
+        let unslotted = running > 0 && self.pace.slices().is_some_and(|s| s.usable() == 0);
         Demand::judged(
-            waiting > 0 || starved,
+            waiting > 0 || starved || unslotted,
             held_back,
             self.moved.rate(),
             granted,

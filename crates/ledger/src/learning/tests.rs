@@ -730,18 +730,20 @@ async fn a_refusal_of_a_scan_moving_under_its_learned_cap_lowers_it_under_what_i
     // The first refusal after the round: the whole step, whatever the scan moved (the
     // round's sample of what the account served was high).
     let first = closed + ms(LOWER_EVERY);
-    scan_moves(ledger, 3_590.0, first + 5_000).await;
+    let learned = 4_000.0 * LEARNED_SHARE;
+    scan_moves(ledger, learned - 10.0, first + 5_000).await;
     let lowered = lower(first).await;
     assert!(
-        (lowered - 3_600.0 * LOWER * LOWER).abs() < 1e-6,
+        (lowered - learned * LOWER * LOWER).abs() < 1e-6,
         "{lowered}"
     );
-    // Then the scan moves 2,800 of its 2,916: the account (beside an application) holds it
-    // there; refused again, the cap goes under what it moves, not under the cap.
+    // Then the scan moves 95% of that: the account (beside an application) holds it there;
+    // refused again, the cap goes under what it moves, not under the cap.
     let second = first + ms(LOWER_EVERY);
-    scan_moves(ledger, 2_800.0, second + 5_000).await;
+    let moved = lowered * 0.95;
+    scan_moves(ledger, moved, second + 5_000).await;
     let lowered = lower(second).await;
-    assert!((lowered - 2_800.0 * LOWER).abs() < 1e-6, "{lowered}");
+    assert!((lowered - moved * LOWER).abs() < 1e-6, "{lowered}");
 }
 
 #[test]
@@ -809,15 +811,18 @@ async fn a_round_that_keeps_the_cap_leaves_the_next_lowering_gentle() {
     let first = closed + ms(LOWER_EVERY);
     scan_moves(&ledger, 9_000.0, first + 5_000).await;
     let lowered = ledger.lower_learned_cap("s", first, None).await.unwrap();
-    assert_eq!(lowered, Some(9_000.0 * LOWER * LOWER));
-    // A process that had not read the cap reports a refusal at 3,000: a round that keeps 7,290.
+    let learned = 10_000.0 * LEARNED_SHARE;
+    assert_eq!(lowered, Some(learned * LOWER * LOWER));
+    // A process that had not read the cap reports a refusal at 3,000: a round that keeps it.
     let t = first + ms(BETWEEN_ROUNDS);
     ledger.report_refusal("s", "p2", 3_000.0, t).await.unwrap();
     let round_closed = t + ms(ROUND);
     ledger.close_round("s", round_closed).await.unwrap();
-    assert_eq!(published(&ledger).await, Some(9_000.0 * LOWER * LOWER));
+    assert_eq!(published(&ledger).await, Some(learned * LOWER * LOWER));
     let next = round_closed + ms(LOWER_EVERY);
-    scan_moves(&ledger, 7_000.0, next + 5_000).await;
+    let moved = learned * LOWER * LOWER * 0.95;
+    scan_moves(&ledger, moved, next + 5_000).await;
     let lowered = ledger.lower_learned_cap("s", next, None).await.unwrap();
-    assert_eq!(lowered, Some(7_000.0 * LOWER));
+    let lowered = lowered.expect("lowered");
+    assert!((lowered - moved * LOWER).abs() < 1e-6, "{lowered}");
 }

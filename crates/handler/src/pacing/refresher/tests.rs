@@ -184,3 +184,31 @@ async fn a_refusal_under_a_cap_just_adopted_spends_no_try() {
     let after = ledger.learning(&scan.id).await.unwrap().unwrap().cap;
     assert!(after < cap, "{cap:?} -> {after:?}");
 }
+
+/// As a learned cap takes over, a process whose steps are running (none waiting to start, none
+/// held by the share's bucket yet: their next pages were reserved before the cap came) wants
+/// slices at once: it has none, and its steps can read nothing until it holds one.
+#[tokio::test(start_paused = true)]
+async fn a_process_running_steps_with_no_slice_wants_one() {
+    let source = Arc::new(Governor::default());
+    let (refresher, _ledger, _scan) = refresher_of_learned_scan(&source).await;
+    assert_eq!(refresher.pace.slices().map(|s| s.usable()), Some(0));
+    let now = Instant::now();
+    assert!(!refresher.demand(now).wants_more, "no step: no want");
+    refresher.pace.lock().running = 2;
+    assert!(
+        refresher.demand(now).wants_more,
+        "steps running with no grant"
+    );
+    // With a slice, running steps alone are no want (held back by its grant, they would be).
+    let slices = refresher.pace.slices().unwrap();
+    slices
+        .tick(tablescan_pace::Demand::judged(true, false, 0.0, 0.0))
+        .await;
+    assert!(slices.usable() > 0, "no slice taken");
+    refresher.set_rate(&slices);
+    assert!(
+        !refresher.demand(now).wants_more,
+        "steps running within a grant"
+    );
+}

@@ -65,11 +65,47 @@ fn a_window_holding_the_start_counts_a_seconds_burst_more_time() {
     let h = history(start, &[(500, 2_500), (1_000, 4_000)]);
     // From the start to 1 s, over 1 s and the burst's second: 2,000 a second.
     assert_eq!(h.served_before(start + ms(1_000)), 2_000.0);
-    // A window begun after the start: its own time.
+    assert_eq!(h.served_over(start, start + ms(1_000)), 2_000.0);
+    // A window begun later: its own time.
     let h = history(start, &[(1_000, 4_000), (3_000, 8_000), (5_000, 12_000)]);
     assert_eq!(h.served_before(start + ms(5_000)), 2_000.0);
     // Ended at the start: nothing.
     assert_eq!(h.served_over(start, start), 0.0);
+}
+
+/// A refusal whose two seconds begin within two seconds of the start: the figure is what moved
+/// since the start over that time and a second more, if less than the window's own. Only the
+/// refused process's own figure: the seconds a round counts, read by a process that joins it,
+/// are its own.
+#[test]
+fn a_refusal_near_the_start_counts_from_it_if_less() {
+    let start = Instant::now();
+    // An account taking 2,000 a second with a second's worth in hand, spent over the first two
+    // seconds while the process ramped (2,500, then 3,500, then 2,000): 8,000 over 3 s and 1 s,
+    // where the window from 1 s alone says 2,750 a second.
+    let h = history(start, &[(1_000, 2_500), (2_000, 6_000), (3_000, 8_000)]);
+    assert_eq!(h.served_before(start + ms(3_000)), 2_000.0);
+    assert_eq!(h.served_over(start + ms(1_000), start + ms(3_000)), 2_750.0);
+    // The window beginning two seconds after the start still counts from it; a moment later,
+    // not.
+    let h = history(
+        start,
+        &[
+            (1_000, 2_000),
+            (2_000, 4_000),
+            (4_000, 10_000),
+            (5_000, 13_000),
+        ],
+    );
+    assert_eq!(h.served_before(start + ms(4_000)), 2_000.0);
+    assert_eq!(h.served_before(start + ms(4_500)), 3_000.0);
+    // A process that stood idle in the window served nothing there, whatever it moved before.
+    let h = history(start, &[(1_000, 5_000), (2_000, 5_000), (3_000, 5_000)]);
+    assert_eq!(h.served_before(start + ms(3_000)), 0.0);
+    // A process that started a second before the window at a steady 2,000 a second (on a busy
+    // account: no burst) reads 2,000 there as a joiner, not 6,000 over 4 s.
+    let h = history(start, &[(1_000, 2_000), (2_000, 4_000), (3_000, 6_000)]);
+    assert_eq!(h.served_over(start + ms(1_000), start + ms(3_000)), 2_000.0);
 }
 
 #[test]
