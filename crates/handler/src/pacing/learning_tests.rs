@@ -124,10 +124,9 @@ async fn a_default_scan_learns_a_cap_near_what_its_account_takes() {
     // two seconds to it (its back-off back at its estimate, more than it was served before its
     // refusal), and the other counted the same two seconds: 7,717 entities/s together (96% of
     // the account; at a share of 0.9, 6,945 learned). The sum is what this test holds to at
-    // least 94% of the account (85% learned at a share of 0.9): the processes counted each over
-    // seconds of its own summed
-    // 8,002, a count in which a process that took up the room another's back-off left counts
-    // that room twice (`a_round_counts_each_process_over_the_same_seconds`). Raises take the
+    // least 94% of the account (85% learned at a share of 0.9): the processes counted each
+    // over seconds of its own summed 8,002, a count in which a process that took up the room
+    // another's back-off left counts that room twice (`a_round_counts_each_process_over_the_same_seconds`). Raises take the
     // cap the rest of the way while it binds
     // (`a_default_scans_learned_cap_stays_near_what_its_account_takes`).
     let share = tablescan_ledger::learning::LEARNED_SHARE;

@@ -216,8 +216,9 @@ impl Refresher {
         // as a learned cap takes over, steps that reserved their next page before it wait in
         // the last second's window (`RecentUse`), which marks no hold, and the process took
         // no slice until one of them reached the bucket (devhost: the only process running
-        // steps held none for 1.8 s after the cap took over, and the scan moved 981 entities
-        // in a second on an account taking 3,000).
+        // steps held none for 1.0-1.8 s after the cap took over, and the scan moved 945-1,919
+        // entities a second then on an account taking 3,000; docs/scan.md, the runs of
+        // 2026-11-29 from 14:20).
         let unslotted = running > 0 && self.pace.slices().is_some_and(|s| s.usable() == 0);
         Demand::judged(
             waiting > 0 || starved || unslotted,

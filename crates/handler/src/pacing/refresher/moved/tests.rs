@@ -105,7 +105,8 @@ fn a_refusal_near_the_start_counts_from_it_if_less() {
     // A process that started a second before the window at a steady 2,000 a second (on a busy
     // account: no burst) reads 2,000 there as a joiner, not 6,000 over 4 s.
     let h = history(start, &[(1_000, 2_000), (2_000, 4_000), (3_000, 6_000)]);
-    assert_eq!(h.served_over(start + ms(1_000), start + ms(3_000)), 2_000.0);
+    let now = start + ms(3_000);
+    assert_eq!(h.served_to(1_000_000, now, 1_000_000), 2_000.0);
 }
 
 #[test]
