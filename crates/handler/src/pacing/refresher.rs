@@ -239,11 +239,12 @@ impl Refresher {
         let seen = *self.cuts_seen.get_or_insert(cuts_before);
         let cuts = source.cuts();
         let now = Instant::now();
+        let round = self.pace.round_ms.load(Ordering::Relaxed);
         if self.pace.has_learned.load(Ordering::Relaxed) {
             self.lower_if_pressing(cuts, seen, now, now_ms).await;
+            self.finish_round_under_its_cap(round, now, now_ms).await;
             return;
         }
-        let round = self.pace.round_ms.load(Ordering::Relaxed);
         let learning_until = super::round_hold::learning_until_ms(round, false, now_ms);
         if learning_until > now_ms {
             source.hold_until(now + Duration::from_millis(learning_until - now_ms));
@@ -292,8 +293,11 @@ impl Refresher {
     /// each reads the learning row once and one wins the lowering). A single refusal of a process that used
     /// little of its share lowers nothing: one slow request, or a fault, is no ceiling.
     async fn lower_if_pressing(&mut self, cuts: u64, seen: u64, now: Instant, now_ms: u64) {
-        self.planned = None;
-        self.close_at_ms = None;
+        // A refusal before the cap came is no figure for a round any more: the cap's
+        // lowering takes refusals from now on. (A part in the open round is still sent.)
+        if matches!(self.planned, Some(PlannedReport::OwnRefusal { .. })) {
+            self.planned = None;
+        }
         self.cuts_seen = Some(cuts);
         let refused_again = cuts > seen
             && self
@@ -326,6 +330,24 @@ impl Refresher {
             self.lower_tried = Some(now);
             self.lower(now_ms, seen_cap.map(|(cap, _)| cap)).await;
         }
+    }
+
+    /// For a scan with a cap: the round that set it from its first report on (`round`, its
+    /// opening as last read, epoch ms) takes this process's part too while it is open (the
+    /// round's cap is [`LEARNED_SHARE`](tablescan_ledger::learning::LEARNED_SHARE) of the
+    /// parts so far, and is raised by each), and is closed once it is over, by whichever
+    /// process runs the scan then (once per process and round: a read of the learning row).
+    async fn finish_round_under_its_cap(&mut self, round: u64, now: Instant, now_ms: u64) {
+        if round > self.close_tried_round && self.close_at_ms.is_none() {
+            self.close_at_ms = Some(round_end(round));
+        }
+        self.join_open_round(now_ms);
+        if matches!(self.planned, Some(PlannedReport::Join)) {
+            self.planned = None;
+            self.served_before_cut = None;
+            self.report(None, now, now_ms).await;
+        }
+        self.close_round_when_over(now_ms).await;
     }
 
     /// The round this process last read with the scan (its opening, epoch ms), if it is open
@@ -423,10 +445,27 @@ impl Refresher {
                 self.reported_round = round_at;
                 self.pace.round_ms.fetch_max(round_at, Ordering::Relaxed);
                 self.close_at_ms = Some(round_end(round_at));
+                self.apply_round_cap(round_at).await;
             }
             Ok(Reported::Skipped | Reported::Nothing) => {}
             Err(e) => {
                 tracing::debug!(scan = %self.pace.scan, "could not report into the learning round: {e}")
+            }
+        }
+    }
+
+    /// Applies here at once the cap a round that this process just reported into set (a round
+    /// on a scan with no cap sets one from its first report on, `Learning::provisional`):
+    /// every other process reads it with the scan within `CANCEL_CHECK_EVERY`, and the
+    /// reporter, which the account refused a moment ago, should not be the last.
+    async fn apply_round_cap(&mut self, round_at: u64) {
+        match self.pace.ledger.learning(&self.pace.scan).await {
+            Ok(Some(learning)) if learning.round_at_ms == round_at && learning.provisional => {
+                self.pace.learned(learning.cap)
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(scan = %self.pace.scan, "could not read the round's cap: {e}")
             }
         }
     }

@@ -98,6 +98,109 @@ async fn reports_of_a_round_add_up_and_its_close_sets_the_cap_once() {
     );
 }
 
+/// A round on a scan with no cap sets one from its first report on, with the round, on the
+/// scan row every process reads: [`LEARNED_SHARE`] of its sum so far, raised by each report
+/// into it; the close makes it final (no longer provisional, its whiles counted from then)
+/// and leaves it as the reports set it. A round on a scan that has a cap sets none until it
+/// closes.
+#[tokio::test]
+async fn a_round_sets_the_cap_from_its_first_report_on() {
+    let ledger = ledger().await;
+    let t = 4_000_000;
+    ledger.report_refusal("s", "p1", 1_000.0, t).await.unwrap();
+    let opened = ledger.learning("s").await.unwrap().unwrap();
+    assert!(opened.provisional && opened.from_round && !opened.closed);
+    assert_eq!(
+        (opened.cap, opened.cap_at_ms),
+        (Some(1_000.0 * LEARNED_SHARE), t)
+    );
+    assert_eq!(published(&ledger).await, opened.cap);
+    ledger
+        .report_refusal("s", "p2", 800.0, t + 500)
+        .await
+        .unwrap();
+    let joined = ledger.learning("s").await.unwrap().unwrap();
+    assert_eq!(
+        (joined.cap, joined.cap_at_ms),
+        (Some(1_800.0 * LEARNED_SHARE), t + 500)
+    );
+    assert_eq!(published(&ledger).await, joined.cap);
+    // Not raised while the round is open.
+    assert_eq!(
+        ledger.raise_learned_cap("s", t + 1_000).await.unwrap(),
+        None
+    );
+    let closed_at = t + ms(ROUND);
+    assert_eq!(
+        ledger.close_round("s", closed_at).await.unwrap(),
+        Some(1_800.0 * LEARNED_SHARE)
+    );
+    let closed = ledger.learning("s").await.unwrap().unwrap();
+    assert!(closed.closed && !closed.provisional && closed.from_round);
+    assert_eq!(
+        (closed.cap, closed.cap_at_ms),
+        (Some(1_800.0 * LEARNED_SHARE), closed_at)
+    );
+    // A later round, on a scan with a cap: the cap stays until it closes.
+    let later = t + ms(BETWEEN_ROUNDS) + 1_000;
+    ledger
+        .report_refusal("s", "p1", 1_500.0, later)
+        .await
+        .unwrap();
+    let second = ledger.learning("s").await.unwrap().unwrap();
+    assert!(!second.provisional);
+    assert_eq!(second.cap, closed.cap);
+    assert_eq!(published(&ledger).await, closed.cap);
+    assert_eq!(
+        ledger.close_round("s", later + ms(ROUND)).await.unwrap(),
+        Some(1_500.0 * LEARNED_SHARE)
+    );
+}
+
+/// A lowering while a round sets the cap (the account refused a process under the round's
+/// cap) ends the round's setting of it: reports after it add to the sum and leave the cap, and
+/// the close keeps the lowered cap and its time.
+#[tokio::test]
+async fn a_lowering_in_a_round_stands_at_its_close() {
+    let ledger = ledger().await;
+    let t = 5_000_000;
+    ledger.report_refusal("s", "p1", 4_000.0, t).await.unwrap();
+    let cap = 4_000.0 * LEARNED_SHARE;
+    // Too soon: the others may not have read the round's cap yet.
+    assert_eq!(
+        ledger
+            .lower_learned_cap("s", t + 1_000, None)
+            .await
+            .unwrap(),
+        None
+    );
+    let lowered_at = t + ms(LOWER_EVERY);
+    let lowered = ledger
+        .lower_learned_cap("s", lowered_at, None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!((lowered - cap * LOWER * LOWER).abs() < 1e-6, "{lowered}");
+    ledger
+        .report_refusal("s", "p2", 2_000.0, lowered_at + 500)
+        .await
+        .unwrap();
+    let joined = ledger.learning("s").await.unwrap().unwrap();
+    assert_eq!((joined.sum, joined.cap), (6_000.0, Some(lowered)));
+    assert_eq!(published(&ledger).await, Some(lowered));
+    assert_eq!(
+        ledger.close_round("s", t + ms(ROUND)).await.unwrap(),
+        Some(lowered)
+    );
+    let closed = ledger.learning("s").await.unwrap().unwrap();
+    assert!(closed.closed && !closed.provisional && !closed.from_round);
+    assert_eq!(
+        (closed.cap, closed.cap_at_ms, closed.lowered_at_ms),
+        (Some(lowered), lowered_at, lowered_at)
+    );
+    assert_eq!(published(&ledger).await, Some(lowered));
+}
+
 /// A report into an open round is asked for what it moved over the seconds its opener's figure
 /// counted, whatever seconds its own figure would count; one that opens a round names its own
 /// seconds; a report of under an entity a second counts nothing, and one with no figure of its
