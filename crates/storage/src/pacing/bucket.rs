@@ -14,6 +14,10 @@ use tokio::time::Instant;
 /// 250 ms).
 const MAX_ACCRUAL_GAP: Duration = Duration::from_millis(300);
 
+/// The most places reserved with no rate that a rate set later charges (see
+/// `State::unpaid`): far more than a process's steps hold ahead at once.
+const MOST_UNPAID: usize = 256;
+
 /// Entities per second, or no limit.
 pub type Rate = Option<f64>;
 
@@ -40,6 +44,11 @@ struct State {
     released: VecDeque<(f64, f64)>,
     /// When `earned` was last brought up to date.
     at: Instant,
+    /// Places reserved while there was no rate that have not gone yet nor been given up, with
+    /// their entities, in the order reserved: earned as they were reserved, they would all go
+    /// at once after a rate is set, over it; a rate set then charges them
+    /// ([`TokenBucket::set_rate`]).
+    unpaid: Vec<(f64, f64)>,
     /// When a taker last had to wait: the rate held something back.
     held_at: Option<Instant>,
 }
@@ -63,6 +72,35 @@ impl State {
             }
         }
         self.at = now;
+    }
+
+    /// Owes again the places reserved with no rate that have not gone: the line earns from
+    /// the first of them, and passes over every place between and after them (gone, or given
+    /// up), up to the last reserved.
+    fn charge_unpaid(&mut self) {
+        let unpaid = std::mem::take(&mut self.unpaid);
+        let Some(&(first, entities)) = unpaid.first() else {
+            return;
+        };
+        self.earned = first - entities;
+        self.released.clear();
+        let mut end = first;
+        for &(place, entities) in &unpaid[1..] {
+            if place - entities > end {
+                self.released.push_back((end, place - entities));
+            }
+            end = place;
+        }
+        if self.reserved > end {
+            self.released.push_back((end, self.reserved));
+        }
+    }
+
+    /// No longer owed again by a rate set later: the place went, or was given up.
+    fn paid(&mut self, place: f64) {
+        if let Some(at) = self.unpaid.iter().position(|(p, _)| *p == place) {
+            self.unpaid.remove(at);
+        }
     }
 
     /// Earns `entities` of places, passing over the spans given up.
@@ -129,6 +167,7 @@ impl TokenBucket {
                 earned: 0.0,
                 released: VecDeque::new(),
                 at: Instant::now(),
+                unpaid: Vec::new(),
                 held_at: None,
             }),
         }
@@ -138,10 +177,18 @@ impl TokenBucket {
         self.lock().rate
     }
 
-    /// Changes the rate, for the takers waiting too.
+    /// Changes the rate, for the takers waiting too. A rate set where there was none charges
+    /// the places reserved before it that have not gone yet: reserved with no rate, they were
+    /// earned at once, and a step reserves its next page while this one is on its way, so a
+    /// process's steps held a page each that would all have gone at once, over the new rate
+    /// (devhost: a scan whose learned cap of 2,993 took over as its only process ran nine
+    /// steps moved 3,350 entities a second for two seconds, and the account refused it).
     pub fn set_rate(&self, rate: Rate) {
         let mut state = self.lock();
         state.settle(Instant::now());
+        if state.rate.is_none() && rate.is_some() {
+            state.charge_unpaid();
+        }
         state.rate = rate.map(|r| r.max(f64::MIN_POSITIVE));
     }
 
@@ -163,8 +210,9 @@ impl TokenBucket {
                 let now = Instant::now();
                 state.settle(now);
                 let wait = state.wait_for(place);
-                if wait.is_some() {
-                    state.held_at = Some(now);
+                match wait {
+                    Some(_) => state.held_at = Some(now),
+                    None => state.paid(place),
                 }
                 wait
             };
@@ -203,6 +251,7 @@ impl TokenBucket {
     pub fn release(&self, place: f64, entities: u64) {
         let mut state = self.lock();
         state.settle(Instant::now());
+        state.paid(place);
         let from = (place - entities as f64).max(state.earned);
         if place <= from {
             return;
@@ -252,7 +301,16 @@ impl TokenBucket {
         let mut state = self.lock();
         state.settle(Instant::now());
         state.reserved += entities;
-        state.reserved
+        let place = state.reserved;
+        if state.rate.is_none() {
+            // Bounded: a process's steps hold a page or two each ahead; a place dropped
+            // unreleased (a reader's end) must not make the list grow for ever.
+            if state.unpaid.len() >= MOST_UNPAID {
+                state.unpaid.remove(0);
+            }
+            state.unpaid.push((place, entities));
+        }
+        place
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {

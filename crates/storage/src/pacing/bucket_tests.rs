@@ -13,6 +13,33 @@ async fn what_a_stall_held_back_is_forfeit_not_let_through_at_once() {
     assert_eq!(left, Duration::from_millis(2_700));
 }
 
+/// Places reserved while the bucket had no rate go at once only if they go before a rate is
+/// set: those still to go when it is set wait for it, behind the ones that went.
+#[tokio::test(start_paused = true)]
+async fn a_rate_set_where_there_was_none_holds_back_the_places_not_gone_yet() {
+    let bucket = TokenBucket::new(None);
+    bucket.take(5_000).await;
+    // Three steps reserve their next pages ahead, with no rate: earned at once.
+    let ahead: Vec<f64> = (0..3).map(|_| bucket.reserve(1_000.0)).collect();
+    assert_eq!(bucket.due(ahead[2]), tokio::time::Instant::now());
+    bucket.set_rate(Some(1_000.0));
+    // The first page goes after a second at the rate, the third after three.
+    let now = tokio::time::Instant::now();
+    for (i, place) in ahead.iter().enumerate() {
+        let due = bucket.due(*place) - now;
+        assert_eq!(due, Duration::from_secs(i as u64 + 1));
+    }
+    let start = tokio::time::Instant::now();
+    bucket.hold(ahead[0], 1_000).earned().await;
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+    // A rate changed while one was in force charges nothing again.
+    bucket.set_rate(Some(2_000.0));
+    assert_eq!(
+        bucket.due(ahead[1]) - tokio::time::Instant::now(),
+        Duration::from_millis(500)
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_place_released_after_it_was_earned_is_forfeit_and_before_it_goes_back() {
     let bucket = TokenBucket::new(Some(1_000.0));
@@ -194,7 +221,9 @@ async fn concurrent_takers_share_the_rate() {
 /// order; the rate earns them front to back, and entities given back (a short page) are earned
 /// the same way at once; one given up owes nothing any more (what of it was earned is forfeit),
 /// and given up again changes nothing; credit with nothing left to earn is lost; no rate earns
-/// everything; a look more than 300 ms after the last earns 300 ms (a stall's time is forfeit).
+/// everything, and a rate set after none owes again, whole, what was reserved with no rate and
+/// not given up (nothing here goes: the model only asks when each place is due); a look more
+/// than 300 ms after the last earns 300 ms (a stall's time is forfeit).
 #[derive(Debug, Clone)]
 enum Op {
     Reserve(u16),
@@ -215,13 +244,15 @@ fn op() -> impl proptest::strategy::Strategy<Value = Op> {
     ]
 }
 
-/// The model's reservations: place, entities, entities not yet earned, given up.
+/// The model's reservations: place, entities, entities not yet earned, given up, reserved
+/// with no rate since the last rate.
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     place: f64,
     entities: u64,
     unearned: f64,
     given_up: bool,
+    unpaid: bool,
 }
 
 /// Earns `credit` entities front to back over what is still owed.
@@ -246,6 +277,7 @@ async fn check(ops: Vec<Op>) -> Result<(), proptest::test_runner::TestCaseError>
                     entities: u64::from(n),
                     unearned: f64::from(n),
                     given_up: false,
+                    unpaid: rate.is_none(),
                 });
             }
             Op::GiveUp(i) if !model.is_empty() => {
@@ -261,8 +293,17 @@ async fn check(ops: Vec<Op>) -> Result<(), proptest::test_runner::TestCaseError>
                 earn(&mut model, f64::from(n));
             }
             Op::SetRate(new) => {
+                let was_none = rate.is_none();
                 rate = new.map(f64::from);
                 bucket.set_rate(rate);
+                for entry in &mut model {
+                    if was_none && rate.is_some() && entry.unpaid && !entry.given_up {
+                        entry.unearned = entry.entities as f64;
+                    }
+                    if rate.is_some() {
+                        entry.unpaid = false;
+                    }
+                }
             }
             Op::Advance(ms) => {
                 tokio::time::advance(Duration::from_millis(u64::from(ms))).await;
