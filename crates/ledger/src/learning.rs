@@ -16,12 +16,14 @@
 //! over closes it, and the scan's cap becomes [`LEARNED_SHARE`] of the sum (the scan row's
 //! `learnedCap`, which every process reads with the scan). On a scan with no cap yet, the
 //! round sets that share of its sum so far from its first report on, published with the round
-//! and raised by each report ([`Learning::provisional`]; the reporter applies it at once, the
-//! others with their next read of the scan), and its close makes it final: with the cap only
+//! and raised by the reports that move it 5% or more ([`Learning::provisional`]; each reporter
+//! applies it at once, the others with their next read of the scan; a process under the cap
+//! joins only such a round), and its close makes it final: with the cap only
 //! at the close, the processes ran the round's eight seconds on their own back-offs, whose
 //! sum was often over the account (devhost, beside an application: 1.41% and 1.69% of the
-//! application's requests refused, most of them in those seconds). A lowering in the round
-//! stands (the account refused the scan under the round's cap). The cap keeps what the back-offs
+//! application's requests refused, most of them in those seconds). A lowering in the open
+//! round takes the whole step off the round's cap, and the parts reported after it count at
+//! that share ([`Learning::round_lowerings`]). The cap keeps what the back-offs
 //! found when they lift, and when processes come and go. From then on the scan is paced as a
 //! capped one (its slices, `tablescan_pace`) at that cap; a refusal of a process using its whole
 //! share of it, or refusals that keep coming, lower it to [`LOWER`] of what the scan moved
@@ -69,7 +71,10 @@
 //! every [`LOWER_EVERY`] while it is refused, one more under a cap just changed (and a
 //! conditional write, which only one process wins), and for the winner a read of the slices
 //! (none for the first lowering after a round), of the row again and a transaction, per scan
-//! at most that often.
+//! at most that often. A round that sets the cap writes the scan row with a report only when
+//! the report raises the cap 5% or more (other writers of the scan row write it
+//! conditionally); each reporter reads the row once more to apply the cap, and every process
+//! in the scan closes the round once (a read; the first, a write).
 
 use std::time::Duration;
 
@@ -191,10 +196,15 @@ pub struct Learning {
     /// would leave the round's cap to the gentler rule.
     pub from_round: bool,
     /// Whether the cap is the open round's so far: a round that opened on a scan with no cap
-    /// sets one from its first report on, and each report into it sets it again from the
-    /// round's sum ([`round_cap`]), until a lowering in the round (its cap then stands) or
-    /// the close (which makes it final).
+    /// sets one from its first report on, and reports into it raise it with the round's sum
+    /// ([`round_cap`]), until the close makes it final.
     pub provisional: bool,
+    /// How many lowerings came while the round set the cap: each keeps [`LOWER`] squared of
+    /// the round's cap ([`round_cap_now`](Self::round_cap_now)), and the parts reported
+    /// after it still count at that share. (Kept as the lowered cap alone, the round's cap
+    /// stayed at the share of the parts reported before the lowering: at scale, a fraction
+    /// of the scan, the opener's part alone.)
+    pub round_lowerings: u32,
     etag: Option<String>,
 }
 
@@ -224,6 +234,7 @@ impl Learning {
             looked_rate: double("lookedRate").unwrap_or(0.0),
             from_round: matches!(e.properties.get("fromRound"), Some(Value::Boolean(true))),
             provisional: matches!(e.properties.get("provisional"), Some(Value::Boolean(true))),
+            round_lowerings: number(e, "roundLowerings").min(u64::from(u32::MAX)) as u32,
             etag: e.etag.clone(),
         }
     }
@@ -245,20 +256,35 @@ impl Learning {
             .with("lookedAt", int(self.looked_at_ms))
             .with("lookedRate", Value::Double(self.looked_rate.max(0.0)))
             .with("fromRound", Value::Boolean(self.from_round))
-            .with("provisional", Value::Boolean(self.provisional));
+            .with("provisional", Value::Boolean(self.provisional))
+            .with("roundLowerings", int(u64::from(self.round_lowerings)));
         if let Some(cap) = self.cap {
             e.properties.insert("cap".into(), Value::Double(cap));
         }
         e
     }
 
-    /// This row with the cap its open round sets now, if the round sets one
-    /// ([`provisional`](Self::provisional)): [`round_cap`] of its sum, changed at `now_ms`.
+    /// The cap the open round sets now, if it sets one ([`provisional`](Self::provisional)):
+    /// [`round_cap`] of its sum, [`LOWER`] squared of that for each lowering while it set it
+    /// (never under [`LEAST_CAP`]).
+    fn round_cap_now(&self) -> Option<f64> {
+        self.provisional.then(|| {
+            let kept = (LOWER * LOWER).powi(self.round_lowerings.min(64) as i32);
+            (round_cap(self.peak, self.sum) * kept).max(LEAST_CAP)
+        })
+    }
+
+    /// This row with the cap its open round sets now, if the round sets one and it moved the
+    /// cap by [`ROUND_CAP_STEP`] or more (each change is written on the scan row too, which
+    /// other writers change conditionally: every report of a hundred processes would make
+    /// them try again; the close sets it exactly), changed at `now_ms`.
     fn with_round_cap(self, now_ms: u64) -> Learning {
-        if !self.provisional {
+        let Some(cap) = self.round_cap_now() else {
+            return self;
+        };
+        if self.cap.is_some_and(|before| cap < before * ROUND_CAP_STEP) {
             return self;
         }
-        let cap = round_cap(self.peak, self.sum);
         Learning {
             cap: Some(cap),
             peak: self.peak.max(cap),
@@ -432,6 +458,8 @@ pub fn lowered_round_cap(cap: f64, peak: f64) -> f64 {
 
 /// A scan moving at least this share of its cap when refused presses on the account.
 const PUSHING: f64 = 0.8;
+/// The least rise of an open round's cap that a report writes (see `Learning::with_round_cap`).
+const ROUND_CAP_STEP: f64 = 1.05;
 /// The least share of its highest learned cap a round leaves a scan.
 const LEAST_OF_PEAK: f64 = 0.25;
 /// The most a learned cap can be (the highest cap a request may name).
@@ -520,6 +548,36 @@ impl Ledger {
         joined_rate: impl Fn(u64) -> f64,
         now_ms: u64,
     ) -> Result<Reported, LedgerError> {
+        self.report(scan, reporter, own, joined_rate, now_ms, false)
+            .await
+    }
+
+    /// Reports the part of a process that runs the scan under its learned cap into the round
+    /// open now, if that round sets the cap (it opened on a scan with none:
+    /// [`Learning::provisional`]), as [`report_into_round`](Self::report_into_round) does;
+    /// nothing into any other round (one opened by a process that had not read the cap yet,
+    /// whose sum, this process's part in it, would set the cap from the whole scan over the
+    /// raises' rules), and it opens none.
+    pub async fn join_round_setting_cap(
+        &self,
+        scan: &str,
+        reporter: &str,
+        joined_rate: impl Fn(u64) -> f64,
+        now_ms: u64,
+    ) -> Result<Reported, LedgerError> {
+        self.report(scan, reporter, None, joined_rate, now_ms, true)
+            .await
+    }
+
+    async fn report(
+        &self,
+        scan: &str,
+        reporter: &str,
+        own: Option<OwnFigure>,
+        joined_rate: impl Fn(u64) -> f64,
+        now_ms: u64,
+        only_setting_cap: bool,
+    ) -> Result<Reported, LedgerError> {
         let counted = |rate: f64| (rate.is_finite() && rate >= LEAST_REPORT).then_some(rate);
         for _ in 0..TRIES {
             let current = self.learning(scan).await?;
@@ -528,6 +586,9 @@ impl Ledger {
                 // answered 412 by a write of its own.
                 Some(l) if l.open(now_ms) && l.reported(reporter) => {
                     return Ok(Reported::In(l.round_at_ms))
+                }
+                Some(l) if l.open(now_ms) && only_setting_cap && !l.provisional => {
+                    return Ok(Reported::Nothing)
                 }
                 Some(l) if l.open(now_ms) => {
                     let Some(rate) = counted(joined_rate(l.counted_to())) else {
@@ -585,7 +646,9 @@ impl Ledger {
     }
 
     /// Closes the scan's round if it is over: the scan's cap becomes its share of the round's
-    /// sum. The new cap if this call set it.
+    /// sum (for a round that set the cap, at the share its lowerings kept; for a round on a
+    /// scan that had a cap, that cap if the scan moved well under it, `next_cap`). The cap if
+    /// this call closed the round.
     pub async fn close_round(&self, scan: &str, now_ms: u64) -> Result<Option<f64>, LedgerError> {
         let Some(current) = self.learning(scan).await? else {
             return Ok(None);
@@ -593,15 +656,11 @@ impl Ledger {
         if !current.due(now_ms) {
             return Ok(None);
         }
-        // A lowering in the round (of the cap its reports set) leaves the cap it set: the
-        // account refused the scan under what the round's sum says.
-        let lowered_in_round = current.cap.is_some()
-            && current.lowered_at_ms > 0
-            && current.lowered_at_ms >= current.round_at_ms;
-        let cap = match current.cap {
-            Some(cap) if lowered_in_round => cap,
-            _ if current.provisional => round_cap(current.peak, current.sum),
-            before => next_cap(before, current.peak, current.sum),
+        // A round that set the cap as its reports came sets it exactly from its whole sum
+        // (the reports wrote only rises of 5% or more), at the share its lowerings kept.
+        let cap = match current.round_cap_now() {
+            Some(cap) => cap,
+            None => next_cap(current.cap, current.peak, current.sum),
         };
         // No ceiling: the sum counts each process's back-off estimate, under what the scan
         // met (a first refusal comes in the ramp, from the processes there then; the
@@ -612,9 +671,10 @@ impl Ledger {
             .cap
             .is_none_or(|before| (before - cap).abs() > cap * 1e-9);
         // The close makes the round's cap final: its quiet while before a raise, and the
-        // while before a lowering, count from now; not for a cap a lowering in the round set,
-        // which stands as that lowering left it (a lowering after a lowering waits the long
-        // while, `LOWER_SEEN_EVERY`).
+        // while before a lowering, count from now; after a lowering in the round, from that
+        // lowering (whose processes may not all have it yet: the next lowering waits the long
+        // while, `LOWER_EVERY`, and takes the gentler step, the round's sample lowered once).
+        let lowered_in_round = current.provisional && current.round_lowerings > 0;
         let next = Learning {
             closed: true,
             cap: Some(cap),
@@ -624,8 +684,9 @@ impl Ledger {
             } else {
                 now_ms
             },
-            from_round: changed || current.from_round,
+            from_round: !lowered_in_round && (changed || current.from_round),
             provisional: false,
+            round_lowerings: 0,
             // Read only while the round is open: no weight on the rows read after it.
             reported_by: String::new(),
             ..current.clone()
@@ -684,6 +745,13 @@ impl Ledger {
         } else {
             0
         };
+        if !current.closed && current.due(now_ms) {
+            // A round over and not closed (every process that ran the scan then has left):
+            // closed here, so that its cap does not stay the round's for ever, out of raises'
+            // reach.
+            self.close_round(scan, now_ms).await?;
+            return Ok(None);
+        }
         if !current.closed || now_ms < due.saturating_sub(ms(LOOK_AGAIN)).max(next_look) {
             return Ok(None);
         }
@@ -758,9 +826,12 @@ impl Ledger {
     /// [`LOWER_EVERY`], so that every process applies one lowering (it reads the scan every
     /// few seconds) before the next, or [`LOWER_SEEN_EVERY`] when the refused process had run
     /// under the cap in force (`seen`, the cap it ran under) and a round or a raise set it;
-    /// never under a quarter of the highest cap learned. The new cap if this call lowered it;
-    /// `None` when the scan has no learned cap yet (the refusal is for a round to learn one),
-    /// or it was lowered lately.
+    /// never under a quarter of the highest cap learned. While a round sets the cap (it opened
+    /// on a scan with none), the round's cap is lowered the same way, by the whole step, and
+    /// the parts reported after count at that share ([`Learning::round_lowerings`]); a round
+    /// open on a scan that had its cap before holds lowerings off until it closes. The new
+    /// cap if this call lowered it; `None` when the scan has no learned cap yet (the refusal
+    /// is for a round to learn one), or it was lowered lately.
     pub async fn lower_learned_cap(
         &self,
         scan: &str,
@@ -781,7 +852,8 @@ impl Ledger {
             LOWER_EVERY
         };
         // A round's cap is lowered while the round is open too: set from its first report
-        // on, it paces the scan already.
+        // on, it paces the scan already (a round open on a scan that had its cap before, which
+        // sets none, is not: its sum is not in yet).
         if !(current.closed || current.provisional) || now_ms < current.cap_at_ms + ms(every) {
             return Ok(None);
         }
@@ -799,13 +871,10 @@ impl Ledger {
         } else {
             current.failed_raises
         };
-        // The claim ends an open round's setting of the cap: its later reports leave the cap
-        // to this lowering (or, should the lowering never come, as it is).
         let claim = Learning {
             cap_at_ms: now_ms,
             lowered_at_ms: now_ms,
             failed_raises,
-            provisional: false,
             ..current.clone()
         };
         if !self
@@ -817,10 +886,18 @@ impl Ledger {
         let Some(claimed) = self.learning(scan).await? else {
             return Ok(None);
         };
-        let lowered = if current.from_round {
-            lowered_round_cap(cap, current.peak)
-        } else {
-            lowered_cap(cap, self.scan_rate(scan, now_ms).await, current.peak)
+        // In a round that sets the cap, the lowering is the round's: its cap at the whole
+        // step less, and the parts still to come counted at that share.
+        let round_lowerings = claimed.round_lowerings + u32::from(claimed.provisional);
+        let in_round = Learning {
+            round_lowerings,
+            ..claimed.clone()
+        }
+        .round_cap_now();
+        let lowered = match in_round {
+            Some(lowered) => lowered,
+            None if current.from_round => lowered_round_cap(cap, current.peak),
+            None => lowered_cap(cap, self.scan_rate(scan, now_ms).await, current.peak),
         };
         // Written at the floor too: the refusal's time holds off a raise for a quiet while,
         // and nothing more (see the module's note on a ceiling).
@@ -829,6 +906,7 @@ impl Ledger {
             cap_at_ms: now_ms,
             lowered_at_ms: now_ms,
             from_round: false,
+            round_lowerings,
             ..claimed.clone()
         };
         let published = (lowered < cap).then(|| ScanRow::learned(scan, lowered));

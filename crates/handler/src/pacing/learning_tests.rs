@@ -241,9 +241,9 @@ async fn the_seconds_around_a_learned_caps_takeover_hold_it() {
     let account = Arc::new(Account::default());
     let until = Instant::now() + Duration::from_secs(60);
     let steps = two_processes_reading(&scan, &ledger, &account, until);
-    let (_, learned_at) = cap_learned(&ledger, &scan.id, until).await;
+    let (first, learned_at) = cap_learned(&ledger, &scan.id, until).await;
     account.open.store(true, Ordering::Relaxed);
-    // The round set the cap from its first report on, and each report raised it; its close
+    // The round set the cap from its first report on, and a report may raise it; its close
     // makes it final, and every process that reported applies it then (these processes read
     // no scan row, which would bring it sooner).
     let (cap, closed_at) = round_closed(&ledger, &scan.id, until).await;
@@ -252,6 +252,13 @@ async fn the_seconds_around_a_learned_caps_takeover_hold_it() {
         step.abort();
     }
     let log = lock(&account.log).clone();
+    // Both processes are refused at once and report together: the cap that took over is the
+    // round's (its close sets it exactly, within the 5% a report leaves unwritten), and the
+    // seconds from the takeover on hold it.
+    assert!(
+        (first..=first * 1.05).contains(&cap),
+        "the round's cap went from {first} to {cap}"
+    );
     let straddling = assert_seconds_from_takeover_hold(&log, learned_at, cap);
     assert!(straddling > 0, "no second held takes from both sides");
     // Used: each of the seconds 2 to 5 after the cap was final holds most of it.
@@ -656,6 +663,64 @@ async fn a_round_paces_the_scan_from_the_report_that_opens_it() {
     let closed = ledger.learning(&scan.id).await.unwrap().unwrap();
     assert!(closed.closed && !closed.provisional, "{closed:?}");
     assert_eq!(closed.cap, Some(cap));
+    drop(step);
+}
+
+/// A process that reads the scan with a round that sets its cap runs under that cap, reports
+/// its part of the round's seconds into the round (which raises the cap, applied here at once),
+/// and closes the round once it is over: the round's opener may be gone.
+#[tokio::test(start_paused = true)]
+async fn a_process_under_a_rounds_cap_reports_its_part_and_closes_the_round() {
+    use tablescan_pace::Clock;
+    let (scan, ledger, pacing, _source, step) = one_step_uncapped("scan-joins-under-cap").await;
+    // 2,000 entities a second for three seconds.
+    for _ in 0..30 {
+        let ticket = step.before_read(200).await;
+        step.after_read(ticket, 200, 0);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Another process, refused, opens the round: 3,000 entities a second in the two seconds
+    // to now.
+    let opened = tablescan_pace::TokioClock.now_ms();
+    ledger
+        .report_into_round(&scan.id, "p1", refused_at(opened), |_| 3_000.0, opened)
+        .await
+        .unwrap();
+    let row = ledger
+        .table()
+        .get_entity(&scan.id, tablescan_ledger::rows::SCAN_ROW)
+        .await
+        .unwrap()
+        .unwrap();
+    let row = tablescan_ledger::rows::ScanRow::from_entity(&row).unwrap();
+    let read = ScanRecord {
+        learned_cap: row.learned_cap,
+        learn_round_ms: row.learn_round_ms,
+        ..scan.clone()
+    };
+    pacing.read(&read, Instant::now()).await;
+    // A few ticks of the refresher, the step still reading.
+    let joined_by = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < joined_by {
+        let ticket = step.before_read(100).await;
+        step.after_read(ticket, 100, 0);
+    }
+    let learning = ledger.learning(&scan.id).await.unwrap().unwrap();
+    assert_eq!(learning.reporters, 2, "{learning:?}");
+    assert!(
+        (4_800.0..=5_200.0).contains(&learning.sum),
+        "the round summed {}",
+        learning.sum
+    );
+    assert_eq!(*lock(&step.pace.cap), learning.cap);
+    // Closed here once over.
+    let over = Instant::now() + tablescan_ledger::learning::ROUND;
+    while Instant::now() < over {
+        let ticket = step.before_read(100).await;
+        step.after_read(ticket, 100, 0);
+    }
+    let closed = ledger.learning(&scan.id).await.unwrap().unwrap();
+    assert!(closed.closed && !closed.provisional, "{closed:?}");
     drop(step);
 }
 

@@ -15,6 +15,7 @@ use std::time::Duration;
 use tablescan_pace::{Clock, Demand};
 use tokio::time::Instant;
 
+use super::round_hold::HOLD_PAST_ROUND;
 use super::{lock, LeaseClock, ScanPace, Scans};
 use tablescan_ledger::learning::{
     quiet_for, OwnFigure, Reported, ASK_RAISE_EVERY, LOWER_EVERY, LOWER_SEEN_EVERY, QUIET, ROUND,
@@ -335,17 +336,22 @@ impl Refresher {
     /// For a scan with a cap: the round that set it from its first report on (`round`, its
     /// opening as last read, epoch ms) takes this process's part too while it is open (the
     /// round's cap is [`LEARNED_SHARE`](tablescan_ledger::learning::LEARNED_SHARE) of the
-    /// parts so far, and is raised by each), and is closed once it is over, by whichever
-    /// process runs the scan then (once per process and round: a read of the learning row).
+    /// parts so far, and each part raises it; a round that sets no cap takes none:
+    /// `Ledger::join_round_setting_cap`), and is closed once it is over by each process that
+    /// ran the scan in it or joined it within [`HOLD_PAST_ROUND`] of its end (a close is a
+    /// read of the learning row, and for the one that closes it a write; once per process and
+    /// round). A round left open past that, every process gone, is closed by the next ask for
+    /// a raise (`Ledger::raise_learned_cap`).
     async fn finish_round_under_its_cap(&mut self, round: u64, now: Instant, now_ms: u64) {
-        if round > self.close_tried_round && self.close_at_ms.is_none() {
+        let recent = now_ms < round_end(round).saturating_add(HOLD_PAST_ROUND.as_millis() as u64);
+        if round > self.close_tried_round && self.close_at_ms.is_none() && recent {
             self.close_at_ms = Some(round_end(round));
         }
         self.join_open_round(now_ms);
         if matches!(self.planned, Some(PlannedReport::Join)) {
             self.planned = None;
             self.served_before_cut = None;
-            self.report(None, now, now_ms).await;
+            self.report_under_cap(now, now_ms).await;
         }
         self.close_round_when_over(now_ms).await;
     }
@@ -440,6 +446,31 @@ impl Refresher {
             scan = %self.pace.scan, ?own, ?reported,
             "a report into the scan's learning round"
         );
+        self.reported(reported).await;
+    }
+
+    /// [`report`](Self::report) for a process under the scan's learned cap: its part, into a
+    /// round that sets the cap only.
+    async fn report_under_cap(&mut self, now: Instant, now_ms: u64) {
+        if !self.moved.moved_lately() {
+            return;
+        }
+        let moved = &self.moved;
+        let joined_rate = |to_ms: u64| moved.served_to(to_ms, now, now_ms);
+        let reported = self
+            .pace
+            .ledger
+            .join_round_setting_cap(&self.pace.scan, &self.pace.holder, joined_rate, now_ms)
+            .await;
+        tracing::debug!(
+            scan = %self.pace.scan, ?reported,
+            "a report under the cap into the scan's learning round"
+        );
+        self.reported(reported).await;
+    }
+
+    /// Takes in what a report into the scan's round did.
+    async fn reported(&mut self, reported: Result<Reported, tablescan_ledger::LedgerError>) {
         match reported {
             Ok(Reported::In(round_at)) => {
                 self.reported_round = round_at;
@@ -460,7 +491,7 @@ impl Refresher {
     /// reporter, which the account refused a moment ago, should not be the last.
     async fn apply_round_cap(&mut self, round_at: u64) {
         match self.pace.ledger.learning(&self.pace.scan).await {
-            Ok(Some(learning)) if learning.round_at_ms == round_at && learning.provisional => {
+            Ok(Some(learning)) if learning.round_at_ms == round_at && learning.cap.is_some() => {
                 self.pace.learned(learning.cap)
             }
             Ok(_) => {}

@@ -99,10 +99,10 @@ async fn reports_of_a_round_add_up_and_its_close_sets_the_cap_once() {
 }
 
 /// A round on a scan with no cap sets one from its first report on, with the round, on the
-/// scan row every process reads: [`LEARNED_SHARE`] of its sum so far, raised by each report
-/// into it; the close makes it final (no longer provisional, its whiles counted from then)
-/// and leaves it as the reports set it. A round on a scan that has a cap sets none until it
-/// closes.
+/// scan row every process reads: [`LEARNED_SHARE`] of its sum so far, raised by a report that
+/// moves it 5% or more (a smaller one is left for the close); the close sets it exactly and
+/// makes it final (no longer provisional, its whiles counted from then). A round on a scan
+/// that has a cap sets none until it closes.
 #[tokio::test]
 async fn a_round_sets_the_cap_from_its_first_report_on() {
     let ledger = ledger().await;
@@ -125,6 +125,14 @@ async fn a_round_sets_the_cap_from_its_first_report_on() {
         (Some(1_800.0 * LEARNED_SHARE), t + 500)
     );
     assert_eq!(published(&ledger).await, joined.cap);
+    // A part that moves the cap under 5%: counted, not written.
+    ledger
+        .report_refusal("s", "p3", 50.0, t + 600)
+        .await
+        .unwrap();
+    let small = ledger.learning("s").await.unwrap().unwrap();
+    assert_eq!((small.sum, small.cap), (1_850.0, joined.cap));
+    assert_eq!(published(&ledger).await, joined.cap);
     // Not raised while the round is open.
     assert_eq!(
         ledger.raise_learned_cap("s", t + 1_000).await.unwrap(),
@@ -133,15 +141,17 @@ async fn a_round_sets_the_cap_from_its_first_report_on() {
     let closed_at = t + ms(ROUND);
     assert_eq!(
         ledger.close_round("s", closed_at).await.unwrap(),
-        Some(1_800.0 * LEARNED_SHARE)
+        Some(1_850.0 * LEARNED_SHARE)
     );
     let closed = ledger.learning("s").await.unwrap().unwrap();
     assert!(closed.closed && !closed.provisional && closed.from_round);
     assert_eq!(
         (closed.cap, closed.cap_at_ms),
-        (Some(1_800.0 * LEARNED_SHARE), closed_at)
+        (Some(1_850.0 * LEARNED_SHARE), closed_at)
     );
-    // A later round, on a scan with a cap: the cap stays until it closes.
+    assert_eq!(published(&ledger).await, closed.cap);
+    // A later round, on a scan with a cap: the cap stays until it closes, and a process under
+    // the cap does not join it.
     let later = t + ms(BETWEEN_ROUNDS) + 1_000;
     ledger
         .report_refusal("s", "p1", 1_500.0, later)
@@ -151,17 +161,44 @@ async fn a_round_sets_the_cap_from_its_first_report_on() {
     assert!(!second.provisional);
     assert_eq!(second.cap, closed.cap);
     assert_eq!(published(&ledger).await, closed.cap);
+    let under_cap = ledger
+        .join_round_setting_cap("s", "p2", |_| 9_999.0, later + 100)
+        .await
+        .unwrap();
+    assert_eq!(under_cap, Reported::Nothing);
     assert_eq!(
         ledger.close_round("s", later + ms(ROUND)).await.unwrap(),
         Some(1_500.0 * LEARNED_SHARE)
     );
 }
 
-/// A lowering while a round sets the cap (the account refused a process under the round's
-/// cap) ends the round's setting of it: reports after it add to the sum and leave the cap, and
-/// the close keeps the lowered cap and its time.
+/// A process under a round's cap joins that round: its part raises the cap.
 #[tokio::test]
-async fn a_lowering_in_a_round_stands_at_its_close() {
+async fn a_process_under_a_rounds_cap_joins_the_round() {
+    let ledger = ledger().await;
+    let t = 4_500_000;
+    ledger.report_refusal("s", "p1", 2_000.0, t).await.unwrap();
+    let joined = ledger
+        .join_round_setting_cap("s", "p2", |_| 1_000.0, t + 1_000)
+        .await
+        .unwrap();
+    assert_eq!(joined, Reported::In(t));
+    assert_eq!(published(&ledger).await, Some(3_000.0 * LEARNED_SHARE));
+    // It opens none: with no round open, nothing.
+    let fresh = ledger_on(InMemoryTable::new("other")).await;
+    let nothing = fresh
+        .join_round_setting_cap("s", "p2", |_| 1_000.0, t)
+        .await
+        .unwrap();
+    assert_eq!(nothing, Reported::Nothing);
+}
+
+/// A lowering while a round sets the cap (the account refused a process under the round's
+/// cap) takes the whole step off the round's cap, and the parts reported after it count at
+/// that share: a round whose first part was a fraction of the scan (at scale, the opener's
+/// alone) is not held to it. The close keeps the share, and the lowering's time.
+#[tokio::test]
+async fn a_lowering_in_a_round_keeps_its_share_of_the_parts_after_it() {
     let ledger = ledger().await;
     let t = 5_000_000;
     ledger.report_refusal("s", "p1", 4_000.0, t).await.unwrap();
@@ -180,25 +217,38 @@ async fn a_lowering_in_a_round_stands_at_its_close() {
         .await
         .unwrap()
         .unwrap();
-    assert!((lowered - cap * LOWER * LOWER).abs() < 1e-6, "{lowered}");
+    let kept = LOWER * LOWER;
+    assert!((lowered - cap * kept).abs() < 1e-6, "{lowered}");
+    assert_eq!(published(&ledger).await, Some(lowered));
     ledger
         .report_refusal("s", "p2", 2_000.0, lowered_at + 500)
         .await
         .unwrap();
     let joined = ledger.learning("s").await.unwrap().unwrap();
-    assert_eq!((joined.sum, joined.cap), (6_000.0, Some(lowered)));
-    assert_eq!(published(&ledger).await, Some(lowered));
-    assert_eq!(
-        ledger.close_round("s", t + ms(ROUND)).await.unwrap(),
-        Some(lowered)
-    );
+    let raised = 6_000.0 * LEARNED_SHARE * kept;
+    assert_eq!(joined.sum, 6_000.0);
+    assert!((joined.cap.unwrap() - raised).abs() < 1e-6, "{joined:?}");
+    assert_eq!(published(&ledger).await, joined.cap);
+    let closed = ledger.close_round("s", t + ms(ROUND)).await.unwrap();
+    assert!((closed.unwrap() - raised).abs() < 1e-6, "{closed:?}");
     let closed = ledger.learning("s").await.unwrap().unwrap();
     assert!(closed.closed && !closed.provisional && !closed.from_round);
-    assert_eq!(
-        (closed.cap, closed.cap_at_ms, closed.lowered_at_ms),
-        (Some(lowered), lowered_at, lowered_at)
-    );
-    assert_eq!(published(&ledger).await, Some(lowered));
+    assert_eq!(closed.round_lowerings, 0);
+    assert_eq!(closed.cap_at_ms, lowered_at + 500);
+}
+
+/// A round over and never closed (every process that ran the scan then left) is closed by the
+/// next ask for a raise: its cap is no longer the round's, and raises reach it.
+#[tokio::test]
+async fn a_round_left_open_is_closed_by_an_ask_for_a_raise() {
+    let ledger = ledger().await;
+    let t = 5_500_000;
+    ledger.report_refusal("s", "p1", 1_000.0, t).await.unwrap();
+    let late = t + ms(ROUND) + 60_000;
+    assert_eq!(ledger.raise_learned_cap("s", late).await.unwrap(), None);
+    let learning = ledger.learning("s").await.unwrap().unwrap();
+    assert!(learning.closed && !learning.provisional, "{learning:?}");
+    assert_eq!(learning.cap, Some(1_000.0 * LEARNED_SHARE));
 }
 
 /// A report into an open round is asked for what it moved over the seconds its opener's figure

@@ -97,7 +97,7 @@ impl State {
     }
 
     /// No longer owed again by a rate set later: the place went, or was given up.
-    fn paid(&mut self, place: f64) {
+    fn settled(&mut self, place: f64) {
         if let Some(at) = self.unpaid.iter().position(|(p, _)| *p == place) {
             self.unpaid.remove(at);
         }
@@ -182,7 +182,9 @@ impl TokenBucket {
     /// earned at once, and a step reserves its next page while this one is on its way, so a
     /// process's steps held a page each that would all have gone at once, over the new rate
     /// (devhost: a scan whose learned cap of 2,993 took over as its only process ran nine
-    /// steps moved 3,350 entities a second for two seconds, and the account refused it).
+    /// steps moved 3,350 entities a second for two seconds, and the account refused it). What
+    /// a page that went before the rate gives back unread (a short page) still credits the
+    /// line: not told apart, it lets the charged places go that much sooner.
     pub fn set_rate(&self, rate: Rate) {
         let mut state = self.lock();
         state.settle(Instant::now());
@@ -212,7 +214,7 @@ impl TokenBucket {
                 let wait = state.wait_for(place);
                 match wait {
                     Some(_) => state.held_at = Some(now),
-                    None => state.paid(place),
+                    None => state.settled(place),
                 }
                 wait
             };
@@ -251,7 +253,7 @@ impl TokenBucket {
     pub fn release(&self, place: f64, entities: u64) {
         let mut state = self.lock();
         state.settle(Instant::now());
-        state.paid(place);
+        state.settled(place);
         let from = (place - entities as f64).max(state.earned);
         if place <= from {
             return;
@@ -303,8 +305,8 @@ impl TokenBucket {
         state.reserved += entities;
         let place = state.reserved;
         if state.rate.is_none() {
-            // Bounded: a process's steps hold a page or two each ahead; a place dropped
-            // unreleased (a reader's end) must not make the list grow for ever.
+            // Bounded: a process's steps hold a page or two each ahead; should a place be
+            // dropped unreleased, the list must not grow for ever.
             if state.unpaid.len() >= MOST_UNPAID {
                 state.unpaid.remove(0);
             }
