@@ -266,11 +266,13 @@ impl Learning {
 
     /// The cap the open round sets now, if it sets one ([`provisional`](Self::provisional)):
     /// [`round_cap`] of its sum, [`LOWER`] squared of that for each lowering while it set it
-    /// (never under [`LEAST_CAP`]).
+    /// (never under a quarter of the highest cap set, nor [`LEAST_CAP`]).
     fn round_cap_now(&self) -> Option<f64> {
         self.provisional.then(|| {
             let kept = (LOWER * LOWER).powi(self.round_lowerings.min(64) as i32);
-            (round_cap(self.peak, self.sum) * kept).max(LEAST_CAP)
+            (round_cap(self.peak, self.sum) * kept)
+                .max(self.peak * LEAST_OF_PEAK)
+                .max(LEAST_CAP)
         })
     }
 
@@ -376,6 +378,19 @@ pub fn next_cap(cap: Option<f64>, peak: f64, sum: f64) -> f64 {
         _ => learned,
     };
     next.max(peak * LEAST_OF_PEAK).clamp(LEAST_CAP, MOST_CAP)
+}
+
+/// How long after the cap's last change a lowering of `current`'s cap `cap` waits: the short
+/// while ([`LOWER_SEEN_EVERY`]) for a process that ran under that very cap (`seen`) when a
+/// round or a raise set it, the long one ([`LOWER_EVERY`]) otherwise.
+fn lowering_wait(current: &Learning, cap: f64, seen: Option<f64>) -> Duration {
+    let under_it = seen.is_some_and(|seen| (seen - cap).abs() <= cap.abs() * 1e-9);
+    let by_lowering = current.lowered_at_ms > 0 && current.lowered_at_ms >= current.cap_at_ms;
+    if under_it && !by_lowering {
+        LOWER_SEEN_EVERY
+    } else {
+        LOWER_EVERY
+    }
 }
 
 /// The cap an open round sets on a scan that had none, from the sum of its reports so far:
@@ -609,8 +624,15 @@ impl Ledger {
                     let Some(own) = own.filter(|own| counted(own.rate).is_some()) else {
                         return Ok(Reported::Nothing);
                     };
-                    let before = other.clone().unwrap_or_default();
+                    let mut before = other.clone().unwrap_or_default();
+                    if before.provisional {
+                        // A round that set the cap, over and never closed (its processes
+                        // left): its cap is what its close would have set.
+                        before.cap = before.round_cap_now();
+                        before.provisional = false;
+                    }
                     Learning {
+                        round_lowerings: 0,
                         round_at_ms: now_ms,
                         counted_to_ms: own.counted_to_ms.min(now_ms),
                         sum: own.rate,
@@ -628,7 +650,11 @@ impl Ledger {
             // round sets so far, if it sets one.
             let mut published =
                 (next.reporters == 1).then(|| ScanRow::learn_round(scan, next.round_at_ms));
-            if let Some(cap) = next.cap.filter(|_| next.provisional) {
+            let cap_before = current.as_ref().and_then(|l| l.cap);
+            if let Some(cap) = next
+                .cap
+                .filter(|cap| next.provisional && Some(*cap) != cap_before)
+            {
                 let cap = ScanRow::learned(scan, cap);
                 match published.as_mut() {
                     Some(change) => change.properties.extend(cap.properties),
@@ -650,12 +676,30 @@ impl Ledger {
     /// scan that had a cap, that cap if the scan moved well under it, `next_cap`). The cap if
     /// this call closed the round.
     pub async fn close_round(&self, scan: &str, now_ms: u64) -> Result<Option<f64>, LedgerError> {
-        let Some(current) = self.learning(scan).await? else {
-            return Ok(None);
-        };
-        if !current.due(now_ms) {
-            return Ok(None);
+        // Tried again when a report or a lowering wrote the row meanwhile: a round left open
+        // is a cap that is not final, out of raises' reach.
+        for _ in 0..TRIES {
+            let Some(current) = self.learning(scan).await? else {
+                return Ok(None);
+            };
+            if !current.due(now_ms) {
+                return Ok(None);
+            }
+            if let Some(cap) = self.close(scan, &current, now_ms).await? {
+                return Ok(Some(cap));
+            }
         }
+        Ok(None)
+    }
+
+    /// Closes the round of `current` (as read, over and not closed): the cap it sets if the
+    /// write went through, `None` if another process wrote the row first.
+    async fn close(
+        &self,
+        scan: &str,
+        current: &Learning,
+        now_ms: u64,
+    ) -> Result<Option<f64>, LedgerError> {
         // A round that set the cap as its reports came sets it exactly from its whole sum
         // (the reports wrote only rises of 5% or more), at the share its lowerings kept.
         let cap = match current.round_cap_now() {
@@ -671,15 +715,16 @@ impl Ledger {
             .cap
             .is_none_or(|before| (before - cap).abs() > cap * 1e-9);
         // The close makes the round's cap final: its quiet while before a raise, and the
-        // while before a lowering, count from now; after a lowering in the round, from that
-        // lowering (whose processes may not all have it yet: the next lowering waits the long
-        // while, `LOWER_EVERY`, and takes the gentler step, the round's sample lowered once).
+        // while before a lowering, count from now; after a lowering in the round, from the
+        // cap's last change if the close leaves it as it was (the next lowering then waits as
+        // after any lowering, `lower_learned_cap`). The next lowering takes the gentler step
+        // after a lowering in the round: the round's sample was lowered once already.
         let lowered_in_round = current.provisional && current.round_lowerings > 0;
         let next = Learning {
             closed: true,
             cap: Some(cap),
             peak: current.peak.max(cap),
-            cap_at_ms: if lowered_in_round {
+            cap_at_ms: if lowered_in_round && !changed {
                 current.cap_at_ms
             } else {
                 now_ms
@@ -693,7 +738,7 @@ impl Ledger {
         };
         let published = Some(ScanRow::learned(scan, cap));
         if !self
-            .write_learning(scan, &next, Some(&current), published)
+            .write_learning(scan, &next, Some(current), published)
             .await?
         {
             return Ok(None);
@@ -745,7 +790,7 @@ impl Ledger {
         } else {
             0
         };
-        if !current.closed && current.due(now_ms) {
+        if current.due(now_ms) {
             // A round over and not closed (every process that ran the scan then has left):
             // closed here, so that its cap does not stay the round's for ever, out of raises'
             // reach.
@@ -838,23 +883,79 @@ impl Ledger {
         now_ms: u64,
         seen: Option<f64>,
     ) -> Result<Option<f64>, LedgerError> {
-        let Some(current) = self.learning(scan).await? else {
-            return Ok(None);
-        };
-        let Some(cap) = current.cap else {
-            return Ok(None);
-        };
-        let under_it = seen.is_some_and(|seen| (seen - cap).abs() <= cap.abs() * 1e-9);
-        let by_lowering = current.lowered_at_ms > 0 && current.lowered_at_ms >= current.cap_at_ms;
-        let every = if under_it && !by_lowering {
-            LOWER_SEEN_EVERY
-        } else {
-            LOWER_EVERY
-        };
-        // A round's cap is lowered while the round is open too: set from its first report
-        // on, it paces the scan already (a round open on a scan that had its cap before, which
-        // sets none, is not: its sum is not in yet).
-        if !(current.closed || current.provisional) || now_ms < current.cap_at_ms + ms(every) {
+        // In a round that sets the cap, one conditional write, tried again when a report (or
+        // a close) wrote the row meanwhile: written as a claim and a lowering apart, a report
+        // between the two failed the lowering, and its part raised the cap at the share before
+        // it, the lowering undone.
+        let mut first_read: Option<u64> = None;
+        for _ in 0..TRIES {
+            let Some(current) = self.learning(scan).await? else {
+                return Ok(None);
+            };
+            let Some(cap) = current.cap else {
+                return Ok(None);
+            };
+            if current.due(now_ms) {
+                // Over and not closed: closed first, its cap final (and changed now, which
+                // holds a lowering off a while as after any change).
+                self.close_round(scan, now_ms).await?;
+                continue;
+            }
+            if !current.provisional {
+                return self.lower_final_cap(scan, current, cap, now_ms, seen).await;
+            }
+            match first_read {
+                None if now_ms < current.cap_at_ms + ms(lowering_wait(&current, cap, seen)) => {
+                    return Ok(None)
+                }
+                None => first_read = Some(current.lowered_at_ms),
+                // Another lowering came meanwhile: it answers this refusal too.
+                Some(lowered_at) if current.lowered_at_ms > lowered_at => return Ok(None),
+                Some(_) => {}
+            }
+            let lowered_row = Learning {
+                round_lowerings: current.round_lowerings + 1,
+                cap_at_ms: now_ms,
+                lowered_at_ms: now_ms,
+                from_round: false,
+                ..current.clone()
+            };
+            let lowered = lowered_row.round_cap_now().unwrap_or(cap).min(cap);
+            let next = Learning {
+                cap: Some(lowered),
+                ..lowered_row
+            };
+            let published = (lowered < cap).then(|| ScanRow::learned(scan, lowered));
+            if self
+                .write_learning(scan, &next, Some(&current), published)
+                .await?
+            {
+                tracing::info!(
+                    scan,
+                    cap = lowered,
+                    "the account refused the scan at its round's cap: the cap is lowered"
+                );
+                // At the floor, the lowering's time is written and the cap stays.
+                return Ok((lowered < cap).then_some(lowered));
+            }
+        }
+        Ok(None)
+    }
+
+    /// [`lower_learned_cap`](Self::lower_learned_cap) for a cap no round is setting: `current`
+    /// as read, its cap `cap`.
+    async fn lower_final_cap(
+        &self,
+        scan: &str,
+        current: Learning,
+        cap: f64,
+        now_ms: u64,
+        seen: Option<f64>,
+    ) -> Result<Option<f64>, LedgerError> {
+        // A round open on a scan that had its cap before sets none; lowerings wait for its
+        // close (its sum is not in yet).
+        let every = lowering_wait(&current, cap, seen);
+        if !current.closed || now_ms < current.cap_at_ms + ms(every) {
             return Ok(None);
         }
         // Claimed first, by a conditional write of its time alone: of the processes refused at
@@ -886,18 +987,10 @@ impl Ledger {
         let Some(claimed) = self.learning(scan).await? else {
             return Ok(None);
         };
-        // In a round that sets the cap, the lowering is the round's: its cap at the whole
-        // step less, and the parts still to come counted at that share.
-        let round_lowerings = claimed.round_lowerings + u32::from(claimed.provisional);
-        let in_round = Learning {
-            round_lowerings,
-            ..claimed.clone()
-        }
-        .round_cap_now();
-        let lowered = match in_round {
-            Some(lowered) => lowered,
-            None if current.from_round => lowered_round_cap(cap, current.peak),
-            None => lowered_cap(cap, self.scan_rate(scan, now_ms).await, current.peak),
+        let lowered = if current.from_round {
+            lowered_round_cap(cap, current.peak)
+        } else {
+            lowered_cap(cap, self.scan_rate(scan, now_ms).await, current.peak)
         };
         // Written at the floor too: the refusal's time holds off a raise for a quiet while,
         // and nothing more (see the module's note on a ceiling).
@@ -906,7 +999,6 @@ impl Ledger {
             cap_at_ms: now_ms,
             lowered_at_ms: now_ms,
             from_round: false,
-            round_lowerings,
             ..claimed.clone()
         };
         let published = (lowered < cap).then(|| ScanRow::learned(scan, lowered));

@@ -95,12 +95,34 @@ async fn run_item(
         };
     let outcome = run_claimed(state, ledger, &item, &mut claim, admitted).await;
     match outcome {
+        Ok(done) if hands_itself_on(&item, &done) => {
+            // Its work handed on as it came (the action's first writes, or its first read, got
+            // no share of the rate in time or were refused): recorded, its child would be the
+            // item itself (the same range is the same work, one id), a finish the ledger
+            // refuses for good, and the scan failed (devhost's faults test, a learned cap of
+            // 100 entities a second). Tried again later instead, as any transient failure.
+            let failure = StepFailure::new(
+                FailureKind::Transient,
+                "the step made no progress (no share of the scan's rate came in time, or the \
+                 account refused it); it is tried again later"
+                    .to_string(),
+            );
+            let attempt = invocation.dequeue_count().unwrap_or(claim.attempt);
+            on_failure(state, ledger, kind, &item, &claim, attempt, failure).await
+        }
         Ok(done) => record(state, ledger, kind, invocation, &item, &claim, done).await,
         Err(failure) => {
             let attempt = invocation.dequeue_count().unwrap_or(claim.attempt);
             on_failure(state, ledger, kind, &item, &claim, attempt, failure).await
         }
     }
+}
+
+/// Whether a step that ran hands its own work on untouched: one of its follow-ups is the item
+/// itself (a follow-up starts after whatever the step acted on, so this one acted on nothing).
+fn hands_itself_on(item: &WorkItem, done: &StepDone) -> bool {
+    let id = item.id();
+    done.follow_ups.iter().any(|next| next.id() == id)
 }
 
 /// Admits the step by its scan's pace and claims its item: the claim and the step's place in

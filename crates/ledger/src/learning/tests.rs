@@ -125,14 +125,22 @@ async fn a_round_sets_the_cap_from_its_first_report_on() {
         (Some(1_800.0 * LEARNED_SHARE), t + 500)
     );
     assert_eq!(published(&ledger).await, joined.cap);
-    // A part that moves the cap under 5%: counted, not written.
+    // A part that moves the cap under 5%: counted, not written, the scan row untouched.
+    let scan_row_version = || async {
+        let row = ledger
+            .table()
+            .get_entity("s", super::super::rows::SCAN_ROW)
+            .await;
+        row.unwrap().unwrap().etag
+    };
+    let before = scan_row_version().await;
     ledger
         .report_refusal("s", "p3", 50.0, t + 600)
         .await
         .unwrap();
     let small = ledger.learning("s").await.unwrap().unwrap();
     assert_eq!((small.sum, small.cap), (1_850.0, joined.cap));
-    assert_eq!(published(&ledger).await, joined.cap);
+    assert_eq!(scan_row_version().await, before);
     // Not raised while the round is open.
     assert_eq!(
         ledger.raise_learned_cap("s", t + 1_000).await.unwrap(),
@@ -234,7 +242,11 @@ async fn a_lowering_in_a_round_keeps_its_share_of_the_parts_after_it() {
     let closed = ledger.learning("s").await.unwrap().unwrap();
     assert!(closed.closed && !closed.provisional && !closed.from_round);
     assert_eq!(closed.round_lowerings, 0);
-    assert_eq!(closed.cap_at_ms, lowered_at + 500);
+    assert_eq!(
+        (closed.cap_at_ms, closed.lowered_at_ms),
+        (lowered_at + 500, lowered_at)
+    );
+    assert_eq!(published(&ledger).await, closed.cap);
 }
 
 /// A round over and never closed (every process that ran the scan then left) is closed by the
@@ -249,6 +261,7 @@ async fn a_round_left_open_is_closed_by_an_ask_for_a_raise() {
     let learning = ledger.learning("s").await.unwrap().unwrap();
     assert!(learning.closed && !learning.provisional, "{learning:?}");
     assert_eq!(learning.cap, Some(1_000.0 * LEARNED_SHARE));
+    assert_eq!(published(&ledger).await, learning.cap);
 }
 
 /// A report into an open round is asked for what it moved over the seconds its opener's figure
