@@ -681,19 +681,7 @@ async fn a_process_under_a_rounds_cap_reports_its_part_and_closes_the_round() {
         .report_into_round(&scan.id, "p1", refused_at(opened), |_| 3_000.0, opened)
         .await
         .unwrap();
-    let row = ledger
-        .table()
-        .get_entity(&scan.id, tablescan_ledger::rows::SCAN_ROW)
-        .await
-        .unwrap()
-        .unwrap();
-    let row = tablescan_ledger::rows::ScanRow::from_entity(&row).unwrap();
-    let read = ScanRecord {
-        learned_cap: row.learned_cap,
-        learn_round_ms: row.learn_round_ms,
-        ..scan.clone()
-    };
-    pacing.read(&read, Instant::now()).await;
+    read_scan_row(&ledger, &pacing, &scan).await;
     // A few ticks of the refresher, the step still reading.
     let joined_by = Instant::now() + Duration::from_secs(1);
     while Instant::now() < joined_by {
@@ -717,6 +705,24 @@ async fn a_process_under_a_rounds_cap_reports_its_part_and_closes_the_round() {
     let closed = ledger.learning(&scan.id).await.unwrap().unwrap();
     assert!(closed.closed && !closed.provisional, "{closed:?}");
     drop(step);
+}
+
+/// Reads `scan`'s row as a process's cancel check does, into `pacing`: its learned cap and
+/// its round.
+async fn read_scan_row(ledger: &Ledger, pacing: &Pacing, scan: &ScanRecord) {
+    let row = ledger
+        .table()
+        .get_entity(&scan.id, tablescan_ledger::rows::SCAN_ROW)
+        .await
+        .unwrap()
+        .unwrap();
+    let row = tablescan_ledger::rows::ScanRow::from_entity(&row).unwrap();
+    let read = ScanRecord {
+        learned_cap: row.learned_cap,
+        learn_round_ms: row.learn_round_ms,
+        ..scan.clone()
+    };
+    pacing.read(&read, Instant::now()).await;
 }
 
 /// A process under the scan's learned cap does not report into a round that sets no cap (one
@@ -751,19 +757,7 @@ async fn a_process_under_the_cap_stays_out_of_a_round_that_sets_none() {
         .report_into_round(&scan.id, "p1", refused_at(opened), |_| 1_000.0, opened)
         .await
         .unwrap();
-    let row = ledger
-        .table()
-        .get_entity(&scan.id, tablescan_ledger::rows::SCAN_ROW)
-        .await
-        .unwrap()
-        .unwrap();
-    let row = tablescan_ledger::rows::ScanRow::from_entity(&row).unwrap();
-    let read = ScanRecord {
-        learned_cap: row.learned_cap,
-        learn_round_ms: row.learn_round_ms,
-        ..scan.clone()
-    };
-    pacing.read(&read, Instant::now()).await;
+    read_scan_row(&ledger, &pacing, &scan).await;
     let by = Instant::now() + Duration::from_secs(1);
     while Instant::now() < by {
         let ticket = step.before_read(100).await;

@@ -280,7 +280,7 @@ impl Refresher {
             let own_refusal = matches!(planned, PlannedReport::OwnRefusal { .. });
             let own = (own_refusal && cuts > cuts_before).then(|| self.own_figure(&source, now_ms));
             self.served_before_cut = None;
-            self.report(own, now, now_ms).await;
+            self.report(own, false, now, now_ms).await;
         }
         self.close_round_when_over(now_ms).await;
     }
@@ -351,7 +351,7 @@ impl Refresher {
         if matches!(self.planned, Some(PlannedReport::Join)) {
             self.planned = None;
             self.served_before_cut = None;
-            self.report_under_cap(now, now_ms).await;
+            self.report(None, true, now, now_ms).await;
         }
         self.close_round_when_over(now_ms).await;
     }
@@ -429,42 +429,28 @@ impl Refresher {
     /// report counts the same seconds, `MovedHistory::served_to`); opening one, if none is
     /// open and this process was refused, `own` ([`own_figure`](Self::own_figure)). The ledger
     /// decides which on the row as it reads it: the round this process last read with the scan
-    /// may be seconds old. A process that moved nothing lately and has no figure of its own
-    /// has nothing to report, and reads nothing.
-    async fn report(&mut self, own: Option<OwnFigure>, now: Instant, now_ms: u64) {
+    /// may be seconds old. A process under the scan's learned cap (`under_cap`) reports only
+    /// into a round that sets the cap (`Ledger::join_round_setting_cap`). A process that moved
+    /// nothing lately and has no figure of its own has nothing to report, and reads nothing.
+    async fn report(&mut self, own: Option<OwnFigure>, under_cap: bool, now: Instant, now_ms: u64) {
         if own.is_none() && !self.moved.moved_lately() {
             return;
         }
         let moved = &self.moved;
         let joined_rate = |to_ms: u64| moved.served_to(to_ms, now, now_ms);
-        let reported = self
-            .pace
-            .ledger
-            .report_into_round(&self.pace.scan, &self.pace.holder, own, joined_rate, now_ms)
-            .await;
+        let (ledger, scan, holder) = (&self.pace.ledger, &self.pace.scan, &self.pace.holder);
+        let reported = if under_cap {
+            ledger
+                .join_round_setting_cap(scan, holder, joined_rate, now_ms)
+                .await
+        } else {
+            ledger
+                .report_into_round(scan, holder, own, joined_rate, now_ms)
+                .await
+        };
         tracing::debug!(
-            scan = %self.pace.scan, ?own, ?reported,
+            scan = %self.pace.scan, ?own, under_cap, ?reported,
             "a report into the scan's learning round"
-        );
-        self.reported(reported).await;
-    }
-
-    /// [`report`](Self::report) for a process under the scan's learned cap: its part, into a
-    /// round that sets the cap only.
-    async fn report_under_cap(&mut self, now: Instant, now_ms: u64) {
-        if !self.moved.moved_lately() {
-            return;
-        }
-        let moved = &self.moved;
-        let joined_rate = |to_ms: u64| moved.served_to(to_ms, now, now_ms);
-        let reported = self
-            .pace
-            .ledger
-            .join_round_setting_cap(&self.pace.scan, &self.pace.holder, joined_rate, now_ms)
-            .await;
-        tracing::debug!(
-            scan = %self.pace.scan, ?reported,
-            "a report under the cap into the scan's learning round"
         );
         self.reported(reported).await;
     }
